@@ -1,0 +1,5 @@
+#include "version.h"
+
+const char *sandboxd_version(void) {
+  return SBX_VERSION;
+}
