@@ -1,0 +1,38 @@
+/* Processes and PTYs: exec start/read/write/signal/resize/list/release.
+ *
+ * One thread (epoll) owns every child pipe and PTY master plus a signalfd for
+ * SIGCHLD. Output is kept per stream, addressed by byte offset: the first
+ * limits.retention_head bytes and a ring of the last limits.retention_tail
+ * bytes; a read of dropped bytes reports a gap. Long-poll reads park their
+ * rpc_call and are completed by the epoll thread when data or exit arrives,
+ * or when wait_ms passes (a timerfd). A process outlives any request or
+ * client; release forgets a finished one. At most limits.max_processes
+ * records exist: exited ones are pruned least recently used first.
+ *
+ * Children get a clean environment (PATH, HOME, LANG, TERM, USER, SHELL,
+ * PWD plus the request's variables), their own process group, the seccomp
+ * filter of d->seccomp, and the run_as user's identity (when sandboxd is
+ * root). A timeout TERMs the whole group, then KILLs it 2 s later. */
+#ifndef SANDBOXD_PROC_H
+#define SANDBOXD_PROC_H
+
+#include "rpc.h"
+
+/* Creates the table and starts its thread. SIGCHLD must already be blocked
+ * in every thread (main does it before any thread starts). */
+int proc_table_new(struct sandboxd *d, struct proc_table **out);
+/* Kills every process group (TERM, then KILL after GRACE_MS), completes
+ * parked reads, stops the thread, frees. Accepts NULL. */
+void proc_table_free(struct proc_table *t, unsigned grace_ms);
+/* Kills every process group (TERM, KILL after GRACE_MS); keeps the table. */
+void proc_kill_all(struct proc_table *t, unsigned grace_ms);
+
+int rpc_exec_start(struct rpc_call *c);   /* blocking: runs on the pool */
+int rpc_exec_read(struct rpc_call *c);    /* may return RPC_PENDING */
+int rpc_exec_write(struct rpc_call *c);
+int rpc_exec_signal(struct rpc_call *c);
+int rpc_exec_resize(struct rpc_call *c);
+int rpc_exec_list(struct rpc_call *c);
+int rpc_exec_release(struct rpc_call *c);
+
+#endif
