@@ -28,12 +28,17 @@ struct rpc_call {
   Sbx__V1__Response *resp;     /* set resp->body_case and the body */
   struct sbx_arena arena;      /* reply allocations, freed after sending */
   struct sbx_error err;
-  void *server_data;           /* the server's; handlers leave it alone */
+  /* Set by the server (or a test): finishes a pending call. */
+  void (*complete)(struct rpc_call *c, int r);
+  void *server_data; /* the server's; handlers leave it alone */
 };
 
 /* Finishes a call a handler returned RPC_PENDING for. R as a handler's
- * return value (0 or a negative errno, never RPC_PENDING). Thread-safe. */
-void rpc_complete(struct rpc_call *c, int r);
+ * return value (0 or a negative errno, never RPC_PENDING). Thread-safe;
+ * C must not be touched afterwards. */
+static inline void rpc_complete(struct rpc_call *c, int r) {
+  c->complete(c, r);
+}
 
 /* Fills c->err and returns the negative errno, for one-line error returns. */
 #define rpc_fail(c, code, errno_, ...)                                         \
