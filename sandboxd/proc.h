@@ -27,8 +27,8 @@ void proc_table_free(struct proc_table *t, unsigned grace_ms);
 /* Kills every process group (TERM, KILL after GRACE_MS); keeps the table. */
 void proc_kill_all(struct proc_table *t, unsigned grace_ms);
 
-int rpc_exec_start(struct rpc_call *c);   /* blocking: runs on the pool */
-int rpc_exec_read(struct rpc_call *c);    /* may return RPC_PENDING */
+int rpc_exec_start(struct rpc_call *c); /* blocking: runs on the pool */
+int rpc_exec_read(struct rpc_call *c);  /* may return RPC_PENDING */
 int rpc_exec_write(struct rpc_call *c);
 int rpc_exec_signal(struct rpc_call *c);
 int rpc_exec_resize(struct rpc_call *c);

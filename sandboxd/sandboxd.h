@@ -11,13 +11,13 @@
 #include "path.h"
 
 struct sandboxd_limits {
-  uint64_t max_message_bytes;   /* NNG_OPT_RECVMAXSZ and reply cap */
-  uint32_t max_inflight;        /* nng contexts = requests served at once */
-  uint32_t max_processes;       /* live process records (LRU-pruned) */
-  uint64_t retention_head;      /* bytes kept from each stream's start */
-  uint64_t retention_tail;      /* bytes kept from each stream's end */
+  uint64_t max_message_bytes; /* NNG_OPT_RECVMAXSZ and reply cap */
+  uint32_t max_inflight;      /* nng contexts = requests served at once */
+  uint32_t max_processes;     /* live process records (LRU-pruned) */
+  uint64_t retention_head;    /* bytes kept from each stream's start */
+  uint64_t retention_tail;    /* bytes kept from each stream's end */
   uint32_t max_list_entries;
-  uint32_t max_read_bytes;      /* largest data chunk in one reply */
+  uint32_t max_read_bytes; /* largest data chunk in one reply */
   uint64_t archive_max_members;
   uint64_t archive_max_input_bytes;
   uint64_t archive_max_extracted_bytes;
@@ -41,16 +41,16 @@ struct archive_table;
 struct server;
 
 struct sandboxd {
-  char *root;      /* absolute, normalized */
-  int root_fd;     /* O_PATH|O_DIRECTORY of root */
+  char *root;  /* absolute, normalized */
+  int root_fd; /* O_PATH|O_DIRECTORY of root */
   struct sbx_grant *grants;
-  int *grant_fds;  /* O_PATH|O_DIRECTORY, one per grant */
+  int *grant_fds; /* O_PATH|O_DIRECTORY, one per grant */
   size_t ngrants;
   struct sandboxd_limits limits;
   enum sandboxd_seccomp seccomp;
-  uid_t uid;       /* sandboxd's own identity */
+  uid_t uid; /* sandboxd's own identity */
   gid_t gid;
-  bool is_root;    /* may switch users, chown */
+  bool is_root; /* may switch users, chown */
 
   struct proc_table *procs;
   struct archive_table *archives;
