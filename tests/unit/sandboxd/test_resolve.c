@@ -66,8 +66,8 @@ Test(resolve, opens_inside) {
 }
 
 Test(resolve, symlink_escapes_are_refused) {
-  const char *bad[] = {"x/etc/passwd", "up/secret", "inner/../up/secret",
-                       "x", "up"};
+  const char *bad[] = {"x/etc/passwd", "up/secret", "inner/../up/secret", "x",
+                       "up"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct sbx_error e = {0};
     int fd = sbxd_open(&d, bad[i], O_RDONLY, 0, false, &e);
