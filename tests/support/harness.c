@@ -30,7 +30,7 @@ void harness_fini(struct harness *h) {
   for (size_t i = 0; i < h->d.ngrants; i++)
     close(h->d.grant_fds[i]);
   free(h->d.root);
-  char cmd[160];
+  char cmd[256];
   (void)snprintf(cmd, sizeof(cmd), "chmod -R u+rwx %s 2>/dev/null; rm -rf %s",
                  h->dir, h->dir);
   (void)!system(cmd);
