@@ -35,8 +35,8 @@ int daemon_read_token(const char *file, int fd, char **out, size_t *len,
   if (file) {
     own = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (own < 0)
-      return sbx_error_set(e, SBX_OK, errno, "cannot open token file \"%s\": %m",
-                           file);
+      return sbx_error_set(e, SBX_OK, errno,
+                           "cannot open token file \"%s\": %m", file);
     struct stat st;
     if (fstat(own, &st) == 0 && (st.st_mode & 0077))
       log_warn("token file \"%s\" is readable by others (mode %04o)", file,

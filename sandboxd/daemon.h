@@ -17,7 +17,7 @@ struct daemon_options {
   int token_fd; /* -1: none */
   const char *tls_cert, *tls_key, *tls_ca;
   bool insecure;
-  int ready_fd; /* -1: none */
+  int ready_fd;                          /* -1: none */
   const char *grants[DAEMON_MAX_GRANTS]; /* "PATH" or "PATH:ro" */
   size_t ngrants;
   enum sandboxd_seccomp seccomp;

@@ -463,7 +463,7 @@ static void *worker_main(void *arg) {
 
 static int nng_err(struct sbx_error *e, int rv, const char *what,
                    const char *url) {
-  int err = rv == NNG_ENOMEM     ? ENOMEM
+  int err = rv == NNG_ENOMEM       ? ENOMEM
             : rv == NNG_EADDRINUSE ? EADDRINUSE
             : rv == NNG_EADDRINVAL ? EINVAL
             : rv == NNG_EPERM      ? EPERM
@@ -482,8 +482,7 @@ static int setup_tls(struct server *s, const struct server_config *cfg,
   if (rv == 0)
     rv = nng_tls_config_cert_key_file(s->tls, cfg->tls_cert, cfg->tls_key);
   if (rv != 0)
-    return nng_err(e, rv, "cannot load the certificate and key",
-                   cfg->tls_cert);
+    return nng_err(e, rv, "cannot load the certificate and key", cfg->tls_cert);
   rv = nng_tls_config_ca_file(s->tls, cfg->tls_ca);
   if (rv != 0)
     return nng_err(e, rv, "cannot load the CA", cfg->tls_ca);
@@ -713,8 +712,8 @@ int rpc_hello(struct rpc_call *c) {
     return -ENOMEM;
   sbx__v1__hello_reply__init(h);
   sbx__v1__limits__init(l);
-  static char *features[] = {"exec",    "pty",  "files", "patch", "archive",
-                             "zstd",    "users", "seccomp", "run_as"};
+  static char *features[] = {"exec", "pty",   "files",   "patch", "archive",
+                             "zstd", "users", "seccomp", "run_as"};
   h->version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
   h->server_version = (char *)sandboxd_version();
   h->features = features;

@@ -98,8 +98,8 @@ static int nng_to_errno(int rv) {
   }
 }
 
-int sbx_client_new(const struct sbx_client_config *cfg,
-                   struct sbx_client **out, struct sbx_error *e) {
+int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
+                   struct sbx_error *e) {
   if (!cfg->url || strlen(cfg->url) >= sizeof(((struct sbx_client *)0)->url))
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "sandboxd URL is missing or too long");
@@ -233,8 +233,7 @@ static int attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
 
 /* Validates the reply R to request ID; fills E from an error reply. */
 static int check_reply(struct sbx_client *c, const char *id,
-                       Sbx__V1__Response *r,
-                       Sbx__V1__Response__BodyCase expect,
+                       Sbx__V1__Response *r, Sbx__V1__Response__BodyCase expect,
                        struct sbx_error *e) {
   if (r->version != SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1)
     return sbx_error_set(e, SBX_VERSION_MISMATCH, EPROTO,
@@ -370,8 +369,7 @@ int sbx_hello(struct sbx_client *c, Sbx__V1__Response **out,
   return 0;
 }
 
-int sbx_shutdown(struct sbx_client *c, unsigned grace_ms,
-                 struct sbx_error *e) {
+int sbx_shutdown(struct sbx_client *c, unsigned grace_ms, struct sbx_error *e) {
   Sbx__V1__Shutdown s = SBX__V1__SHUTDOWN__INIT;
   s.grace_ms = grace_ms;
   return call_body(c, SBX__V1__REQUEST__BODY_SHUTDOWN, &s, 0, NULL, e);
@@ -392,8 +390,8 @@ int sbx_exec_read(struct sbx_client *c, Sbx__V1__ExecRead *a,
   Sbx__V1__ExecReadReply *x = r->exec_read;
   /* A hostile sandbox may lie about offsets and sizes. */
   if ((a->max_bytes && x->data.len > a->max_bytes) || x->offset < a->offset ||
-      x->next_offset != x->offset + x->data.len || x->gap != x->offset - a->offset ||
-      x->end_offset < x->next_offset) {
+      x->next_offset != x->offset + x->data.len ||
+      x->gap != x->offset - a->offset || x->end_offset < x->next_offset) {
     sbx_client_reply_free(r);
     return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                          "sandboxd sent an inconsistent exec read reply");
@@ -412,8 +410,8 @@ int sbx_exec_write(struct sbx_client *c, uint64_t exec_id, const void *data,
   return call_body(c, SBX__V1__REQUEST__BODY_EXEC_WRITE, &w, 0, NULL, e);
 }
 
-int sbx_exec_signal(struct sbx_client *c, uint64_t exec_id, int sig,
-                    bool group, struct sbx_error *e) {
+int sbx_exec_signal(struct sbx_client *c, uint64_t exec_id, int sig, bool group,
+                    struct sbx_error *e) {
   Sbx__V1__ExecSignal s = SBX__V1__EXEC_SIGNAL__INIT;
   s.exec_id = exec_id;
   s.signal = sig;
@@ -481,8 +479,9 @@ int sbx_file_list(struct sbx_client *c, Sbx__V1__FileList *a,
     /* Names need not be UTF-8 on disk and are passed on as they are, but
      * a listed entry is never absolute and never climbs out. */
     const char *p = l->entries[i] ? l->entries[i]->path : NULL;
-    if (!p || p[0] == '/' || strcmp(p, "..") == 0 || strncmp(p, "../", 3) == 0 ||
-        strstr(p, "/../") || (strlen(p) >= 3 && strcmp(p + strlen(p) - 3, "/..") == 0)) {
+    if (!p || p[0] == '/' || strcmp(p, "..") == 0 ||
+        strncmp(p, "../", 3) == 0 || strstr(p, "/../") ||
+        (strlen(p) >= 3 && strcmp(p + strlen(p) - 3, "/..") == 0)) {
       sbx_client_reply_free(r);
       return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                            "sandboxd listed an entry outside the directory");
@@ -585,8 +584,8 @@ int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
   a.offset = offset;
   a.max_bytes = max_bytes;
   Sbx__V1__Response *r = NULL;
-  int ret = call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_READ, &a, 0, &r,
-                      e);
+  int ret =
+      call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_READ, &a, 0, &r, e);
   if (ret < 0)
     return ret;
   Sbx__V1__ArchiveExportReadReply *x = r->archive_export_read;
@@ -615,8 +614,8 @@ int sbx_archive_import_write(struct sbx_client *c, uint64_t handle,
   a.data.data = (uint8_t *)data;
   a.data.len = len;
   Sbx__V1__Response *r = NULL;
-  int ret = call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_WRITE, &a, 0,
-                      &r, e);
+  int ret =
+      call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_WRITE, &a, 0, &r, e);
   if (ret < 0)
     return ret;
   if (received)

@@ -31,16 +31,16 @@ struct sbx_client_config {
   const char *tls_cert; /* our client certificate and key (PEM files) */
   const char *tls_key;
   const char *tls_server_name; /* default: the URL's host */
-  unsigned timeout_ms;  /* per attempt; 0 means 30000 */
-  unsigned retries;     /* extra attempts after a timeout or a drop; 0: 3 */
+  unsigned timeout_ms;         /* per attempt; 0 means 30000 */
+  unsigned retries;         /* extra attempts after a timeout or a drop; 0: 3 */
   size_t max_message_bytes; /* 0 means 64 MiB */
   const char *client_name;  /* for sandboxd's logs */
 };
 
 /* Opens the socket and dials (nng dials in the background and redials).
  * Does not wait for the server; the first call does. */
-int sbx_client_new(const struct sbx_client_config *cfg,
-                   struct sbx_client **out, struct sbx_error *e);
+int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
+                   struct sbx_error *e);
 /* Closes and wipes the token; accepts NULL; returns NULL. */
 struct sbx_client *sbx_client_free(struct sbx_client *c);
 
@@ -61,8 +61,7 @@ int sbx_client_errno(Sbx__V1__Code code);
 /* Typed calls: each sets the body, calls and checks the reply's body. */
 int sbx_hello(struct sbx_client *c, Sbx__V1__Response **out,
               struct sbx_error *e);
-int sbx_shutdown(struct sbx_client *c, unsigned grace_ms,
-                 struct sbx_error *e);
+int sbx_shutdown(struct sbx_client *c, unsigned grace_ms, struct sbx_error *e);
 int sbx_exec_start(struct sbx_client *c, Sbx__V1__ExecStart *a,
                    Sbx__V1__Response **out, struct sbx_error *e);
 /* Long-poll: waits up to a->wait_ms (plus the client's timeout). */
@@ -70,8 +69,8 @@ int sbx_exec_read(struct sbx_client *c, Sbx__V1__ExecRead *a,
                   Sbx__V1__Response **out, struct sbx_error *e);
 int sbx_exec_write(struct sbx_client *c, uint64_t exec_id, const void *data,
                    size_t len, bool close_stdin, struct sbx_error *e);
-int sbx_exec_signal(struct sbx_client *c, uint64_t exec_id, int sig,
-                    bool group, struct sbx_error *e);
+int sbx_exec_signal(struct sbx_client *c, uint64_t exec_id, int sig, bool group,
+                    struct sbx_error *e);
 int sbx_exec_resize(struct sbx_client *c, uint64_t exec_id, unsigned rows,
                     unsigned cols, struct sbx_error *e);
 int sbx_exec_list(struct sbx_client *c, Sbx__V1__Response **out,
@@ -102,8 +101,7 @@ int sbx_file_exists(struct sbx_client *c, const char *path, bool *exists,
                     Sbx__V1__FileType *type, struct sbx_error *e);
 
 int sbx_patch_apply(struct sbx_client *c, const char *patch, const char *dir,
-                    bool dry_run, Sbx__V1__Response **out,
-                    struct sbx_error *e);
+                    bool dry_run, Sbx__V1__Response **out, struct sbx_error *e);
 
 int sbx_archive_export_start(struct sbx_client *c,
                              Sbx__V1__ArchiveExportStart *a,

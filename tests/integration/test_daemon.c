@@ -34,7 +34,8 @@ Test(daemon, hello_reports_root_limits_and_version) {
 Test(daemon, wrong_and_missing_token_are_refused) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);
-  struct sbx_client *bad = test_daemon_client(&t, "0123456789abcdef0123456789abcdeX");
+  struct sbx_client *bad =
+      test_daemon_client(&t, "0123456789abcdef0123456789abcdeX");
   struct sbx_error e = {0};
   cr_expect_eq(sbx_hello(bad, NULL, &e), -EKEYREJECTED);
   cr_expect_eq(e.code, SBX_UNAUTHENTICATED, "%s", e.msg);

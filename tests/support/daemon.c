@@ -20,7 +20,8 @@ const char *test_sandboxd_path(void) {
   return p ? p : SBX_BUILD_DIR "/sandboxd";
 }
 
-struct sbx_client *test_daemon_client(struct test_daemon *t, const char *token) {
+struct sbx_client *test_daemon_client(struct test_daemon *t,
+                                      const char *token) {
   const char *tok = token ? token : t->token;
   struct sbx_client_config cfg = {
       .url = t->url,
