@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../shared/cleanup.h"
+#include "cleanup.h"
 
 #define KEY_MAX 160 /* a key path in a message, e.g. "tools[3].name" */
 #define USER_NAME_MAX 32

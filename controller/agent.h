@@ -53,7 +53,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../shared/err.h"
+#include "err.h"
 
 #define AGENT_MAX_FILE_BYTES (4u << 20) /* one agent file */
 #define AGENT_MAX_AGENTS 64             /* files in one set */

@@ -228,7 +228,8 @@ static int parse_entry(struct manifest *m, const char *key, json_t *v,
       return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
                            "%s: \"group\" is not supported yet", ewhere);
     } else if (ent.type == MANIFEST_FILE &&
-               (strcmp(k, "content") == 0 || strcmp(k, "content_base64") == 0)) {
+               (strcmp(k, "content") == 0 ||
+                strcmp(k, "content_base64") == 0)) {
       if (!json_is_string(x))
         return type_error(e, ewhere, k, "a string", x);
     } else if (ent.type == MANIFEST_DIR && strcmp(k, "children") == 0) {
@@ -329,8 +330,8 @@ static int parse_entries(struct manifest *m, json_t *obj, const char *parent,
   return 0;
 }
 
-static int parse_environment(struct manifest *m, json_t *env,
-                             const char *where, struct sbx_error *e) {
+static int parse_environment(struct manifest *m, json_t *env, const char *where,
+                             struct sbx_error *e) {
   size_t n = json_object_size(env);
   m->env_names = calloc(n + 1, sizeof(char *));
   m->env_values = calloc(n + 1, sizeof(char *));
@@ -542,12 +543,11 @@ char *manifest_describe(const struct manifest *m, const char *root,
     const char *name = strrchr(en->path, '/');
     name = name ? name + 1 : en->path;
     char line[8192];
-    int l = snprintf(line, sizeof(line), "\n%*s%s%s # %s/%s%s%s",
-                     (int)(2 * (d - 1)), "", name,
-                     en->type == MANIFEST_DIR ? "/" : "",
-                     strcmp(root, "/") == 0 ? "" : root, en->path,
-                     en->description ? " - " : "",
-                     en->description ? en->description : "");
+    int l = snprintf(
+        line, sizeof(line), "\n%*s%s%s # %s/%s%s%s", (int)(2 * (d - 1)), "",
+        name, en->type == MANIFEST_DIR ? "/" : "",
+        strcmp(root, "/") == 0 ? "" : root, en->path,
+        en->description ? " - " : "", en->description ? en->description : "");
     if (l < 0)
       l = 0;
     if ((size_t)l >= sizeof(line))

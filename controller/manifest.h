@@ -56,7 +56,6 @@ int manifest_materialize(const struct manifest *m, struct sandbox *sb,
  * at most DEPTH levels, MAX_LINES lines and MAX_CHARS characters, with the
  * SDK's truncation notice. New string. */
 char *manifest_describe(const struct manifest *m, const char *root,
-                        unsigned depth, unsigned max_lines,
-                        unsigned max_chars);
+                        unsigned depth, unsigned max_lines, unsigned max_chars);
 
 #endif

@@ -30,37 +30,39 @@ typedef void (*model_delta_fn)(void *arg, const char *text, size_t len);
 
 struct model_config {
   enum model_api api;
-  const char *base_url; /* default $OPENAI_BASE_URL or https://api.openai.com/v1 */
-  const char *api_key;  /* default $OPENAI_API_KEY; may be NULL for local servers */
-  unsigned timeout_ms;  /* whole request; 0 means 600000 */
+  const char
+      *base_url; /* default $OPENAI_BASE_URL or https://api.openai.com/v1 */
+  const char
+      *api_key; /* default $OPENAI_API_KEY; may be NULL for local servers */
+  unsigned timeout_ms;         /* whole request; 0 means 600000 */
   unsigned connect_timeout_ms; /* 0 means 10000 */
   unsigned max_retries;        /* on 429, 5xx and connection errors; 0 means 4;
                                   use model_config.no_retries to disable */
   bool no_retries;
-  unsigned retry_base_ms;      /* first backoff; 0 means 500 */
-  size_t max_response_bytes;   /* 0 means 64 MiB */
-  bool stream;                 /* use SSE */
-  const char *record_path;     /* append request/response pairs as JSON lines */
-  const char *replay_path;     /* serve responses from such a file */
+  unsigned retry_base_ms;    /* first backoff; 0 means 500 */
+  size_t max_response_bytes; /* 0 means 64 MiB */
+  bool stream;               /* use SSE */
+  const char *record_path;   /* append request/response pairs as JSON lines */
+  const char *replay_path;   /* serve responses from such a file */
   model_delta_fn on_delta;
   void *delta_arg;
 };
 
 struct model_request {
   const char *model;
-  const char *instructions;   /* system prompt */
-  json_t *input;              /* borrowed: array of items */
-  json_t *tools;              /* borrowed: array of Responses-format tools
-                                 ({"type":"function",name,description,
-                                 parameters,strict} or {"type":"apply_patch"}) */
-  json_t *model_settings;     /* borrowed, may be NULL: temperature,
-                                 reasoning {effort}, tool_choice,
-                                 parallel_tool_calls, max_output_tokens */
-  json_t *output_schema;      /* borrowed, may be NULL: JSON schema of the
-                                 final output (structured output) */
-  const char *output_name;    /* schema name, default "final_output" */
-  json_t *extra;              /* borrowed, may be NULL: merged into the body
-                                 (e.g. context_management) */
+  const char *instructions; /* system prompt */
+  json_t *input;            /* borrowed: array of items */
+  json_t *tools;            /* borrowed: array of Responses-format tools
+                               ({"type":"function",name,description,
+                               parameters,strict} or {"type":"apply_patch"}) */
+  json_t *model_settings;   /* borrowed, may be NULL: temperature,
+                               reasoning {effort}, tool_choice,
+                               parallel_tool_calls, max_output_tokens */
+  json_t *output_schema;    /* borrowed, may be NULL: JSON schema of the
+                               final output (structured output) */
+  const char *output_name;  /* schema name, default "final_output" */
+  json_t *extra;            /* borrowed, may be NULL: merged into the body
+                               (e.g. context_management) */
 };
 
 struct model_usage {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../shared/rand.h"
+#include "rand.h"
 
 #define BYTES_PER_TOKEN 4
 

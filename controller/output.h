@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../shared/buf.h"
+#include "buf.h"
 
 /* max_output_tokens value meaning "not given": output is never truncated. */
 #define OUTPUT_TOKENS_UNLIMITED (-1)

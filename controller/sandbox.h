@@ -20,12 +20,12 @@ struct backend_options {
 };
 
 struct sandbox {
-  char session_id[37];        /* UUID */
-  struct sbx_client *client;  /* owned */
-  char *root;                 /* absolute workspace root as commands see it */
+  char session_id[37];       /* UUID */
+  struct sbx_client *client; /* owned */
+  char *root;                /* absolute workspace root as commands see it */
   const struct backend *backend;
-  void *priv;                 /* the backend's */
-  char **env;                 /* "NAME=value" for commands, NULL-terminated */
+  void *priv; /* the backend's */
+  char **env; /* "NAME=value" for commands, NULL-terminated */
   size_t nenv;
 };
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shared/buf.h"
+#include "buf.h"
 
 static const unsigned char bom[3] = {0xef, 0xbb, 0xbf};
 

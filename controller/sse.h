@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../shared/err.h"
+#include "err.h"
 
 #define SSE_DEFAULT_MAX_EVENT_BYTES (16u << 20) /* 16 MiB */
 

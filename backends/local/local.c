@@ -101,8 +101,8 @@ static int spawn_sandboxd(struct local *l, const char *sandboxd,
   tokp[1] = -1;
 
   const char *seccomp = o && o->seccomp ? o->seccomp : "default";
-  const char *argv[] = {sandboxd,     "--listen",   url,  "--root",
-                        l->workspace, "--token-fd", "3",  "--ready-fd",
+  const char *argv[] = {sandboxd,     "--listen",   url,     "--root",
+                        l->workspace, "--token-fd", "3",     "--ready-fd",
                         "4",          "--seccomp",  seccomp, NULL};
   pid_t parent = getpid();
   pid_t pid = fork();
