@@ -513,6 +513,8 @@ static int on_data(void *arg, const char *data, size_t len) {
 static int stream_ctx_init(struct stream_ctx *c, const struct model_client *m) {
   memset(c, 0, sizeof(*c));
   c->m = m;
+  if (!m->stream)
+    return 0;
   if (sse_parser_new(SSE_MAX_EVENT_BYTES, on_event, c, &c->sse) < 0)
     return -ENOMEM;
   if (m->api == MODEL_API_CHAT)

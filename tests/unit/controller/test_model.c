@@ -1048,3 +1048,72 @@ Test(model, replay_file_errors_name_the_line) {
   cr_expect_eq(model_client_new(&cfg, &m, &e), -ENOENT);
   expect_prefix(e.msg, "cannot open replay file /nonexistent/rec.jsonl: ");
 }
+
+Test(model, chat_call_without_id_gets_one_that_replays) {
+  test_model_server_start(
+      &srv,
+      "[{\"chat\": {\"id\": \"c1\", \"choices\": [{\"index\": 0, "
+      "\"message\": {\"role\": \"assistant\", \"content\": null, "
+      "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": "
+      "\"exec_command\", \"arguments\": {\"cmd\": \"ls\"}}}]}, "
+      "\"finish_reason\": \"tool_calls\"}]}}]",
+      NULL);
+  struct model_config cfg = config(MODEL_API_CHAT);
+  cfg.record_path = record_path;
+  struct model_client *m = client(&cfg);
+  struct model_response a = {0}, b = {0};
+  struct sbx_error e = {0};
+  cr_assert_eq(call_simple(m, "hi", &a, &e), 0, "%s", e.msg);
+  model_client_free(m);
+  cr_assert_eq(json_array_size(a.output), 1);
+  json_t *fc = json_array_get(a.output, 0);
+  const char *id = json_string_value(json_object_get(fc, "call_id"));
+  cr_assert_not_null(id);
+  expect_prefix(id, "call_");
+  cr_expect_gt(strlen(id), 10);
+  cr_expect_str_eq(json_string_value(json_object_get(fc, "arguments")),
+                   "{\"cmd\":\"ls\"}", "object arguments become text");
+
+  struct model_config rc = {.api = MODEL_API_CHAT, .replay_path = record_path};
+  m = client(&rc);
+  cr_assert_eq(call_simple(m, "hi", &b, &e), 0, "%s", e.msg);
+  cr_expect(json_equal(a.output, b.output), "the replay has the same id");
+  model_response_clear(&a);
+  model_response_clear(&b);
+  model_client_free(m);
+}
+
+Test(model, chat_length_finish_is_an_error) {
+  test_model_server_start(
+      &srv,
+      "[{\"chat\": {\"choices\": [{\"index\": 0, \"message\": {\"role\": "
+      "\"assistant\", \"content\": \"cut\"}, \"finish_reason\": "
+      "\"length\"}]}}]",
+      NULL);
+  struct model_config cfg = config(MODEL_API_CHAT);
+  struct model_client *m = client(&cfg);
+  struct model_response out = {0};
+  struct sbx_error e = {0};
+  cr_expect_eq(call_simple(m, "hi", &out, &e), -E2BIG);
+  cr_expect(strstr(e.msg, "finish_reason \"length\""), "%s", e.msg);
+  model_client_free(m);
+}
+
+Test(model, should_retry_header_wins) {
+  test_model_server_start(
+      &srv,
+      "[{\"status\": 500, \"headers\": {\"x-should-retry\": \"false\"}},"
+      " {\"status\": 400, \"headers\": {\"x-should-retry\": \"true\"}},"
+      " {\"text\": \"ok\"}]",
+      NULL);
+  struct model_config cfg = config(MODEL_API_RESPONSES);
+  struct model_client *m = client(&cfg);
+  struct model_response out = {0};
+  struct sbx_error e = {0};
+  cr_expect_eq(call_simple(m, "hi", &out, &e), -EAGAIN);
+  cr_expect_eq(request_count(), 1, "x-should-retry: false stops retries");
+  cr_assert_eq(call_simple(m, "hi", &out, &e), 0, "%s", e.msg);
+  cr_expect_eq(request_count(), 3, "x-should-retry: true retries a 400");
+  model_response_clear(&out);
+  model_client_free(m);
+}
