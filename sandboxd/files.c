@@ -134,16 +134,6 @@ static int refuse_base(struct rpc_call *c, const struct sbxd_loc *loc,
 
 /* ---- replies ------------------------------------------------------------ */
 
-static int reply_empty(struct rpc_call *c, Sbx__V1__Response__BodyCase which) {
-  Sbx__V1__Empty *em = sbx_arena_new(&c->arena, Sbx__V1__Empty);
-  if (!em)
-    return -ENOMEM;
-  sbx__v1__empty__init(em);
-  c->resp->body_case = which;
-  c->resp->shutdown = em; /* every Empty member shares the union slot */
-  return 0;
-}
-
 static Sbx__V1__FileType file_type(mode_t m) {
   if (S_ISREG(m))
     return SBX__V1__FILE_TYPE__FILE_TYPE_REGULAR;
@@ -1158,7 +1148,7 @@ int rpc_file_mkdir(struct rpc_call *c) {
   if (is_base(&loc)) {
     if (!m->parents)
       return fail_path(c, EEXIST, "cannot create directory", path);
-    return reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
+    return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
   }
   _cleanup_close_ int dfd = -1;
   if (m->parents)
@@ -1177,7 +1167,7 @@ int rpc_file_mkdir(struct rpc_call *c) {
           open_beneath(c, loc.base_fd, loc.rel, O_PATH | O_DIRECTORY, 0,
                        "cannot create directory", path);
       if (fd >= 0)
-        return reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
+        return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
       if (fd != -ENOTDIR)
         return fd;
       sbx_error_clear(&c->err);
@@ -1194,7 +1184,7 @@ int rpc_file_mkdir(struct rpc_call *c) {
   r = chmod_nofollow(dfd, loc.name, mode);
   if (r < 0)
     return fail_path(c, -r, "cannot change the mode of", path);
-  return reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
+  return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
 }
 
 /* ---- remove ------------------------------------------------------------- */
@@ -1332,7 +1322,7 @@ int rpc_file_rename(struct rpc_call *c) {
     }
     return fail_path(c, err, "cannot move onto", to);
   }
-  return reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_RENAME);
+  return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_RENAME);
 }
 
 /* ---- chmod, chown ------------------------------------------------------- */
@@ -1408,7 +1398,7 @@ int rpc_file_chmod(struct rpc_call *c) {
                  "cannot change the mode of", path);
   if (r < 0)
     return r;
-  return reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_CHMOD);
+  return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_CHMOD);
 }
 
 int rpc_file_chown(struct rpc_call *c) {
@@ -1435,5 +1425,5 @@ int rpc_file_chown(struct rpc_call *c) {
                  "cannot change the owner of", path);
   if (r < 0)
     return r;
-  return reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_CHOWN);
+  return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_CHOWN);
 }
