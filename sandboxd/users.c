@@ -242,15 +242,18 @@ static int run_tool(char *const argv[], char *out, size_t outsz) {
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-/* Runs a tool and turns a failure into C's error, unless DONE (a check of
- * the result) says the work happened anyway (a concurrent request did it, or
- * the exit status was lost to another reaper). */
+/* Runs a tool that creates NAME. Returns 0 when it did, 1 when it failed
+ * but DONE (a check of the files) finds NAME anyway (a concurrent request
+ * made it), or a negative errno with C's error set. A lost exit status
+ * (another thread reaped the child) is judged by DONE alone. */
 static int tool(struct ensure *en, char *const argv[],
                 bool (*done)(struct ensure *, const char *), const char *name) {
   char out[USERS_TOOL_OUTPUT];
   int st = run_tool(argv, out, sizeof(out));
-  if (st == 0 || done(en, name))
+  if (st == 0)
     return 0;
+  if (done(en, name))
+    return st == -ECHILD ? 0 : 1;
   const char *tn = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
   if (st < 0)
     return rpc_fail(en->c, SBX_INTERNAL, -st, "cannot run %s for \"%s\": %s",
@@ -271,7 +274,8 @@ static bool user_done(struct ensure *en, const char *name) {
 static int tool_add_group(struct ensure *en, const char *name, uint32_t gid) {
   char bin[64], ids[16];
   if (!find_tool("groupadd", bin, sizeof(bin)))
-    return -ENOENT;
+    return rpc_fail(en->c, SBX_NOT_SUPPORTED, ENOENT,
+                    "groupadd is not installed");
   (void)snprintf(ids, sizeof(ids), "%u", gid);
   char *argv[] = {bin, (char *)"-g", ids, (char *)name, NULL};
   char *noid[] = {bin, (char *)name, NULL};
@@ -282,7 +286,8 @@ static int tool_add_user(struct ensure *en, const Sbx__V1__User *u,
                          bool private_group) {
   char bin[64], ids[16];
   if (!find_tool("useradd", bin, sizeof(bin)))
-    return -ENOENT;
+    return rpc_fail(en->c, SBX_NOT_SUPPORTED, ENOENT,
+                    "useradd is not installed");
   char *argv[16];
   size_t n = 0;
   argv[n++] = bin;
@@ -315,7 +320,8 @@ static int tool_add_member(struct ensure *en, const char *group,
                            const char *user) {
   char bin[64];
   if (!find_tool("usermod", bin, sizeof(bin)))
-    return -ENOENT;
+    return rpc_fail(en->c, SBX_NOT_SUPPORTED, ENOENT,
+                    "usermod is not installed");
   char *argv[] = {bin, (char *)"-aG", (char *)group, (char *)user, NULL};
   char out[USERS_TOOL_OUTPUT];
   int st = run_tool(argv, out, sizeof(out));
@@ -747,7 +753,7 @@ static int ensure_group(struct ensure *en, struct dbs *db, const char *name,
     return 0;
   if (en->etc_fd < 0) {
     int r = tool_add_group(en, name, gid);
-    return r < 0 ? r : record(en, "group", name);
+    return r != 0 ? (r < 0 ? r : 0) : record(en, "group", name);
   }
   return file_add_group(en, db, name, gid, NULL);
 }
@@ -760,7 +766,9 @@ static int ensure_user(struct ensure *en, struct dbs *db,
     return file_add_user(en, db, u);
   bool had_group = group_exists(en, u->name, NULL);
   int r = tool_add_user(en, u, !had_group);
-  if (r == 0 && !had_group && group_exists(en, u->name, NULL))
+  if (r != 0)
+    return r < 0 ? r : 0;
+  if (!had_group && group_exists(en, u->name, NULL))
     r = record(en, "group", u->name);
   return r < 0 ? r : record(en, "user", u->name);
 }

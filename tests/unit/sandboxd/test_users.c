@@ -2,6 +2,7 @@
  * (only as root with shadow's tools installed) the real system. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,49 @@ Test(users, files_refuse_bad_input_and_change_nothing) {
   cr_expect(strstr(hc->call.err.msg, "\"ghost\"") != NULL, "%s",
             hc->call.err.msg);
   harness_call_free(hc);
+}
+
+struct racer {
+  Sbx__V1__User **users;
+  size_t n;
+  size_t created;
+  int rc;
+};
+
+static void *race(void *arg) {
+  struct racer *r = arg;
+  struct harness_call *hc = ensure(NULL, 0, r->users, r->n, ensure_in_tmp);
+  r->rc = hc->rc;
+  if (hc->rc == 0)
+    r->created = hc->resp.users_ensure->n_created;
+  harness_call_free(hc);
+  return NULL;
+}
+
+Test(users, files_concurrent_requests_create_once) {
+  Sbx__V1__User a = SBX__V1__USER__INIT, b = SBX__V1__USER__INIT;
+  a.name = "erin";
+  b.name = "frank";
+  Sbx__V1__User *users[] = {&a, &b};
+  struct racer rs[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    rs[i] = (struct racer){.users = users, .n = 2};
+    cr_assert_eq(pthread_create(&th[i], NULL, race, &rs[i]), 0);
+  }
+  size_t total = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    cr_expect_eq(rs[i].rc, 0);
+    total += rs[i].created;
+  }
+  cr_expect_eq(total, 4, "two users and two groups, created once in all");
+  char *pw = slurp(etcp("passwd"));
+  char *first = strstr(pw, "\nerin:");
+  cr_expect_not_null(first);
+  cr_expect_null(first ? strstr(first + 1, "\nerin:") : NULL,
+                 "one line per user: %s", pw);
+  free(pw);
 }
 
 Test(users, needs_root) {
