@@ -1090,3 +1090,28 @@ Test(files, wrong_body_is_refused) {
     expect_fail(run(&req, fns[i]), SBX_INVALID_ARGUMENT, "request",
                 "a request without a body");
 }
+
+Test(files, list_keeps_the_smallest_names_of_a_large_directory) {
+  cr_assert_eq(mkdir(ws("big"), 0755), 0);
+  char rel[64];
+  for (int i = 299; i >= 0; i--) {
+    (void)snprintf(rel, sizeof(rel), "big/n%03d", (i * 7919) % 300);
+    harness_write(&h, rel, "");
+  }
+  struct harness_call *hc = do_list("big", 1, 10);
+  cr_assert_eq(hc->rc, 0, "%s", hc->call.err.msg);
+  Sbx__V1__FileListReply *r = hc->resp.file_list;
+  cr_expect(r->truncated);
+  cr_assert_eq(r->n_entries, 10);
+  for (size_t i = 0; i < 10; i++) {
+    (void)snprintf(rel, sizeof(rel), "n%03zu", i);
+    cr_expect_str_eq(r->entries[i]->path, rel);
+  }
+  harness_call_free(hc);
+  hc = do_list("big", 1, 0);
+  cr_assert_eq(hc->rc, 0);
+  cr_expect_eq(hc->resp.file_list->n_entries, 300);
+  cr_expect(!hc->resp.file_list->truncated);
+  cr_expect_str_eq(hc->resp.file_list->entries[299]->path, "n299");
+  harness_call_free(hc);
+}
