@@ -118,8 +118,9 @@ static int cmd_run(int argc, char **argv) {
       break;
     case O_MAX_TURNS:
       if (parse_pos(optarg, &o.max_turns) < 0) {
-        fprintf(stderr, "sbx run: --max-turns \"%s\" must be a positive "
-                        "integer\n",
+        fprintf(stderr,
+                "sbx run: --max-turns \"%s\" must be a positive "
+                "integer\n",
                 optarg);
         return 2;
       }
@@ -153,8 +154,9 @@ static int cmd_run(int argc, char **argv) {
     case O_SECCOMP:
       if (strcmp(optarg, "default") && strcmp(optarg, "no-network") &&
           strcmp(optarg, "off")) {
-        fprintf(stderr, "sbx run: --seccomp \"%s\": expected default, "
-                        "no-network or off\n",
+        fprintf(stderr,
+                "sbx run: --seccomp \"%s\": expected default, "
+                "no-network or off\n",
                 optarg);
         return 2;
       }

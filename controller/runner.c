@@ -77,14 +77,16 @@ static void on_delta(void *arg, const char *text, size_t len) {
 
 static int get_client(struct shared *sh, const struct agent *a,
                       struct model_client **out, struct sbx_error *e) {
-  enum model_api api =
-      a->api == AGENT_API_CHAT_COMPLETIONS ? MODEL_API_CHAT : MODEL_API_RESPONSES;
+  enum model_api api = a->api == AGENT_API_CHAT_COMPLETIONS
+                           ? MODEL_API_CHAT
+                           : MODEL_API_RESPONSES;
   const char *url = a->base_url;
   pthread_mutex_lock(&sh->mu);
   for (size_t i = 0; i < sh->nclients; i++) {
     struct client_slot *c = &sh->clients[i];
-    if (c->api == api && ((!c->base_url && !url) ||
-                          (c->base_url && url && strcmp(c->base_url, url) == 0))) {
+    if (c->api == api &&
+        ((!c->base_url && !url) ||
+         (c->base_url && url && strcmp(c->base_url, url) == 0))) {
       *out = c->client;
       pthread_mutex_unlock(&sh->mu);
       return 0;
@@ -224,9 +226,9 @@ static json_t *settings_json(const struct agent_model_settings *m) {
   if (m->has_temperature)
     json_object_set_new(s, "temperature", json_real(m->temperature));
   if (effort_name(m->reasoning_effort))
-    json_object_set_new(s, "reasoning",
-                        json_pack("{s:s}", "effort",
-                                  effort_name(m->reasoning_effort)));
+    json_object_set_new(
+        s, "reasoning",
+        json_pack("{s:s}", "effort", effort_name(m->reasoning_effort)));
   switch (m->tool_choice) {
   case AGENT_TOOL_CHOICE_AUTO:
     json_object_set_new(s, "tool_choice", json_string("auto"));
@@ -290,18 +292,19 @@ static json_t *build_tools(const struct agent *a, enum model_api api) {
     tool_agent_name(t, name, sizeof(name));
     char desc[512];
     (void)snprintf(desc, sizeof(desc), "%s",
-                   t->description ? t->description
-                                  : (t->agent->instructions
-                                         ? "Runs the agent on the given input "
-                                           "and returns its answer."
-                                         : "Runs the agent on the given input."));
+                   t->description
+                       ? t->description
+                       : (t->agent->instructions
+                              ? "Runs the agent on the given input "
+                                "and returns its answer."
+                              : "Runs the agent on the given input."));
     json_array_append_new(
         tools,
         json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}",
                   "type", "function", "name", name, "description", desc,
-                  "parameters", "type", "object", "properties", "input",
-                  "type", "string", "required", "input",
-                  "additionalProperties", 0, "strict", 1));
+                  "parameters", "type", "object", "properties", "input", "type",
+                  "string", "required", "input", "additionalProperties", 0,
+                  "strict", 1));
   }
   for (size_t i = 0; i < a->nhandoffs; i++) {
     char name[160];
@@ -329,26 +332,46 @@ long long runner_compaction_threshold(const char *model) {
     const char *name;
     long long window;
   } table[] = {
-      {"gpt-5.6", 1047576},     {"gpt-5.6-sol", 1047576},
-      {"gpt-5.6-terra", 1047576}, {"gpt-5.6-luna", 1047576},
-      {"gpt-5.4", 1047576},     {"gpt-5.4-pro", 1047576},
-      {"gpt-4.1", 1047576},     {"gpt-4.1-mini", 1047576},
-      {"gpt-4.1-nano", 1047576}, {"gpt-5", 400000},
-      {"gpt-5-codex", 400000},  {"gpt-5-mini", 400000},
-      {"gpt-5-nano", 400000},   {"gpt-5-pro", 400000},
-      {"gpt-5.1", 400000},      {"gpt-5.1-codex", 400000},
-      {"gpt-5.1-codex-max", 400000}, {"gpt-5.1-codex-mini", 400000},
-      {"gpt-5.2", 400000},      {"gpt-5.2-codex", 400000},
-      {"gpt-5.2-codex-cyber", 400000}, {"gpt-5.2-pro", 400000},
-      {"gpt-5.3-codex", 400000}, {"gpt-5.3-codex-spark", 400000},
-      {"gpt-5.4-mini", 400000}, {"gpt-5.4-nano", 400000},
-      {"o1", 200000},           {"o1-pro", 200000},
-      {"o3", 200000},           {"o3-mini", 200000},
-      {"o3-pro", 200000},       {"o3-deep-research", 200000},
-      {"o4-mini", 200000},      {"o4-mini-deep-research", 200000},
-      {"codex-mini-latest", 200000}, {"gpt-4o", 128000},
-      {"gpt-4o-mini", 128000},  {"gpt-5-chat-latest", 128000},
-      {"gpt-5.1-chat-latest", 128000}, {"gpt-5.2-chat-latest", 128000},
+      {"gpt-5.6", 1047576},
+      {"gpt-5.6-sol", 1047576},
+      {"gpt-5.6-terra", 1047576},
+      {"gpt-5.6-luna", 1047576},
+      {"gpt-5.4", 1047576},
+      {"gpt-5.4-pro", 1047576},
+      {"gpt-4.1", 1047576},
+      {"gpt-4.1-mini", 1047576},
+      {"gpt-4.1-nano", 1047576},
+      {"gpt-5", 400000},
+      {"gpt-5-codex", 400000},
+      {"gpt-5-mini", 400000},
+      {"gpt-5-nano", 400000},
+      {"gpt-5-pro", 400000},
+      {"gpt-5.1", 400000},
+      {"gpt-5.1-codex", 400000},
+      {"gpt-5.1-codex-max", 400000},
+      {"gpt-5.1-codex-mini", 400000},
+      {"gpt-5.2", 400000},
+      {"gpt-5.2-codex", 400000},
+      {"gpt-5.2-codex-cyber", 400000},
+      {"gpt-5.2-pro", 400000},
+      {"gpt-5.3-codex", 400000},
+      {"gpt-5.3-codex-spark", 400000},
+      {"gpt-5.4-mini", 400000},
+      {"gpt-5.4-nano", 400000},
+      {"o1", 200000},
+      {"o1-pro", 200000},
+      {"o3", 200000},
+      {"o3-mini", 200000},
+      {"o3-pro", 200000},
+      {"o3-deep-research", 200000},
+      {"o4-mini", 200000},
+      {"o4-mini-deep-research", 200000},
+      {"codex-mini-latest", 200000},
+      {"gpt-4o", 128000},
+      {"gpt-4o-mini", 128000},
+      {"gpt-5-chat-latest", 128000},
+      {"gpt-5.1-chat-latest", 128000},
+      {"gpt-5.2-chat-latest", 128000},
       {"gpt-5.3-chat-latest", 128000},
   };
   if (!model)
@@ -424,9 +447,9 @@ static void *call_main(void *arg) {
   uint64_t t0 = sbx_now_ns();
   if (strcmp(type, "apply_patch_call") == 0) {
     json_t *op = json_object_get(j->item, "operation");
-    emit(run->sh, json_pack("{s:s, s:s, s:s, s:O*}", "type",
-                            "tool_call_started", "name", "apply_patch",
-                            "call_id", call_id, "arguments", op));
+    emit(run->sh,
+         json_pack("{s:s, s:s, s:s, s:O*}", "type", "tool_call_started", "name",
+                   "apply_patch", "call_id", call_id, "arguments", op));
     const char *status = "failed";
     char *text = NULL;
     if (!st->ready) {
@@ -519,9 +542,8 @@ static char *message_text(json_t *item) {
     json_t *c;
     json_array_foreach(content, i, c) {
       const char *ct = json_string_value(json_object_get(c, "type"));
-      json_t *text = json_object_get(c, ct && strcmp(ct, "refusal") == 0
-                                            ? "refusal"
-                                            : "text");
+      json_t *text = json_object_get(
+          c, ct && strcmp(ct, "refusal") == 0 ? "refusal" : "text");
       if (json_is_string(text))
         (void)sbx_buf_append_str(&b, json_string_value(text));
     }
@@ -636,10 +658,11 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
         json_error_t je;
         run->res->final_json = json_loads(text, JSON_DECODE_ANY, &je);
         if (!run->res->final_json)
-          return sbx_error_set(e, SBX_INTERNAL, EBADMSG,
-                               "agent \"%s\" answered with invalid JSON for its "
-                               "output_type: %s",
-                               a->name, je.text);
+          return sbx_error_set(
+              e, SBX_INTERNAL, EBADMSG,
+              "agent \"%s\" answered with invalid JSON for its "
+              "output_type: %s",
+              a->name, je.text);
         struct sbx_error se = {0};
         if (schema_validate(a->output_type, run->res->final_json, &se) < 0)
           return sbx_error_set(e, SBX_INTERNAL, EBADMSG,
@@ -665,8 +688,9 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
                  strcmp(t, "apply_patch_call") != 0))
         continue;
       const char *name = json_string_value(json_object_get(it, "name"));
-      const struct agent *h =
-          strcmp(t, "function_call") == 0 && name ? find_handoff(a, name) : NULL;
+      const struct agent *h = strcmp(t, "function_call") == 0 && name
+                                  ? find_handoff(a, name)
+                                  : NULL;
       if (h) {
         const char *cid = json_string_value(json_object_get(it, "call_id"));
         json_t *outp;
@@ -767,9 +791,8 @@ static int run_nested(struct run *parent, const struct agent_tool *t,
   json_array_append_new(run->items, user_message(input));
   emit(run->sh, json_pack("{s:s, s:s}", "type", "agent_tool_started", "agent",
                           t->agent->name));
-  int r = loop(run, t->agent, turns_for(&(struct run_options){0}, t->agent,
-                                        t->max_turns),
-               e);
+  int r = loop(run, t->agent,
+               turns_for(&(struct run_options){0}, t->agent, t->max_turns), e);
   close_states(run);
   json_decref(run->items);
   free(run);

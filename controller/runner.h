@@ -22,18 +22,18 @@
 struct run_options {
   struct agent_set *agents; /* borrowed; agents[0] starts */
   const char *prompt;
-  int64_t max_turns;      /* 0: the agent's, else RUNNER_DEFAULT_MAX_TURNS */
-  const char *model;      /* overrides every agent's model; NULL: theirs */
-  const char *cwd;        /* workspace-relative run cwd, or NULL */
+  int64_t max_turns; /* 0: the agent's, else RUNNER_DEFAULT_MAX_TURNS */
+  const char *model; /* overrides every agent's model; NULL: theirs */
+  const char *cwd;   /* workspace-relative run cwd, or NULL */
   const struct backend *backend;
   struct backend_options backend_opts;
   struct model_config model_cfg; /* base settings: stream, record, replay */
-  FILE *events;           /* --stream: JSON lines; NULL for none */
+  FILE *events;                  /* --stream: JSON lines; NULL for none */
 };
 
 struct run_result {
-  char *final_output;     /* new: text, or the JSON text for output_type */
-  json_t *final_json;     /* new, with output_type; else NULL */
+  char *final_output; /* new: text, or the JSON text for output_type */
+  json_t *final_json; /* new, with output_type; else NULL */
   struct model_usage usage;
   int turns;
   const char *last_agent; /* borrowed from the agent set */

@@ -32,8 +32,8 @@ static int fail(struct sbx_error *e, const char *ptr, const char *what) {
                        *ptr ? ptr : "/", what);
 }
 
-static int validate(json_t *s, json_t *v, char *ptr, size_t cap,
-                    unsigned depth, struct sbx_error *e) {
+static int validate(json_t *s, json_t *v, char *ptr, size_t cap, unsigned depth,
+                    struct sbx_error *e) {
   if (depth > SCHEMA_MAX_DEPTH)
     return fail(e, ptr, "value nests too deeply");
   if (json_is_true(s))
@@ -52,8 +52,8 @@ static int validate(json_t *s, json_t *v, char *ptr, size_t cap,
     bool any = false;
     size_t i;
     json_t *x;
-    json_array_foreach(t, i, x) any |= json_is_string(x) &&
-                                      type_matches(json_string_value(x), v);
+    json_array_foreach(t, i, x) any |=
+        json_is_string(x) && type_matches(json_string_value(x), v);
     if (!any)
       return fail(e, ptr, "value has none of the allowed types");
   }
@@ -85,14 +85,16 @@ static int validate(json_t *s, json_t *v, char *ptr, size_t cap,
   }
   if (json_is_number(v)) {
     double d = json_number_value(v);
-    json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
+    json_t *mn = json_object_get(s, "minimum"),
+           *mx = json_object_get(s, "maximum");
     if (json_is_number(mn) && d < json_number_value(mn))
       return fail(e, ptr, "value is below the minimum");
     if (json_is_number(mx) && d > json_number_value(mx))
       return fail(e, ptr, "value is above the maximum");
   }
   if (json_is_string(v)) {
-    json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
+    json_t *mn = json_object_get(s, "minLength"),
+           *mx = json_object_get(s, "maxLength");
     size_t chars = 0;
     for (const unsigned char *p = (const unsigned char *)json_string_value(v);
          *p; p++)
@@ -135,10 +137,13 @@ static int validate(json_t *s, json_t *v, char *ptr, size_t cap,
   }
   if (json_is_array(v)) {
     json_t *items = json_object_get(s, "items");
-    json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
-    if (json_is_integer(mn) && (json_int_t)json_array_size(v) < json_integer_value(mn))
+    json_t *mn = json_object_get(s, "minItems"),
+           *mx = json_object_get(s, "maxItems");
+    if (json_is_integer(mn) &&
+        (json_int_t)json_array_size(v) < json_integer_value(mn))
       return fail(e, ptr, "array has fewer items than minItems");
-    if (json_is_integer(mx) && (json_int_t)json_array_size(v) > json_integer_value(mx))
+    if (json_is_integer(mx) &&
+        (json_int_t)json_array_size(v) > json_integer_value(mx))
       return fail(e, ptr, "array has more items than maxItems");
     if (items) {
       size_t i;
