@@ -66,8 +66,8 @@ int sbx_write_file_atomic(const char *path, const void *data, size_t len,
   int n = snprintf(tmp, sizeof(tmp), "%s.tmp-%s", path, rnd);
   if (n < 0 || (size_t)n >= sizeof(tmp))
     return -ENAMETOOLONG;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                mode);
+  int fd =
+      open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0)
     return -errno;
   const char *p = data;

@@ -71,8 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const struct rpc_entry *en = dispatch_lookup(req->body_case);
   if (en) {
     Sbx__V1__Response resp = SBX__V1__RESPONSE__INIT;
-    struct rpc_call c = {
-        .d = &d, .req = req, .resp = &resp, .complete = done};
+    struct rpc_call c = {.d = &d, .req = req, .resp = &resp, .complete = done};
     int r = en->handler(&c);
     if (r == 0) {
       size_t n = sbx__v1__response__get_packed_size(&resp);

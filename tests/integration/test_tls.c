@@ -82,8 +82,8 @@ static void start_tls(struct test_daemon *t) {
   (void)snprintf(cert, sizeof(cert), "%s/server.crt", certs);
   (void)snprintf(key, sizeof(key), "%s/server.key", certs);
   (void)snprintf(ca, sizeof(ca), "%s/ca.crt", certs);
-  const char *args[] = {"--listen", url,  "--tls-cert", cert, "--tls-key",
-                        key,        "--tls-ca", ca,    NULL};
+  const char *args[] = {"--listen", url,        "--tls-cert", cert, "--tls-key",
+                        key,        "--tls-ca", ca,           NULL};
   test_daemon_start(t, args);
 }
 
