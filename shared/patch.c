@@ -52,7 +52,6 @@ struct sbx_patch_hunk {
   const char *end;     /* just past the last body line's '\n' */
   size_t anchor_line;  /* patch line of the first "@@" line */
   size_t body_line;    /* patch line of the first body line */
-  size_t nanchors;
   size_t nbody;
   bool eof; /* followed by "*** End of File" */
 };
@@ -125,7 +124,7 @@ static struct span next_line(const char *p, const char *end,
  * with "..." when longer; '"', '\\' and control bytes escaped, so that the
  * quote is one readable line whatever the input. Returns DST. */
 static const char *quote(char *dst, size_t n, struct span s) {
-  size_t limit = n - 5; /* room for the closing quote, "..." and NUL */
+  size_t limit = n - 6; /* room for both quotes, "..." and the NUL */
   if (limit > QUOTE_MAX)
     limit = QUOTE_MAX;
   size_t o = 0, boundary = 0;
@@ -337,7 +336,6 @@ static int parse_hunk(struct parser *ps, struct sbx_patch_hunk *h, bool first,
       h->anchors = ps->p;
       h->anchor_line = ps->no;
     }
-    h->nanchors++;
     ps_next(ps);
   }
   if (!h->anchors && !first)

@@ -596,3 +596,26 @@ Test(patch, apply_refuses_ops_that_are_not_updates) {
   cr_expect_eq(e.code, SBX_INVALID_ARGUMENT);
   cr_expect_null(out);
 }
+
+Test(patch, search_stays_linear_on_repetitive_input, .timeout = 20) {
+  /* 200000 lines of "a" and a hunk of 5000 "a" lines then "b": a naive
+   * search makes 10^9 line comparisons per tier, KMP about 4 * 10^5. */
+  size_t nfile = 200000, npat = 5000;
+  _cleanup_free_ char *in = malloc(2 * nfile + 1);
+  _cleanup_free_ char *patch = malloc(3 * npat + 128);
+  cr_assert(in && patch);
+  for (size_t i = 0; i < nfile; i++)
+    memcpy(in + 2 * i, "a\n", 2);
+  in[2 * nfile] = '\0';
+  size_t cap = 3 * npat + 128;
+  size_t len =
+      (size_t)snprintf(patch, cap, "*** Begin Patch\n*** Update File: a\n@@\n");
+  for (size_t i = 0; i < npat; i++) {
+    memcpy(patch + len, " a\n", 3);
+    len += 3;
+  }
+  len += (size_t)snprintf(patch + len, cap - len, "-b\n*** End Patch\n");
+  expect_apply_error(patch, in,
+                     "a: hunk 1 (patch line 5004): could not find context "
+                     "line \"b\" (the 5000 lines before it match at line 1)");
+}
