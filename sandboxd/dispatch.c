@@ -25,6 +25,9 @@ static const struct rpc_entry table[] = {
                        "file_chown"},
     [B(FILE_EXISTS)] = {rpc_file_exists, RPC_BLOCKING, "file_exists"},
 
+    [B(PATCH_APPLY)] = {rpc_patch_apply, RPC_BLOCKING | RPC_MUTATING,
+                        "patch_apply"},
+
     [B(USERS_ENSURE)] = {rpc_users_ensure, RPC_BLOCKING | RPC_MUTATING,
                          "users_ensure"},
 };

@@ -62,8 +62,8 @@ static const char *errstr(int err, char *buf, size_t n) {
 
 /* Fills C's error for ERR (positive) met on the client's PATH and returns
  * -ERR. WHAT names the operation ("cannot remove") or is NULL. */
-static int fail_path(struct rpc_call *c, int err, const char *what,
-                     const char *path) {
+int files_fail_path(struct rpc_call *c, int err, const char *what,
+                    const char *path) {
   const char *w = what ? what : "";
   const char *sep = what ? " " : "";
   char b[128];
@@ -105,7 +105,7 @@ static int open_beneath(struct rpc_call *c, int base, const char *rel,
   struct sbx_error e = {0};
   int fd = sbxd_openat(base, rel, flags, mode, &e);
   if (fd < 0)
-    return fail_path(c, -fd, what, path);
+    return files_fail_path(c, -fd, what, path);
   return fd;
 }
 
@@ -256,12 +256,12 @@ static int chmod_nofollow(int dir_fd, const char *name, mode_t mode) {
  * parent (an fd opened beneath BASE), then opened beneath BASE again, so a
  * symlink on the way may lead elsewhere inside but never out. Returns an
  * O_PATH fd of REL. */
-static int mkdir_p(struct rpc_call *c, int base, const char *rel, mode_t mode,
-                   const char *path) {
+int files_mkdir_p(struct rpc_call *c, int base, const char *rel, mode_t mode,
+                  const char *path) {
   struct sbx_error e = {0};
   int fd = sbxd_openat(base, rel, O_PATH | O_DIRECTORY, 0, &e);
   if (fd >= 0 || fd != -ENOENT)
-    return fd >= 0 ? fd : fail_path(c, -fd, "cannot create", path);
+    return fd >= 0 ? fd : files_fail_path(c, -fd, "cannot create", path);
   _cleanup_close_ int cur =
       open_beneath(c, base, ".", O_PATH | O_DIRECTORY, 0, NULL, path);
   if (cur < 0)
@@ -279,7 +279,7 @@ static int mkdir_p(struct rpc_call *c, int base, const char *rel, mode_t mode,
       end++;
     prefix[end] = '\0';
     if (mkdirat(cur, prefix + i, mode) < 0 && errno != EEXIST)
-      return fail_path(c, errno, "cannot create", path);
+      return files_fail_path(c, errno, "cannot create", path);
     int next = open_beneath(c, base, prefix, O_PATH | O_DIRECTORY, 0,
                             "cannot create", path);
     if (next < 0)
@@ -328,7 +328,7 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
   char eb[128];
   stack[0].dir = fdopendir(top);
   if (!stack[0].dir) {
-    r = fail_path(c, errno, what, path);
+    r = files_fail_path(c, errno, what, path);
     close(top);
     free(stack);
     return r;
@@ -341,7 +341,7 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
     struct dirent *de = readdir(l->dir);
     if (!de) {
       if (errno) {
-        r = fail_path(c, errno, what, path);
+        r = files_fail_path(c, errno, what, path);
         break;
       }
       if (sp > 1) {
@@ -433,7 +433,7 @@ int rpc_file_stat(struct rpc_call *c) {
     return dfd;
   struct stat st;
   if (fstatat(dfd, loc.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return fail_path(c, errno, NULL, path);
+    return files_fail_path(c, errno, NULL, path);
   Sbx__V1__FileInfo *fi = file_info(&c->arena, dfd, loc.name, &st, path);
   if (!fi)
     return -ENOMEM;
@@ -471,7 +471,7 @@ int rpc_file_exists(struct rpc_call *c) {
   if (err == ENOENT || err == ENOTDIR) {
     rep->existence = SBX__V1__EXISTENCE__ABSENT;
   } else if (err) {
-    return fail_path(c, err, NULL, path);
+    return files_fail_path(c, err, NULL, path);
   } else {
     rep->existence = SBX__V1__EXISTENCE__EXISTS;
     rep->type = file_type(st.st_mode);
@@ -505,7 +505,7 @@ int rpc_file_read(struct rpc_call *c) {
     return pfd;
   struct stat st;
   if (fstat(pfd, &st) < 0)
-    return fail_path(c, errno, "cannot read", path);
+    return files_fail_path(c, errno, "cannot read", path);
   if (S_ISDIR(st.st_mode))
     return rpc_fail(c, SBX_INVALID_ARGUMENT, EISDIR,
                     "cannot read \"%s\": is a directory", path);
@@ -519,7 +519,7 @@ int rpc_file_read(struct rpc_call *c) {
     return fd;
   struct stat st2;
   if (fstat(fd, &st2) < 0)
-    return fail_path(c, errno, "cannot read", path);
+    return files_fail_path(c, errno, "cannot read", path);
   if (st2.st_dev != st.st_dev || st2.st_ino != st.st_ino ||
       !S_ISREG(st2.st_mode))
     return rpc_fail(c, SBX_CONFLICT, EAGAIN,
@@ -544,7 +544,7 @@ int rpc_file_read(struct rpc_call *c) {
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return fail_path(c, errno, "cannot read", path);
+      return files_fail_path(c, errno, "cannot read", path);
     }
     if (n == 0) {
       hit_end = true;
@@ -569,7 +569,7 @@ int rpc_file_read(struct rpc_call *c) {
 /* ---- write -------------------------------------------------------------- */
 
 /* Writes all of DATA at OFF (or appending when OFF < 0). */
-static int write_all(int fd, const uint8_t *data, size_t len, int64_t off) {
+int files_write_all(int fd, const uint8_t *data, size_t len, int64_t off) {
   size_t done = 0;
   while (done < len) {
     ssize_t n = off < 0 ? write(fd, data + done, len - done)
@@ -609,9 +609,9 @@ static int write_in_place(struct rpc_call *c, int dfd, const char *name,
   if (fstatat(dfd, name, &pre, AT_SYMLINK_NOFOLLOW) == 0 &&
       !S_ISREG(pre.st_mode)) {
     if (m->mode == SBX__V1__WRITE_MODE__WRITE_CREATE)
-      return fail_path(c, EEXIST, "cannot create", w->path);
+      return files_fail_path(c, EEXIST, "cannot create", w->path);
     if (S_ISDIR(pre.st_mode))
-      return fail_path(c, EISDIR, "cannot write", w->path);
+      return files_fail_path(c, EISDIR, "cannot write", w->path);
     if (S_ISLNK(pre.st_mode))
       return rpc_fail(c, SBX_INVALID_ARGUMENT, ELOOP,
                       "cannot write \"%s\": it is a symbolic link (only an "
@@ -633,9 +633,9 @@ static int write_in_place(struct rpc_call *c, int dfd, const char *name,
       break;
     }
     if (errno != EEXIST)
-      return fail_path(c, errno, "cannot write", w->path);
+      return files_fail_path(c, errno, "cannot write", w->path);
     if (m->mode == SBX__V1__WRITE_MODE__WRITE_CREATE)
-      return fail_path(c, EEXIST, "cannot create", w->path);
+      return files_fail_path(c, EEXIST, "cannot create", w->path);
     fd = openat(dfd, name, flags);
     if (fd < 0 && errno == ELOOP)
       return rpc_fail(c, SBX_INVALID_ARGUMENT, ELOOP,
@@ -643,34 +643,34 @@ static int write_in_place(struct rpc_call *c, int dfd, const char *name,
                       "atomic write replaces a link)",
                       w->path);
     if (fd < 0 && errno != ENOENT)
-      return fail_path(c, errno, "cannot write", w->path);
+      return files_fail_path(c, errno, "cannot write", w->path);
   }
   struct stat st;
   int r = 0;
   if (fstat(fd, &st) < 0) {
-    r = fail_path(c, errno, "cannot write", w->path);
+    r = files_fail_path(c, errno, "cannot write", w->path);
   } else if (!S_ISREG(st.st_mode)) {
     r = rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
                  "cannot write \"%s\": not a regular file", w->path);
   } else if (m->mode == SBX__V1__WRITE_MODE__WRITE_TRUNCATE && !created &&
              ftruncate(fd, 0) < 0) {
-    r = fail_path(c, errno, "cannot truncate", w->path);
+    r = files_fail_path(c, errno, "cannot truncate", w->path);
   } else {
     int64_t off = m->mode == SBX__V1__WRITE_MODE__WRITE_APPEND ? -1
                   : m->mode == SBX__V1__WRITE_MODE__WRITE_AT
                       ? (int64_t)m->offset
                       : 0;
-    r = write_all(fd, m->data.data, m->data.len, off);
+    r = files_write_all(fd, m->data.data, m->data.len, off);
     if (r < 0)
-      r = fail_path(c, -r, "cannot write", w->path);
+      r = files_fail_path(c, -r, "cannot write", w->path);
   }
   if (r == 0 && (w->uid != (uid_t)-1 || w->gid != (gid_t)-1) &&
       fchown(fd, w->uid, w->gid) < 0)
-    r = fail_path(c, errno, "cannot change the owner of", w->path);
+    r = files_fail_path(c, errno, "cannot change the owner of", w->path);
   if (r == 0 && created && fchmod(fd, w->perm) < 0)
-    r = fail_path(c, errno, "cannot change the mode of", w->path);
+    r = files_fail_path(c, errno, "cannot change the mode of", w->path);
   if (r == 0 && fstat(fd, &st) < 0)
-    r = fail_path(c, errno, "cannot write", w->path);
+    r = files_fail_path(c, errno, "cannot write", w->path);
   if (r < 0) {
     if (created)
       (void)unlinkat(dfd, name, 0);
@@ -710,9 +710,9 @@ static int write_atomic(struct rpc_call *c, int dfd, const char *name,
   struct stat old;
   if (fstatat(dfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0) {
     if (create)
-      return fail_path(c, EEXIST, "cannot create", w->path);
+      return files_fail_path(c, EEXIST, "cannot create", w->path);
     if (S_ISDIR(old.st_mode))
-      return fail_path(c, EISDIR, "cannot write", w->path);
+      return files_fail_path(c, EISDIR, "cannot write", w->path);
     if (S_ISREG(old.st_mode)) {
       perm = old.st_mode & 07777;
       if (c->d->is_root) {
@@ -723,7 +723,7 @@ static int write_atomic(struct rpc_call *c, int dfd, const char *name,
       }
     }
   } else if (errno != ENOENT) {
-    return fail_path(c, errno, "cannot write", w->path);
+    return files_fail_path(c, errno, "cannot write", w->path);
   }
   char tmp[32];
   _cleanup_close_ int fd = -1;
@@ -736,25 +736,25 @@ static int write_atomic(struct rpc_call *c, int dfd, const char *name,
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                 0600);
     if (fd < 0 && (errno != EEXIST || tries == 4))
-      return fail_path(c, errno, "cannot create a temporary file beside",
-                       w->path);
+      return files_fail_path(c, errno, "cannot create a temporary file beside",
+                             w->path);
   }
-  int r = write_all(fd, m->data.data, m->data.len, 0);
+  int r = files_write_all(fd, m->data.data, m->data.len, 0);
   if (r < 0)
-    r = fail_path(c, -r, "cannot write", w->path);
+    r = files_fail_path(c, -r, "cannot write", w->path);
   if (r == 0 && (uid != (uid_t)-1 || gid != (gid_t)-1) &&
       fchown(fd, uid, gid) < 0)
-    r = fail_path(c, errno, "cannot change the owner of", w->path);
+    r = files_fail_path(c, errno, "cannot change the owner of", w->path);
   if (r == 0 && fchmod(fd, perm) < 0)
-    r = fail_path(c, errno, "cannot change the mode of", w->path);
+    r = files_fail_path(c, errno, "cannot change the mode of", w->path);
   struct stat st;
   if (r == 0 && (fsync(fd) < 0 || fstat(fd, &st) < 0))
-    r = fail_path(c, errno, "cannot write", w->path);
+    r = files_fail_path(c, errno, "cannot write", w->path);
   if (r == 0) {
     r = rename_into_place(dfd, tmp, name, create);
     if (r < 0)
-      r = fail_path(c, -r, create ? "cannot create" : "cannot replace",
-                    w->path);
+      r = files_fail_path(c, -r, create ? "cannot create" : "cannot replace",
+                          w->path);
   }
   if (r < 0) {
     (void)unlinkat(dfd, tmp, 0);
@@ -816,7 +816,7 @@ int rpc_file_write(struct rpc_call *c) {
     return refuse_base(c, &loc, "cannot write", w.path);
   _cleanup_close_ int dfd = -1;
   if (m->parents)
-    dfd = mkdir_p(c, loc.base_fd, loc.parent, 0755, w.path);
+    dfd = files_mkdir_p(c, loc.base_fd, loc.parent, 0755, w.path);
   else
     dfd = open_beneath(c, loc.base_fd, loc.parent, O_PATH | O_DIRECTORY, 0,
                        "cannot write", w.path);
@@ -983,7 +983,7 @@ static int list_push(struct rpc_call *c, struct list_state *s, int fd,
   if (!l->dir) {
     int err = errno;
     close(fd);
-    return fail_path(c, err, "cannot list", path);
+    return files_fail_path(c, err, "cannot list", path);
   }
   l->plen = plen;
   s->sp++;
@@ -994,7 +994,7 @@ static int list_push(struct rpc_call *c, struct list_state *s, int fd,
                     "depth or the limit)",
                     path);
   if (r < 0)
-    return fail_path(c, -r, "cannot list", path);
+    return files_fail_path(c, -r, "cannot list", path);
   return 0;
 }
 
@@ -1058,7 +1058,7 @@ int rpc_file_list(struct rpc_call *c) {
     if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
       if (errno == ENOENT)
         continue;
-      r = fail_path(c, errno, "cannot list", path);
+      r = files_fail_path(c, errno, "cannot list", path);
       break;
     }
     if (s.n == limit) {
@@ -1147,12 +1147,12 @@ int rpc_file_mkdir(struct rpc_call *c) {
     return r;
   if (is_base(&loc)) {
     if (!m->parents)
-      return fail_path(c, EEXIST, "cannot create directory", path);
+      return files_fail_path(c, EEXIST, "cannot create directory", path);
     return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
   }
   _cleanup_close_ int dfd = -1;
   if (m->parents)
-    dfd = mkdir_p(c, loc.base_fd, loc.parent, 0755, path);
+    dfd = files_mkdir_p(c, loc.base_fd, loc.parent, 0755, path);
   else
     dfd = open_beneath(c, loc.base_fd, loc.parent, O_PATH | O_DIRECTORY, 0,
                        "cannot create directory", path);
@@ -1179,11 +1179,11 @@ int rpc_file_mkdir(struct rpc_call *c) {
                       "cannot create directory \"%s\": a file of that name "
                       "exists",
                       path);
-    return fail_path(c, err, "cannot create directory", path);
+    return files_fail_path(c, err, "cannot create directory", path);
   }
   r = chmod_nofollow(dfd, loc.name, mode);
   if (r < 0)
-    return fail_path(c, -r, "cannot change the mode of", path);
+    return files_fail_path(c, -r, "cannot change the mode of", path);
   return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
 }
 
@@ -1228,14 +1228,14 @@ int rpc_file_remove(struct rpc_call *c) {
   if ((err == ENOENT || err == ENOTDIR) && m->missing_ok) {
     rep->removed = false;
   } else if (err) {
-    return fail_path(c, err, "cannot remove", path);
+    return files_fail_path(c, err, "cannot remove", path);
   } else {
     if (S_ISDIR(st.st_mode) && m->recursive) {
       int top =
           openat(dfd, loc.name,
                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
       if (top < 0)
-        return fail_path(c, errno, "cannot remove", path);
+        return files_fail_path(c, errno, "cannot remove", path);
       r = walk_tree(c, top, remove_one, NULL, "cannot remove", path);
       if (r < 0)
         return r;
@@ -1246,7 +1246,7 @@ int rpc_file_remove(struct rpc_call *c) {
                         "cannot remove \"%s\": directory not empty (use "
                         "recursive)",
                         path);
-      return fail_path(c, errno, "cannot remove", path);
+      return files_fail_path(c, errno, "cannot remove", path);
     }
     rep->removed = true;
   }
@@ -1318,9 +1318,9 @@ int rpc_file_rename(struct rpc_call *c) {
     if (err == ENOENT) {
       struct stat st;
       if (fstatat(ff, lf.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return fail_path(c, ENOENT, "cannot move", from);
+        return files_fail_path(c, ENOENT, "cannot move", from);
     }
-    return fail_path(c, err, "cannot move onto", to);
+    return files_fail_path(c, err, "cannot move onto", to);
   }
   return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_RENAME);
 }
@@ -1358,14 +1358,14 @@ static int apply_tree(struct rpc_call *c, int dfd, const char *name,
         openat(dfd, name,
                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (top < 0)
-      return fail_path(c, errno, what, path);
+      return files_fail_path(c, errno, what, path);
     int r = walk_tree(c, top, fn, arg, what, path);
     if (r < 0)
       return r;
   }
   int r = fn(dfd, name, st, arg);
   if (r < 0)
-    return fail_path(c, -r, what, path);
+    return files_fail_path(c, -r, what, path);
   return 0;
 }
 
@@ -1387,7 +1387,7 @@ int rpc_file_chmod(struct rpc_call *c) {
     return dfd;
   struct stat st;
   if (fstatat(dfd, loc.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return fail_path(c, errno, "cannot change the mode of", path);
+    return files_fail_path(c, errno, "cannot change the mode of", path);
   /* A symlink named by the request itself is refused, not skipped. */
   if (S_ISLNK(st.st_mode))
     return rpc_fail(c, SBX_INVALID_ARGUMENT, ELOOP,
@@ -1420,7 +1420,7 @@ int rpc_file_chown(struct rpc_call *c) {
     return dfd;
   struct stat st;
   if (fstatat(dfd, loc.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return fail_path(c, errno, "cannot change the owner of", path);
+    return files_fail_path(c, errno, "cannot change the owner of", path);
   r = apply_tree(c, dfd, loc.name, &st, m->recursive, chown_one, &o,
                  "cannot change the owner of", path);
   if (r < 0)
