@@ -66,8 +66,12 @@ void test_daemon_start(struct test_daemon *t, const char *const *args) {
   argv[n++] = "3";
   argv[n++] = "--ready-fd";
   argv[n++] = "4";
-  for (size_t i = 0; args && args[i] && n < 62; i++)
+  for (size_t i = 0; args && args[i] && n < 62; i++) {
     argv[n++] = args[i];
+    /* A later --listen wins in sandboxd; the clients follow it. */
+    if (strcmp(args[i], "--listen") == 0 && args[i + 1])
+      (void)snprintf(t->url, sizeof(t->url), "%s", args[i + 1]);
+  }
   argv[n] = NULL;
 
   pid_t pid = fork();
@@ -89,7 +93,8 @@ void test_daemon_start(struct test_daemon *t, const char *const *args) {
   cr_assert_gt(got, 0, "sandboxd did not become ready (%s)",
                test_sandboxd_path());
   cr_assert(strncmp(line, "ready ", 6) == 0, "ready line: %s", line);
-  t->client = test_daemon_client(t, NULL);
+  if (strncmp(t->url, "ipc://", 6) == 0)
+    t->client = test_daemon_client(t, NULL);
 }
 
 int test_daemon_stop(struct test_daemon *t) {
@@ -98,6 +103,8 @@ int test_daemon_stop(struct test_daemon *t) {
     struct sbx_error e = {0};
     (void)sbx_shutdown(t->client, 100, &e);
     t->client = sbx_client_free(t->client);
+  } else if (t->pid > 0) {
+    kill(t->pid, SIGTERM);
   }
   if (t->pid > 0) {
     for (int i = 0; i < 500; i++) {
