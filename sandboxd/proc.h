@@ -16,6 +16,8 @@
 #ifndef SANDBOXD_PROC_H
 #define SANDBOXD_PROC_H
 
+#include <sys/types.h>
+
 #include "rpc.h"
 
 /* Creates the table and starts its thread. SIGCHLD must already be blocked
@@ -27,6 +29,23 @@ void proc_table_free(struct proc_table *t, unsigned grace_ms);
 /* Kills every process group (TERM, KILL after GRACE_MS); keeps the table. */
 void proc_kill_all(struct proc_table *t, unsigned grace_ms);
 
+/* Waits until the child PID, started by another module (useradd, tar...),
+ * has exited, and returns its wait status in *STATUS. The table's thread
+ * reaps every child of sandboxd (waitpid(-1), so that orphans reparented to
+ * a sandboxd running as PID 1 or subreaper do not pile up as zombies), so
+ * other modules must wait here instead of calling waitpid themselves.
+ * Blocking (pool threads only). TIMEOUT_MS 0 waits forever; -ETIMEDOUT.
+ * The last 64 unclaimed statuses are kept, so wait soon after starting. */
+int proc_wait_pid(struct proc_table *t, pid_t pid, int *status,
+                  unsigned timeout_ms);
+
+/* The RPCs. A read reply's exit_code is 128 + the signal when the process
+ * was killed by one (as a shell reports it), with signal set.
+ * Errors: NOT_FOUND for an unknown exec id; CONFLICT for writing to or
+ * releasing what cannot take it (exited, still running, stdin closed);
+ * LIMIT_EXCEEDED for a full table (all running), 64 reads parked on one
+ * process, or more than 1 MiB of stdin queued; INVALID_ARGUMENT for a
+ * malformed request. */
 int rpc_exec_start(struct rpc_call *c); /* blocking: runs on the pool */
 int rpc_exec_read(struct rpc_call *c);  /* may return RPC_PENDING */
 int rpc_exec_write(struct rpc_call *c);
