@@ -1,0 +1,41 @@
+#include "dispatch.h"
+
+#include "files.h"
+
+#define B(x) SBX__V1__REQUEST__BODY_##x
+
+static const struct rpc_entry table[] = {
+    [B(HELLO)] = {rpc_hello, 0, "hello"},
+    [B(SHUTDOWN)] = {rpc_shutdown, RPC_MUTATING, "shutdown"},
+
+    [B(FILE_STAT)] = {rpc_file_stat, RPC_BLOCKING, "file_stat"},
+    [B(FILE_READ)] = {rpc_file_read, RPC_BLOCKING, "file_read"},
+    [B(FILE_WRITE)] = {rpc_file_write, RPC_BLOCKING | RPC_MUTATING,
+                       "file_write"},
+    [B(FILE_LIST)] = {rpc_file_list, RPC_BLOCKING, "file_list"},
+    [B(FILE_MKDIR)] = {rpc_file_mkdir, RPC_BLOCKING | RPC_MUTATING,
+                       "file_mkdir"},
+    [B(FILE_REMOVE)] = {rpc_file_remove, RPC_BLOCKING | RPC_MUTATING,
+                        "file_remove"},
+    [B(FILE_RENAME)] = {rpc_file_rename, RPC_BLOCKING | RPC_MUTATING,
+                        "file_rename"},
+    [B(FILE_CHMOD)] = {rpc_file_chmod, RPC_BLOCKING | RPC_MUTATING,
+                       "file_chmod"},
+    [B(FILE_CHOWN)] = {rpc_file_chown, RPC_BLOCKING | RPC_MUTATING,
+                       "file_chown"},
+    [B(FILE_EXISTS)] = {rpc_file_exists, RPC_BLOCKING, "file_exists"},
+
+    [B(PATCH_APPLY)] = {rpc_patch_apply, RPC_BLOCKING | RPC_MUTATING,
+                        "patch_apply"},
+
+    [B(USERS_ENSURE)] = {rpc_users_ensure, RPC_BLOCKING | RPC_MUTATING,
+                         "users_ensure"},
+};
+
+const struct rpc_entry *dispatch_lookup(Sbx__V1__Request__BodyCase body) {
+  if ((unsigned)body >= sizeof(table) / sizeof(table[0]))
+    return NULL;
+  if (!table[body].handler)
+    return NULL;
+  return &table[body];
+}
