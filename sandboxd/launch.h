@@ -1,5 +1,6 @@
 /* Starting one child process: the part of exec that runs between clone and
- * execve.
+ * execve. (Not spawn.h, which would hide <spawn.h>: sandboxd/ is on the
+ * include path.)
  *
  * The caller (proc.c) prepares everything: argv, the environment, the list
  * of files to try (the PATH search), the fds, the identity and the seccomp
@@ -9,8 +10,8 @@
  * sleeps until the child has exec'd or failed, so a failure becomes an
  * error reply ('exec "foo": No such file or directory') instead of a process
  * that exits 127. Thread-safe. */
-#ifndef SANDBOXD_SPAWN_H
-#define SANDBOXD_SPAWN_H
+#ifndef SANDBOXD_LAUNCH_H
+#define SANDBOXD_LAUNCH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,7 +21,7 @@
 
 struct seccomp_prog;
 
-struct spawn_plan {
+struct launch_plan {
   const char *name;   /* the program as asked, for messages */
   char *const *argv;  /* NULL-terminated */
   char *const *paths; /* NULL-terminated files to try with execve, in order */
@@ -42,14 +43,17 @@ struct spawn_plan {
 /* Starts the child described by P: its own process group (or session),
  * default signal dispositions and an empty signal mask, only fds 0-2 open,
  * cwd, identity, the seccomp filter, then execve of the first of P->paths
- * that can be executed. Returns 0 with *PID set, or a negative errno with E
- * naming the step that failed (the child is reaped then). Blocks until the
- * child has exec'd; for pool threads. */
-int spawn_start(const struct spawn_plan *p, pid_t *pid, struct sbx_error *e);
+ * that can be executed. Returns 0 with *PID set, and *PIDFD (when not NULL)
+ * a new O_CLOEXEC pidfd of the child, or -1 where the kernel has none
+ * (before 5.2). Or a negative errno with E naming the step that failed (the
+ * child is reaped then). Blocks until the child has exec'd; for pool
+ * threads. */
+int launch_start(const struct launch_plan *p, pid_t *pid, int *pidfd,
+                 struct sbx_error *e);
 
 /* Returns FD itself when it is above 2, else a new O_CLOEXEC duplicate above
  * 2 (closing FD), so that the child's dup onto 0-2 cannot clobber it.
  * A negative errno on failure (FD is closed then too). */
-int spawn_fd_above_stdio(int fd);
+int launch_fd_above_stdio(int fd);
 
 #endif

@@ -1,4 +1,4 @@
-#include "spawn.h"
+#include "launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,10 +18,10 @@
 #define SYS_close_range 436
 #endif
 
-#define SPAWN_STACK_SIZE (128u << 10)
+#define LAUNCH_STACK_SIZE (128u << 10)
 
 /* The step a child failed at; the names go into error messages. */
-enum spawn_step {
+enum launch_step {
   STEP_NONE = 0,
   STEP_SESSION,
   STEP_TTY,
@@ -52,12 +52,12 @@ static const char *const step_names[] = {
 /* Shared between parent and child (CLONE_VM): the child writes, the parent
  * reads after the child has exec'd (nothing written) or exited. */
 struct child_ctx {
-  const struct spawn_plan *p;
+  const struct launch_plan *p;
   volatile int step;
   volatile int err;
 };
 
-int spawn_fd_above_stdio(int fd) {
+int launch_fd_above_stdio(int fd) {
   if (fd > 2)
     return fd;
   int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -103,7 +103,7 @@ CHILD static void child_close_fds(struct child_ctx *c) {
 }
 
 CHILD static void child_exec(struct child_ctx *c) {
-  const struct spawn_plan *p = c->p;
+  const struct launch_plan *p = c->p;
   static const sigset_t empty;
   int err = ENOENT;
   bool denied = false;
@@ -125,7 +125,7 @@ CHILD static void child_exec(struct child_ctx *c) {
 
 CHILD static int child_main(void *arg) {
   struct child_ctx *c = arg;
-  const struct spawn_plan *p = c->p;
+  const struct launch_plan *p = c->p;
   if (p->tty) {
     if (syscall(SYS_setsid) < 0)
       child_fail(c, STEP_SESSION, errno);
@@ -158,11 +158,14 @@ CHILD static int child_main(void *arg) {
   return 127;
 }
 
-int spawn_start(const struct spawn_plan *p, pid_t *pid, struct sbx_error *e) {
+int launch_start(const struct launch_plan *p, pid_t *pid, int *pidfd,
+                 struct sbx_error *e) {
+  if (pidfd)
+    *pidfd = -1;
   if (p->fd_in < 3 || p->fd_out < 3 || p->fd_err < 3 || !p->paths[0])
     return sbx_error_set(e, SBX_INTERNAL, EINVAL,
-                         "starting \"%s\": bad spawn plan", p->name);
-  void *stack = mmap(NULL, SPAWN_STACK_SIZE, PROT_READ | PROT_WRITE,
+                         "starting \"%s\": bad launch plan", p->name);
+  void *stack = mmap(NULL, LAUNCH_STACK_SIZE, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED)
     return sbx_error_set(e, SBX_OK, errno, "starting \"%s\": %s", p->name,
@@ -173,18 +176,27 @@ int spawn_start(const struct spawn_plan *p, pid_t *pid, struct sbx_error *e) {
   sigset_t all, old;
   sigfillset(&all);
   (void)pthread_sigmask(SIG_SETMASK, &all, &old);
-  int child = clone(child_main, (char *)stack + SPAWN_STACK_SIZE,
-                    CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+  int fd = -1;
+  int flags = CLONE_VM | CLONE_VFORK | SIGCHLD | (pidfd ? CLONE_PIDFD : 0);
+  int child =
+      clone(child_main, (char *)stack + LAUNCH_STACK_SIZE, flags, &c, &fd);
+  if (child < 0 && errno == EINVAL && pidfd) /* a kernel before 5.2 */
+    child = clone(child_main, (char *)stack + LAUNCH_STACK_SIZE,
+                  flags & ~CLONE_PIDFD, &c);
   int clone_err = errno;
   (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
-  (void)munmap(stack, SPAWN_STACK_SIZE);
+  (void)munmap(stack, LAUNCH_STACK_SIZE);
   if (child < 0)
     return sbx_error_set(e, SBX_OK, clone_err, "starting \"%s\": %s", p->name,
                          strerror(clone_err));
   if (c.step == STEP_NONE) {
     *pid = child;
+    if (pidfd)
+      *pidfd = fd;
     return 0;
   }
+  if (fd >= 0)
+    (void)close(fd);
   /* The child has exited (or is about to): reap it unless the process
    * thread already did (ECHILD). */
   int status;

@@ -1,4 +1,4 @@
-#include "pty.h"
+#include "tty.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #define TIOCGPTPEER _IO('T', 0x41)
 #endif
 
-int pty_resize(int master, unsigned rows, unsigned cols) {
+int tty_resize(int master, unsigned rows, unsigned cols) {
   struct winsize ws = {.ws_row = (unsigned short)rows,
                        .ws_col = (unsigned short)cols};
   if (ioctl(master, TIOCSWINSZ, &ws) < 0)
@@ -36,7 +36,7 @@ static int open_slave(int master) {
   return fd < 0 ? -errno : fd;
 }
 
-int pty_open(unsigned rows, unsigned cols, int *master, int *slave) {
+int tty_open(unsigned rows, unsigned cols, int *master, int *slave) {
   _cleanup_close_ int m =
       posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
   if (m < 0)
@@ -49,8 +49,8 @@ int pty_open(unsigned rows, unsigned cols, int *master, int *slave) {
   _cleanup_close_ int s = open_slave(m);
   if (s < 0)
     return s;
-  int r = pty_resize(m, rows ? rows : PTY_DEFAULT_ROWS,
-                     cols ? cols : PTY_DEFAULT_COLS);
+  int r = tty_resize(m, rows ? rows : TTY_DEFAULT_ROWS,
+                     cols ? cols : TTY_DEFAULT_COLS);
   if (r < 0)
     return r;
   *master = TAKE_FD(m);
