@@ -7,7 +7,7 @@
  * parked reads that became ready; it calls rpc_complete only after
  * unlocking.
  *
- * epoll keys are (exec id << 2 | kind), never pointers: an event that
+ * epoll keys are (exec id << 3 | kind), never pointers: an event that
  * arrives for a record released meanwhile finds no record and is dropped. */
 #include "proc.h"
 
@@ -31,12 +31,12 @@
 #include "buf.h"
 #include "cleanup.h"
 #include "clock.h"
+#include "launch.h"
 #include "log.h"
 #include "outbuf.h"
-#include "pty.h"
 #include "resolve.h"
 #include "seccomp_filter.h"
-#include "spawn.h"
+#include "tty.h"
 #include "userdb.h"
 
 #define PROC_MAX_WAITERS 64            /* parked reads per process */
@@ -53,13 +53,14 @@
 #define PROC_SUMMARY_MAX 120
 #define PROC_STASH 64          /* reaped children nobody claimed yet */
 #define PROC_REAP_POLL_MS 1000 /* reap even without SIGCHLD, as a backstop */
-#define PROC_KILL_REAP_MS 1000 /* after KILL, wait this long for the reaping   \
-                                */
+#define PROC_KILL_REAP_MS                                                      \
+  1000 /* after KILL, wait this long for the reaping                           \
+        */
 #define PROC_BASE_PATH                                                         \
   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-enum { K_STDOUT = 0, K_STDERR = 1, K_STDIN = 2, K_SPECIAL = 3 };
-#define KEY(id, kind) (((uint64_t)(id) << 2) | (uint64_t)(kind))
+enum { K_STDOUT = 0, K_STDERR = 1, K_STDIN = 2, K_EXIT = 3, K_SPECIAL = 7 };
+#define KEY(id, kind) (((uint64_t)(id) << 3) | (uint64_t)(kind))
 #define KEY_WAKE KEY(0, K_SPECIAL)
 #define KEY_SIGCHLD KEY(1, K_SPECIAL)
 
@@ -71,6 +72,7 @@ struct waiter {
   uint64_t offset;
   uint32_t max;
   bool until_exit;
+  bool saw_running; /* the process ran when the read came */
   uint64_t deadline_ms;
   int rc; /* the result, once filled */
 };
@@ -92,6 +94,7 @@ struct proc {
   struct stream out[2];
   int in_fd;      /* stdin pipe's write end; -1: none or closed (tty: unused) */
   int pty_hold;   /* the PTY master after its EOF, kept until the reaping */
+  int pidfd;      /* readable at exit; -1 once reaped (or no pidfds) */
   bool in_closed; /* a tty's input was closed (its master is gone) */
   bool in_close;  /* close stdin once the queue is written */
   bool in_armed;  /* waiting for EPOLLOUT */
@@ -124,7 +127,8 @@ struct proc_table {
   int sigfd;
   pthread_t thread;
   bool thread_started;
-  bool stop;
+  bool closing; /* proc_table_shutdown: no new starts or parked reads */
+  bool stop;    /* the thread is to end */
   struct seccomp_prog *seccomp;
   char self_name[USERDB_NAME_MAX]; /* USER when there is no run_as */
   struct reaped stash[PROC_STASH];
@@ -239,6 +243,15 @@ static void stream_close(struct proc_table *t, struct proc *p, int i) {
   s->fd = -1;
 }
 
+/* The exit is known: the pidfd has done its job. */
+static void pidfd_release(struct proc_table *t, struct proc *p) {
+  if (p->pidfd < 0)
+    return;
+  ep_del(t, p->pidfd);
+  (void)close(p->pidfd);
+  p->pidfd = -1;
+}
+
 static void pty_release(struct proc *p) {
   if (p->pty_hold >= 0)
     (void)close(p->pty_hold);
@@ -308,7 +321,10 @@ static bool read_ready(const struct proc *p, const struct waiter *w) {
   uint64_t avail = outbuf_avail(&s->buf, w->offset, &start);
   if (w->until_exit)
     return (!p->running && all_output_closed(p)) || avail >= w->max;
-  return avail > 0 || s->fd < 0 || !p->running;
+  /* The exit answers reads that were waiting for it; a later read of a
+   * finished process whose output a background child holds open waits for
+   * data like any other, rather than answering empty at once forever. */
+  return avail > 0 || s->fd < 0 || (w->saw_running && !p->running);
 }
 
 /* Fills C's response with what W asks of P; 0 or -ENOMEM. */
@@ -393,6 +409,7 @@ static void proc_destroy(struct proc_table *t, struct proc *p,
     outbuf_free(&p->out[i].buf);
   }
   pty_release(p);
+  pidfd_release(t, p);
   for (size_t i = 0; i < t->nprocs; i++)
     if (t->procs[i] == p) {
       memmove(&t->procs[i], &t->procs[i + 1],
@@ -437,10 +454,10 @@ static struct proc *prune_victim(struct proc_table *t) {
 static void on_exit_status(struct proc_table *t, struct proc *p, int status) {
   p->running = false;
   p->status = status;
-  p->term_at_ms = 0;
   for (int i = 0; i < 2; i++)
     stream_drain(t, p, i, SIZE_MAX);
   pty_release(p);
+  pidfd_release(t, p);
   if (!p->tty)
     stdin_close(t, p);
 }
@@ -493,12 +510,16 @@ static bool signal_group(struct proc *p, int sig) {
 static void fire_deadlines(struct proc_table *t, uint64_t now) {
   for (size_t i = 0; i < t->nprocs; i++) {
     struct proc *p = t->procs[i];
-    if (p->running && p->term_at_ms && now >= p->term_at_ms) {
-      log_debug("exec %" PRIu64 ": timed out, terminating its group", p->id);
+    if (p->term_at_ms && now >= p->term_at_ms) {
       p->term_at_ms = 0;
-      p->timed_out = true;
-      (void)signal_group(p, SIGTERM);
-      p->kill_at_ms = now + PROC_KILL_AFTER_MS;
+      /* The group outlives its leader while a background child holds the
+       * output open: the timeout is for all of it. */
+      if (p->running || !all_output_closed(p)) {
+        log_debug("exec %" PRIu64 ": timed out, terminating its group", p->id);
+        p->timed_out = true;
+        (void)signal_group(p, SIGTERM);
+        p->kill_at_ms = now + PROC_KILL_AFTER_MS;
+      }
     }
     if (p->kill_at_ms && now >= p->kill_at_ms) {
       p->kill_at_ms = 0;
@@ -529,16 +550,20 @@ static int next_timeout(struct proc_table *t, uint64_t now) {
   return (int)min_u64(next - now, INT_MAX);
 }
 
-static void on_event(struct proc_table *t, uint64_t key, uint32_t events) {
-  struct proc *p = find(t, key >> 2);
+/* Returns true when the event says a child exited (reap then). */
+static bool on_event(struct proc_table *t, uint64_t key, uint32_t events) {
+  struct proc *p = find(t, key >> 3);
   if (!p)
-    return; /* released meanwhile */
-  int kind = (int)(key & 3);
+    return false; /* released meanwhile */
+  int kind = (int)(key & 7);
+  if (kind == K_EXIT)
+    return true;
   if (kind == K_STDIN || (p->tty && (events & (EPOLLOUT | EPOLLERR))))
     stdin_flush(t, p);
   if ((kind == K_STDOUT || kind == K_STDERR) &&
       (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
     stream_drain(t, p, kind, PROC_READ_BUDGET);
+  return false;
 }
 
 static void drain_fd(int fd) {
@@ -572,8 +597,8 @@ static void *proc_thread(void *arg) {
       if (key == KEY_WAKE || key == KEY_SIGCHLD) {
         drain_fd(key == KEY_WAKE ? t->evfd : t->sigfd);
         must_reap = true;
-      } else {
-        on_event(t, key, evs[i].events);
+      } else if (on_event(t, key, evs[i].events)) {
+        must_reap = true;
       }
     }
     if (must_reap)
@@ -726,10 +751,25 @@ void proc_kill_all(struct proc_table *t, unsigned grace_ms) {
     log_warn("processes: some processes survived SIGKILL");
 }
 
+void proc_table_shutdown(struct proc_table *t, unsigned grace_ms) {
+  if (!t)
+    return;
+  pthread_mutex_lock(&t->mu);
+  t->closing = true;
+  pthread_mutex_unlock(&t->mu);
+  proc_kill_all(t, grace_ms);
+  struct waiter *done = NULL;
+  pthread_mutex_lock(&t->mu);
+  for (size_t i = 0; i < t->nprocs; i++)
+    service_waiters(t->procs[i], 0, true, &done);
+  pthread_mutex_unlock(&t->mu);
+  complete_waiters(done);
+}
+
 void proc_table_free(struct proc_table *t, unsigned grace_ms) {
   if (!t)
     return;
-  proc_kill_all(t, grace_ms);
+  proc_table_shutdown(t, grace_ms);
   pthread_mutex_lock(&t->mu);
   t->stop = true;
   pthread_mutex_unlock(&t->mu);
@@ -1089,7 +1129,7 @@ static int make_pipe(int p[2]) {
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
   for (int i = 0; i < 2; i++) {
-    int fd = spawn_fd_above_stdio(p[i]);
+    int fd = launch_fd_above_stdio(p[i]);
     if (fd < 0) {
       if (i == 0)
         (void)close(p[1]);
@@ -1110,10 +1150,10 @@ static int open_fds(struct rpc_call *c, const Sbx__V1__ExecStart *st,
       return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
                       "terminal size %ux%u is too large", st->rows, st->cols);
     int m, s;
-    if ((r = pty_open(st->rows, st->cols, &m, &s)) < 0)
+    if ((r = tty_open(st->rows, st->cols, &m, &s)) < 0)
       return rpc_fail(c, SBX_OK, -r, "opening a terminal: %s", strerror(-r));
     f->out = m;
-    if ((s = spawn_fd_above_stdio(s)) < 0)
+    if ((s = launch_fd_above_stdio(s)) < 0)
       return rpc_fail(c, SBX_OK, -s, "opening a terminal: %s", strerror(-s));
     f->child_in = f->child_out = f->child_err = s;
     return 0;
@@ -1141,7 +1181,7 @@ static int open_fds(struct rpc_call *c, const Sbx__V1__ExecStart *st,
       (void)close(p[1]);
       fd = p[0];
     }
-    if ((fd = spawn_fd_above_stdio(fd)) < 0)
+    if ((fd = launch_fd_above_stdio(fd)) < 0)
       return rpc_fail(c, SBX_OK, -fd, "opening /dev/null: %s", strerror(-fd));
     f->child_in = fd;
   } else {
@@ -1161,7 +1201,7 @@ static int open_fds(struct rpc_call *c, const Sbx__V1__ExecStart *st,
  * is full. Locked. */
 static int reserve_slot(struct proc_table *t, struct rpc_call *c,
                         struct waiter **done) {
-  if (t->stop)
+  if (t->closing)
     return rpc_fail(c, SBX_UNAVAILABLE, ESHUTDOWN, "sandboxd is shutting down");
   while (t->nprocs + t->starting >= t->cap) {
     struct proc *victim = t->nprocs > 0 ? prune_victim(t) : NULL;
@@ -1182,9 +1222,11 @@ static int reserve_slot(struct proc_table *t, struct rpc_call *c,
 static struct proc *insert(struct proc_table *t, struct rpc_call *c,
                            const Sbx__V1__ExecStart *st,
                            const struct start_plan *sp, struct start_fds *f,
-                           pid_t pid) {
+                           pid_t pid, int pidfd) {
   struct proc *p = calloc(1, sizeof(*p));
   if (!p) {
+    if (pidfd >= 0)
+      (void)close(pidfd);
     (void)kill(-pid, SIGKILL);
     (void)rpc_fail(c, SBX_INTERNAL, ENOMEM, "out of memory");
     return NULL;
@@ -1206,6 +1248,7 @@ static struct proc *insert(struct proc_table *t, struct rpc_call *c,
   p->out[K_STDERR].fd = -1;
   p->in_fd = -1;
   p->pty_hold = -1;
+  p->pidfd = -1;
   int r = ep_set(t, EPOLL_CTL_ADD, f->out, EPOLLIN, KEY(p->id, K_STDOUT));
   if (r == 0 && f->err >= 0) {
     r = ep_set(t, EPOLL_CTL_ADD, f->err, EPOLLIN, KEY(p->id, K_STDERR));
@@ -1213,6 +1256,8 @@ static struct proc *insert(struct proc_table *t, struct rpc_call *c,
       ep_del(t, f->out);
   }
   if (r < 0) {
+    if (pidfd >= 0)
+      (void)close(pidfd);
     (void)kill(-pid, SIGKILL);
     free(p);
     (void)rpc_fail(c, SBX_OK, -r, "watching the output of \"%s\": %s",
@@ -1222,6 +1267,13 @@ static struct proc *insert(struct proc_table *t, struct rpc_call *c,
   p->out[K_STDOUT].fd = TAKE_FD(f->out);
   p->out[K_STDERR].fd = TAKE_FD(f->err);
   p->in_fd = TAKE_FD(f->in);
+  /* The exit shows on the pidfd even where SIGCHLD goes astray (a thread
+   * that does not block it); the signalfd still reaps orphans. */
+  if (pidfd >= 0 &&
+      ep_set(t, EPOLL_CTL_ADD, pidfd, EPOLLIN, KEY(p->id, K_EXIT)) == 0)
+    p->pidfd = pidfd;
+  else if (pidfd >= 0)
+    (void)close(pidfd);
   t->next_id++;
   t->procs[t->nprocs++] = p;
   int status;
@@ -1263,7 +1315,7 @@ int rpc_exec_start(struct rpc_call *c) {
   if (r < 0)
     return r;
 
-  struct spawn_plan plan = {
+  struct launch_plan plan = {
       .name = sp.argv[0],
       .argv = sp.argv,
       .paths = sp.paths,
@@ -1281,11 +1333,12 @@ int rpc_exec_start(struct rpc_call *c) {
       .seccomp = t->seccomp,
   };
   pid_t pid = -1;
-  r = spawn_start(&plan, &pid, &c->err);
+  int pidfd = -1;
+  r = launch_start(&plan, &pid, &pidfd, &c->err);
 
   pthread_mutex_lock(&t->mu);
   t->starting--;
-  struct proc *p = r < 0 ? NULL : insert(t, c, st, &sp, &f, pid);
+  struct proc *p = r < 0 ? NULL : insert(t, c, st, &sp, &f, pid, pidfd);
   if (p) {
     reply->exec_id = p->id;
     reply->pid = pid;
@@ -1321,29 +1374,6 @@ static int no_body(struct rpc_call *c) {
 
 static int not_found(struct rpc_call *c, uint64_t id) {
   return rpc_fail(c, SBX_NOT_FOUND, ENOENT, "exec %" PRIu64 " not found", id);
-}
-
-/* An Empty reply for WHICH. */
-static int reply_empty(struct rpc_call *c, Sbx__V1__Response__BodyCase which) {
-  Sbx__V1__Empty *e = sbx_arena_new(&c->arena, Sbx__V1__Empty);
-  if (!e)
-    return rpc_fail(c, SBX_INTERNAL, ENOMEM, "out of memory");
-  sbx__v1__empty__init(e);
-  c->resp->body_case = which;
-  switch (which) {
-  case SBX__V1__RESPONSE__BODY_EXEC_SIGNAL:
-    c->resp->exec_signal = e;
-    break;
-  case SBX__V1__RESPONSE__BODY_EXEC_RESIZE:
-    c->resp->exec_resize = e;
-    break;
-  case SBX__V1__RESPONSE__BODY_EXEC_RELEASE:
-    c->resp->exec_release = e;
-    break;
-  default:
-    return rpc_fail(c, SBX_INTERNAL, EINVAL, "no empty reply for %d", which);
-  }
-  return 0;
 }
 
 /* The largest data chunk a read may return. */
@@ -1387,9 +1417,10 @@ static int exec_read_locked(struct proc_table *t, struct rpc_call *c,
       .offset = rq->offset,
       .max = read_cap(c->d, rq->max_bytes),
       .until_exit = rq->until_exit,
+      .saw_running = p->running,
       .deadline_ms = sbx_now_ms() + rq->wait_ms,
   };
-  if (rq->wait_ms == 0 || read_ready(p, &w) || t->stop)
+  if (rq->wait_ms == 0 || read_ready(p, &w) || t->closing)
     return fill_read(p, &w, c);
   if (p->nwaiters >= PROC_MAX_WAITERS)
     return rpc_fail(c, SBX_LIMIT_EXCEEDED, EAGAIN,
@@ -1505,7 +1536,7 @@ static int exec_signal_locked(struct proc_table *t, struct rpc_call *c,
     return rpc_fail(c, errno == ESRCH ? SBX_CONFLICT : SBX_OK, errno,
                     "signal %d to exec %" PRIu64 ": %s", rq->signal, p->id,
                     strerror(errno));
-  return reply_empty(c, SBX__V1__RESPONSE__BODY_EXEC_SIGNAL);
+  return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_EXEC_SIGNAL);
 }
 
 int rpc_exec_signal(struct rpc_call *c) {
@@ -1536,12 +1567,12 @@ static int exec_resize_locked(struct proc_table *t, struct rpc_call *c,
   if (p->out[K_STDOUT].fd < 0)
     return rpc_fail(c, SBX_CONFLICT, EIO,
                     "the terminal of exec %" PRIu64 " is closed", p->id);
-  int r = pty_resize(p->out[K_STDOUT].fd, rq->rows, rq->cols);
+  int r = tty_resize(p->out[K_STDOUT].fd, rq->rows, rq->cols);
   if (r < 0)
     return rpc_fail(c, SBX_OK, -r,
                     "resizing the terminal of exec %" PRIu64 ": %s", p->id,
                     strerror(-r));
-  return reply_empty(c, SBX__V1__RESPONSE__BODY_EXEC_RESIZE);
+  return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_EXEC_RESIZE);
 }
 
 int rpc_exec_resize(struct rpc_call *c) {
@@ -1625,7 +1656,7 @@ int rpc_exec_release(struct rpc_call *c) {
                  "exec %" PRIu64 " is still running: signal it first", p->id);
   else {
     proc_destroy(t, p, &done);
-    r = reply_empty(c, SBX__V1__RESPONSE__BODY_EXEC_RELEASE);
+    r = rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_EXEC_RELEASE);
   }
   pthread_mutex_unlock(&t->mu);
   complete_waiters(done);

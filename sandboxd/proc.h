@@ -26,6 +26,12 @@ int proc_table_new(struct sandboxd *d, struct proc_table **out);
 /* Kills every process group (TERM, then KILL after GRACE_MS), completes
  * parked reads, stops the thread, frees. Accepts NULL. */
 void proc_table_free(struct proc_table *t, unsigned grace_ms);
+/* The first half of proc_table_free, for a daemon that must answer every
+ * parked read before its server goes away: refuses new starts
+ * (UNAVAILABLE), kills every group as proc_kill_all, then answers every
+ * parked read now and later reads at once. The other RPCs keep working;
+ * free the table (after the server) with proc_table_free. Accepts NULL. */
+void proc_table_shutdown(struct proc_table *t, unsigned grace_ms);
 /* Kills every process group (TERM, KILL after GRACE_MS); keeps the table. */
 void proc_kill_all(struct proc_table *t, unsigned grace_ms);
 

@@ -740,6 +740,47 @@ Test(proc, timeout_kills_what_ignores_term) {
   free(o.data);
 }
 
+Test(proc, timeout_covers_what_the_leader_left_behind) {
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = "sleep 100 & echo started";
+  st.timeout_ms = 300;
+  uint64_t t0 = sbx_now_ms();
+  struct output o = read_all(start(&st), 0);
+  uint64_t ms = sbx_now_ms() - t0;
+  cr_expect_str_eq(o.data, "started\n");
+  cr_expect_eq(o.exit_code, 0, "the shell itself exited normally");
+  cr_expect(o.timed_out, "the background sleep was killed by the timeout");
+  cr_expect_geq(ms, 250);
+  cr_expect_lt(ms, 2000);
+  free(o.data);
+}
+
+Test(proc, read_after_exit_waits_for_a_background_writer) {
+  uint64_t id = start_cmd("(sleep 0.4; echo late) & echo early");
+  /* Wait for the shell to be reaped. */
+  for (int i = 0; i < 500; i++) {
+    struct harness_call *hc = call_read((struct rd){.id = id});
+    bool exited = hc->resp.exec_read->exited;
+    harness_call_free(hc);
+    if (exited)
+      break;
+    (void)nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+  }
+  uint64_t t0 = sbx_now_ms();
+  struct harness_call *hc =
+      call_read((struct rd){.id = id, .offset = 6, .wait_ms = 10000});
+  uint64_t ms = sbx_now_ms() - t0;
+  cr_assert_eq(hc->rc, 0);
+  Sbx__V1__ExecReadReply *r = hc->resp.exec_read;
+  cr_expect(r->exited);
+  cr_expect_eq(r->data.len, 5,
+               "waited for the data instead of answering "
+               "empty (%lu ms)",
+               (unsigned long)ms);
+  cr_expect_lt(ms, 5000);
+  harness_call_free(hc);
+}
+
 Test(proc, signal_to_the_process_and_its_group) {
   uint64_t id = start_sleep();
   cr_assert_eq(call_simple(id, 's', SIGUSR1, 0, NULL), 0);
@@ -1097,6 +1138,27 @@ Test(proc, table_free_answers_parked_reads_and_kills) {
   }
   cr_expect(gone, "grandchild %d survived", (int)grandchild);
   start_table(); /* for the teardown */
+}
+
+Test(proc, shutdown_answers_parked_reads_and_refuses_starts) {
+  uint64_t id = start_sleep();
+  struct bg_read b = {.rd = {.id = id, .wait_ms = 30000, .until_exit = true}};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, bg_read_main, &b), 0);
+  (void)nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+  proc_table_shutdown(h.d.procs, 200);
+  pthread_join(th, NULL);
+  cr_assert_eq(b.hc->rc, 0);
+  cr_expect_lt(b.ms, 5000);
+  harness_call_free(b.hc);
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = "true";
+  cr_expect_eq(start_fails(&st, NULL, 0), SBX_UNAVAILABLE);
+  uint64_t t0 = sbx_now_ms();
+  struct harness_call *hc = call_read((struct rd){.id = id, .wait_ms = 10000});
+  cr_expect_eq(hc->rc, 0);
+  cr_expect_lt(sbx_now_ms() - t0, 1000, "reads answer at once");
+  harness_call_free(hc);
 }
 
 /* ---- seccomp ---------------------------------------------------------------
