@@ -136,7 +136,7 @@ struct proc_table {
   unsigned char rbuf[PROC_READ_CHUNK]; /* the thread's read buffer */
 };
 
-/* ---- small helpers ----------------------------------------------------- */
+/* ---- small helpers ---------------------------------------------------- */
 
 static uint64_t min_u64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
@@ -309,7 +309,7 @@ static void stdin_flush(struct proc_table *t, struct proc *p) {
     stdin_close(t, p);
 }
 
-/* ---- reading replies --------------------------------------------------- */
+/* ---- reading replies -------------------------------------------------- */
 
 static bool all_output_closed(const struct proc *p) {
   return p->out[0].fd < 0 && p->out[1].fd < 0;
@@ -396,7 +396,7 @@ static void complete_waiters(struct waiter *done) {
   }
 }
 
-/* ---- records ------------------------------------------------------------ */
+/* ---- records ---------------------------------------------------------- */
 
 /* Forgets P: completes its parked reads (into *DONE), closes its fds and
  * frees it. The process must have been reaped. */
@@ -619,7 +619,7 @@ static void *proc_thread(void *arg) {
   return NULL;
 }
 
-/* ---- table -------------------------------------------------------------- */
+/* ---- table ------------------------------------------------------------ */
 
 static void table_close(struct proc_table *t) {
   if (t->epfd >= 0)
@@ -813,8 +813,7 @@ int proc_wait_pid(struct proc_table *t, pid_t pid, int *status,
   return r;
 }
 
-/* ---- ExecStart ------------------------------------------------------------
- */
+/* ---- ExecStart -------------------------------------------------------- */
 
 /* Everything a start needs, prepared before the child exists. */
 struct start_plan {
@@ -1338,6 +1337,14 @@ int rpc_exec_start(struct rpc_call *c) {
 
   pthread_mutex_lock(&t->mu);
   t->starting--;
+  if (r == 0 && t->closing) {
+    /* The table shut down while this one started: it must not outlive
+     * the kill. The thread reaps it. */
+    (void)kill(-pid, SIGKILL);
+    if (pidfd >= 0)
+      (void)close(pidfd);
+    r = rpc_fail(c, SBX_UNAVAILABLE, ESHUTDOWN, "sandboxd is shutting down");
+  }
   struct proc *p = r < 0 ? NULL : insert(t, c, st, &sp, &f, pid, pidfd);
   if (p) {
     reply->exec_id = p->id;
@@ -1356,10 +1363,9 @@ int rpc_exec_start(struct rpc_call *c) {
   return 0;
 }
 
-/* ---- the other RPCs --------------------------------------------------------
- */
+/* ---- the other RPCs --------------------------------------------------- */
 
-/* The request body of C, or NULL (with C's error set). */
+/* The request body of C when it is of CASE, else NULL. */
 #define BODY(c, CASE, field)                                                   \
   ((c)->req->body_case == SBX__V1__REQUEST__BODY_##CASE ? (c)->req->field      \
                                                         : NULL)

@@ -330,7 +330,7 @@ static int daemon_threads(pid_t pid) {
   int n = -1;
   while (fgets(line, sizeof(line), f))
     if (strncmp(line, "Threads:", 8) == 0)
-      n = atoi(line + 8);
+      n = (int)strtol(line + 8, NULL, 10);
   fclose(f);
   return n;
 }

@@ -45,8 +45,7 @@ static void teardown(void) {
 TestSuite(proc, .init = setup, .fini = teardown, .timeout = 60);
 TestSuite(seccomp, .init = setup, .fini = teardown, .timeout = 60);
 
-/* ---- helpers --------------------------------------------------------------
- */
+/* ---- helpers ---------------------------------------------------------- */
 
 static struct harness_call *call_start(Sbx__V1__ExecStart *st) {
   static Sbx__V1__Request req;
@@ -261,7 +260,7 @@ static bool pid_gone(pid_t pid) {
   return rp && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
-/* ---- starting ------------------------------------------------------------ */
+/* ---- starting --------------------------------------------------------- */
 
 Test(proc, argv_runs_without_a_shell) {
   Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
@@ -389,7 +388,7 @@ Test(proc, exec_failure_is_an_error) {
   cr_expect_eq(start_fails(&st, msg, sizeof(msg)), SBX_NOT_FOUND);
   cr_expect_str_eq(msg,
                    "exec \"no-such-program-sbx\": No such file or directory");
-  h.d.procs = h.d.procs; /* the table still works afterwards */
+  /* The table still works afterwards. */
   struct output o = read_all(start_cmd("echo ok"), 0);
   cr_expect_str_eq(o.data, "ok\n");
   free(o.data);
@@ -402,14 +401,12 @@ Test(proc, exec_of_a_non_executable_is_denied) {
   st.argv = argv;
   st.n_argv = 1;
   char msg[SBX_ERROR_MSG_MAX];
-  if (geteuid() == 0) {
-    /* root may execute nothing without an x bit either */
-  }
+  /* Even root cannot execute a file without any x bit. */
   cr_expect_eq(start_fails(&st, msg, sizeof(msg)), SBX_PERMISSION_DENIED);
   cr_expect_str_eq(msg, "exec \"./script.sh\": Permission denied");
 }
 
-/* ---- output retention and reads ------------------------------------------ */
+/* ---- output retention and reads --------------------------------------- */
 
 static const char *pattern_py =
     "import sys\n"
@@ -611,8 +608,7 @@ Test(proc, parked_reads_are_answered_on_kill) {
   harness_call_free(b.hc);
 }
 
-/* ---- terminals ------------------------------------------------------------
- */
+/* ---- terminals -------------------------------------------------------- */
 
 static uint64_t start_tty(const char *cmd, char **argv, size_t n) {
   Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
@@ -689,8 +685,7 @@ Test(proc, resize_needs_a_terminal) {
   cr_expect_eq(err.code, SBX_INVALID_ARGUMENT);
 }
 
-/* ---- timeouts and signals -------------------------------------------------
- */
+/* ---- timeouts and signals --------------------------------------------- */
 
 Test(proc, timeout_kills_the_whole_tree) {
   Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
@@ -801,8 +796,7 @@ Test(proc, signal_to_the_process_and_its_group) {
   free(o.data);
 }
 
-/* ---- identity, cwd, environment -------------------------------------------
- */
+/* ---- identity, cwd, environment --------------------------------------- */
 
 Test(proc, run_as_switches_user) {
   if (geteuid() != 0)
@@ -910,8 +904,7 @@ Test(proc, children_inherit_no_fds) {
   free(o.data);
 }
 
-/* ---- limits and records ---------------------------------------------------
- */
+/* ---- limits and records ----------------------------------------------- */
 
 Test(proc, full_table_of_running_processes_refuses) {
   h.d.limits.max_processes = 2;
@@ -1161,8 +1154,7 @@ Test(proc, shutdown_answers_parked_reads_and_refuses_starts) {
   harness_call_free(hc);
 }
 
-/* ---- seccomp ---------------------------------------------------------------
- */
+/* ---- seccomp ---------------------------------------------------------- */
 
 /* A python probe: prints the errno of name_to_handle_at with bad flags
  * (EINVAL when allowed: no privilege is needed to get that far). */
