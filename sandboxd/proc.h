@@ -1,18 +1,27 @@
 /* Processes and PTYs: exec start/read/write/signal/resize/list/release.
  *
- * One thread (epoll) owns every child pipe and PTY master plus a signalfd for
- * SIGCHLD. Output is kept per stream, addressed by byte offset: the first
+ * One thread (epoll) owns every child pipe and PTY master, a pidfd per child
+ * (its exit), a signalfd for SIGCHLD (orphans) and an eventfd to wake it.
+ * Output is kept per stream, addressed by byte offset: the first
  * limits.retention_head bytes and a ring of the last limits.retention_tail
- * bytes; a read of dropped bytes reports a gap. Long-poll reads park their
- * rpc_call and are completed by the epoll thread when data or exit arrives,
- * or when wait_ms passes (a timerfd). A process outlives any request or
- * client; release forgets a finished one. At most limits.max_processes
- * records exist: exited ones are pruned least recently used first.
+ * bytes (outbuf.h); a read of dropped bytes reports a gap. A read answers at
+ * once when there is data at its offset or the stream is closed; otherwise
+ * it parks its rpc_call until data comes, the stream closes, the process
+ * exits, or wait_ms passes (the thread's epoll timeout). With until_exit it
+ * waits for the exit and all output closed, or max_bytes ready. A process
+ * outlives any request or client; release forgets a finished one. At most
+ * limits.max_processes records exist: when full, a finished one is pruned,
+ * least recently used first, sparing the 8 most recently used if it can.
  *
- * Children get a clean environment (PATH, HOME, LANG, TERM, USER, SHELL,
- * PWD plus the request's variables), their own process group, the seccomp
- * filter of d->seccomp, and the run_as user's identity (when sandboxd is
- * root). A timeout TERMs the whole group, then KILLs it 2 s later. */
+ * Children (launch.h) get a clean environment (PATH, HOME, LANG, TERM,
+ * USER, LOGNAME, SHELL, PWD plus the request's variables), their own
+ * process group (a session with a PTY), the seccomp filter of d->seccomp,
+ * and the run_as user's identity (when sandboxd is root). A timeout TERMs
+ * the whole group, then KILLs it 2 s later; it also ends what a finished
+ * leader left running with the output open. A PTY master stays open until
+ * its process is reaped (closing it would SIGHUP a process on its way out).
+ *
+ * Thread-safety: every function here may be called from any thread. */
 #ifndef SANDBOXD_PROC_H
 #define SANDBOXD_PROC_H
 
@@ -21,7 +30,9 @@
 #include "rpc.h"
 
 /* Creates the table and starts its thread. SIGCHLD must already be blocked
- * in every thread (main does it before any thread starts). */
+ * in every thread (main does it before any thread starts); -EINVAL when it
+ * is not blocked in the calling one. Sets SIGPIPE to SIG_IGN if it was
+ * SIG_DFL (a write to a closed stdin must fail, not end sandboxd). */
 int proc_table_new(struct sandboxd *d, struct proc_table **out);
 /* Kills every process group (TERM, then KILL after GRACE_MS), completes
  * parked reads, stops the thread, frees. Accepts NULL. */
