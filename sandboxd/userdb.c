@@ -71,7 +71,7 @@ static int copy_field(char *dst, size_t cap, const char *s) {
 }
 
 int userdb_group(const char *etc, const char *spec, gid_t *gid) {
-  unsigned long id;
+  unsigned long id = 0;
   bool numeric = parse_id(spec, &id);
   if (!numeric && !userdb_valid_name(spec))
     return -EINVAL;
@@ -136,7 +136,7 @@ static void add_groups(const char *etc, struct userdb_user *u) {
 }
 
 int userdb_user(const char *etc, const char *spec, struct userdb_user *out) {
-  unsigned long id;
+  unsigned long id = 0;
   bool numeric = parse_id(spec, &id);
   if (!numeric && !userdb_valid_name(spec))
     return -EINVAL;

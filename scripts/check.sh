@@ -20,6 +20,15 @@ awk '
   Testing/Temporary/LastTest.log >counts.out 2>/dev/null
 read -r passed failed skipped <counts.out || { passed=0; failed=0; skipped=0; }
 grep -E '^(100%|[0-9]+%) tests passed|tests failed|Failed|\*\*\*' ctest.out | grep -v '^ *[0-9]*/[0-9]* Test.*Passed' || true
+# Criterion runs tests in forked children whose sanitizer reports do not
+# always change an exit status: any report fails the run.
+if grep -qE 'ERROR: (LeakSanitizer|AddressSanitizer)|runtime error:' \
+    Testing/Temporary/LastTest.log 2>/dev/null; then
+  echo "--- sanitizer reports ---"
+  grep -E -A20 'ERROR: (LeakSanitizer|AddressSanitizer)|runtime error:' \
+    Testing/Temporary/LastTest.log | head -100
+  rc=1
+fi
 if [ "$rc" -ne 0 ]; then
   echo "--- failing test output ---"
   sed -n '/The following tests FAILED/,$p' ctest.out

@@ -33,7 +33,8 @@ struct harness_call {
 };
 
 /* Runs HANDLER on REQ (its body set by the caller) and waits for it, also
- * when it returns RPC_PENDING. Returns the call; free with harness_call_free. */
+ * when it returns RPC_PENDING. Returns the call; free with harness_call_free.
+ */
 struct harness_call *harness_call(struct harness *h, Sbx__V1__Request *req,
                                   int (*handler)(struct rpc_call *));
 void harness_call_free(struct harness_call *hc);

@@ -1,0 +1,105 @@
+/* Model clients: the OpenAI Responses API and Chat Completions over libcurl,
+ * with retries, streaming (SSE), bounded responses, and record/replay.
+ *
+ * The conversation is kept in the Responses API's item format (json_t
+ * arrays of items such as {"type":"message",...}, {"type":"function_call",
+ * ...}, {"type":"function_call_output",...}, {"type":"reasoning",...},
+ * {"type":"apply_patch_call",...}). The Chat Completions client converts
+ * items to messages on the way out and the reply back to items, so the
+ * runner sees one format.
+ *
+ * Thread-safety: one model_client may be used by one call at a time per
+ * thread; calls on the same client from several threads are serialized
+ * internally (record/replay files are shared). */
+#ifndef SBX_MODEL_H
+#define SBX_MODEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "err.h"
+
+enum model_api {
+  MODEL_API_RESPONSES = 0,
+  MODEL_API_CHAT = 1,
+};
+
+/* Called for each text delta while streaming (may be NULL). */
+typedef void (*model_delta_fn)(void *arg, const char *text, size_t len);
+
+struct model_config {
+  enum model_api api;
+  const char
+      *base_url; /* default $OPENAI_BASE_URL or https://api.openai.com/v1 */
+  const char
+      *api_key; /* default $OPENAI_API_KEY; may be NULL for local servers */
+  unsigned timeout_ms;         /* whole request; 0 means 600000 */
+  unsigned connect_timeout_ms; /* 0 means 10000 */
+  unsigned max_retries;        /* on 429, 5xx and connection errors; 0 means 4;
+                                  use model_config.no_retries to disable */
+  bool no_retries;
+  unsigned retry_base_ms;    /* first backoff; 0 means 500 */
+  size_t max_response_bytes; /* 0 means 64 MiB */
+  bool stream;               /* use SSE */
+  const char *record_path;   /* append request/response pairs as JSON lines */
+  const char *replay_path;   /* serve responses from such a file */
+  model_delta_fn on_delta;
+  void *delta_arg;
+};
+
+struct model_request {
+  const char *model;
+  const char *instructions; /* system prompt */
+  json_t *input;            /* borrowed: array of items */
+  json_t *tools;            /* borrowed: array of Responses-format tools
+                               ({"type":"function",name,description,
+                               parameters,strict} or {"type":"apply_patch"}) */
+  json_t *model_settings;   /* borrowed, may be NULL: temperature,
+                               reasoning {effort}, tool_choice,
+                               parallel_tool_calls, max_output_tokens */
+  json_t *output_schema;    /* borrowed, may be NULL: JSON schema of the
+                               final output (structured output) */
+  const char *output_name;  /* schema name, default "final_output" */
+  json_t *extra;            /* borrowed, may be NULL: merged into the body
+                               (e.g. context_management) */
+};
+
+struct model_usage {
+  long long input_tokens;
+  long long output_tokens;
+  long long total_tokens;
+  long long reasoning_tokens;
+  long long cached_tokens;
+};
+
+struct model_response {
+  json_t *output; /* new: array of items */
+  char *id;       /* new, may be NULL */
+  struct model_usage usage;
+};
+
+struct model_client;
+
+int model_client_new(const struct model_config *cfg, struct model_client **out,
+                     struct sbx_error *e);
+/* Frees; accepts NULL; returns NULL. */
+struct model_client *model_client_free(struct model_client *m);
+enum model_api model_client_api(const struct model_client *m);
+/* True when serving from a recording. */
+bool model_client_replaying(const struct model_client *m);
+
+/* One model call. On success OUT holds new values (free with
+ * model_response_clear). Errors are for a person: "401 from
+ * https://api.openai.com/v1/responses: Incorrect API key provided",
+ * "replay diverged at request 3: ...". Retryable failures are retried
+ * with exponential backoff, honouring Retry-After. */
+int model_call(struct model_client *m, const struct model_request *req,
+               struct model_response *out, struct sbx_error *e);
+void model_response_clear(struct model_response *r);
+
+/* The body model_call would send for REQ (new). For tests and recording. */
+json_t *model_build_body(const struct model_client *m,
+                         const struct model_request *req);
+
+#endif

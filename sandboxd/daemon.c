@@ -1,0 +1,250 @@
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "log.h"
+#include "server.h"
+#include "version.h"
+
+#define TOKEN_MAX 4096
+
+void daemon_options_init(struct daemon_options *o) {
+  memset(o, 0, sizeof(*o));
+  o->token_fd = -1;
+  o->ready_fd = -1;
+  sandboxd_limits_default(&o->limits);
+}
+
+int daemon_read_token(const char *file, int fd, char **out, size_t *len,
+                      struct sbx_error *e) {
+  if ((file != NULL) == (fd >= 0))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "give exactly one of --token-file and --token-fd");
+  _cleanup_close_ int own = -1;
+  if (file) {
+    own = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (own < 0)
+      return sbx_error_set(e, SBX_OK, errno,
+                           "cannot open token file \"%s\": %m", file);
+    struct stat st;
+    if (fstat(own, &st) == 0 && (st.st_mode & 0077))
+      log_warn("token file \"%s\" is readable by others (mode %04o)", file,
+               (unsigned)(st.st_mode & 07777));
+    fd = own;
+  } else {
+    own = fd; /* closed when done: the fd was handed to us */
+  }
+  char *buf = malloc(TOKEN_MAX + 1);
+  if (!buf)
+    return -ENOMEM;
+  size_t n = 0;
+  for (;;) {
+    ssize_t k = read(fd, buf + n, TOKEN_MAX + 1 - n);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      int err = errno;
+      free(buf);
+      return sbx_error_set(e, SBX_OK, err, "cannot read the token: %s",
+                           strerror(err));
+    }
+    if (k == 0)
+      break;
+    n += (size_t)k;
+    if (n > TOKEN_MAX) {
+      explicit_bzero(buf, n);
+      free(buf);
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, E2BIG,
+                           "the token is longer than %d bytes", TOKEN_MAX);
+    }
+  }
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
+                   buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+    n--;
+  if (n < 16) {
+    explicit_bzero(buf, TOKEN_MAX + 1);
+    free(buf);
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the token must be at least 16 bytes");
+  }
+  buf[n] = '\0';
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+static int open_dir_path(const char *path, int *fd, char **norm,
+                         struct sbx_error *e) {
+  char real[PATH_MAX];
+  if (!realpath(path, real))
+    return sbx_error_set(e, SBX_OK, errno, "\"%s\": %m", path);
+  *fd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (*fd < 0)
+    return sbx_error_set(e, SBX_OK, errno, "\"%s\" is not a directory: %m",
+                         path);
+  *norm = strdup(real);
+  if (!*norm) {
+    close(*fd);
+    *fd = -1;
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+int daemon_open_roots(struct sandboxd *d, const char *root,
+                      const char *const *grants, size_t ngrants,
+                      struct sbx_error *e) {
+  d->root_fd = -1;
+  if (!root)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "--root is required");
+  int r = open_dir_path(root, &d->root_fd, &d->root, e);
+  if (r < 0)
+    return r;
+  if (ngrants == 0)
+    return 0;
+  d->grants = calloc(ngrants, sizeof(*d->grants));
+  d->grant_fds = calloc(ngrants, sizeof(*d->grant_fds));
+  if (!d->grants || !d->grant_fds)
+    return -ENOMEM;
+  for (size_t i = 0; i < ngrants; i++) {
+    _cleanup_free_ char *spec = strdup(grants[i]);
+    if (!spec)
+      return -ENOMEM;
+    size_t n = strlen(spec);
+    bool ro = n > 3 && strcmp(spec + n - 3, ":ro") == 0;
+    if (ro)
+      spec[n - 3] = '\0';
+    if (spec[0] != '/' || strcmp(spec, "/") == 0)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "--grant \"%s\" must be an absolute path other "
+                           "than /",
+                           grants[i]);
+    d->grant_fds[i] = -1;
+    r = open_dir_path(spec, &d->grant_fds[i], &d->grants[i].path, e);
+    if (r < 0)
+      return r;
+    d->grants[i].read_only = ro;
+    d->ngrants = i + 1;
+  }
+  return 0;
+}
+
+void daemon_close_roots(struct sandboxd *d) {
+  if (d->root_fd >= 0)
+    close(d->root_fd);
+  d->root_fd = -1;
+  free(d->root);
+  d->root = NULL;
+  for (size_t i = 0; i < d->ngrants; i++) {
+    if (d->grant_fds[i] >= 0)
+      close(d->grant_fds[i]);
+    free(d->grants[i].path);
+  }
+  free(d->grants);
+  free(d->grant_fds);
+  d->grants = NULL;
+  d->grant_fds = NULL;
+  d->ngrants = 0;
+}
+
+static void announce_ready(int fd, const char *url) {
+  if (fd < 0)
+    return;
+  char line[512];
+  int n = snprintf(line, sizeof(line), "ready %s\n", url);
+  if (n > 0)
+    (void)!write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line));
+  close(fd);
+}
+
+int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
+  if (!o->listen)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--listen is required");
+  int r = server_check_url(o->listen, o->insecure, e);
+  if (r < 0)
+    return r;
+  /* The token and the process memory must not be readable through core
+   * dumps or ptrace by a sandboxed process of the same user. */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+    return sbx_error_set(e, SBX_OK, errno, "cannot make sandboxd non-dumpable");
+
+  /* Before any thread starts: every thread inherits this mask, so SIGCHLD
+   * reaches only the signalfd of the process table and the stop signals
+   * only sigtimedwait below. */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
+    return sbx_error_set(e, SBX_INTERNAL, EINVAL, "cannot block signals");
+  (void)signal(SIGPIPE, SIG_IGN);
+
+  _cleanup_free_ char *token = NULL;
+  size_t token_len = 0;
+  r = daemon_read_token(o->token_file, o->token_fd, &token, &token_len, e);
+  if (r < 0)
+    return r;
+
+  struct sandboxd d = {0};
+  d.limits = o->limits;
+  d.seccomp = o->seccomp;
+  d.uid = geteuid();
+  d.gid = getegid();
+  d.is_root = d.uid == 0;
+  if (o->seccomp == SANDBOXD_SECCOMP_OFF)
+    log_warn("seccomp is OFF: sandboxed processes may call any syscall");
+  r = daemon_open_roots(&d, o->root, o->grants, o->ngrants, e);
+  struct server *srv = NULL;
+  if (r >= 0) {
+    struct server_config sc = {
+        .url = o->listen,
+        .token = (const uint8_t *)token,
+        .token_len = token_len,
+        .tls_cert = o->tls_cert,
+        .tls_key = o->tls_key,
+        .tls_ca = o->tls_ca,
+        .insecure = o->insecure,
+    };
+    r = server_new(&d, &sc, &srv, e);
+  }
+  explicit_bzero(token, token_len);
+  if (r < 0) {
+    daemon_close_roots(&d);
+    return r;
+  }
+  d.server = srv;
+  log_info("sandboxd %s serving %s on %s", sandboxd_version(), d.root,
+           o->listen);
+  announce_ready(o->ready_fd, o->listen);
+
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);
+  while (!server_shutdown_requested(srv)) {
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+    int sig = sigtimedwait(&stop, NULL, &ts);
+    if (sig > 0) {
+      log_info("signal %d: shutting down", sig);
+      break;
+    }
+  }
+  server_free(srv);
+  daemon_close_roots(&d);
+  return 0;
+}

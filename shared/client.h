@@ -1,0 +1,129 @@
+/* The typed C client of sandboxd, used by the controller and the tests.
+ *
+ * One client holds one nng REQ socket; every call opens its own context, so
+ * calls from several threads run concurrently. Each request gets a fresh id;
+ * when a call times out or the connection drops, the same request (same id)
+ * is sent again up to `retries` times — safe for every RPC because sandboxd
+ * answers a repeated mutating request with its first reply.
+ *
+ * Replies are checked before the caller sees them, because the sandbox may
+ * be hostile: protocol version, echoed id, body type, data sizes against
+ * what was asked, and UTF-8 where text is expected (paths, messages).
+ *
+ * A reply (Sbx__V1__Response) is new; free it with sbx_client_reply_free. */
+#ifndef SBX_CLIENT_H
+#define SBX_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "sandboxd.pb-c.h"
+
+struct sbx_client;
+
+struct sbx_client_config {
+  const char *url;      /* ipc://, tls+tcp:// or tcp:// */
+  const uint8_t *token; /* borrowed; copied */
+  size_t token_len;
+  const char *tls_ca;   /* tls+tcp://: CA that the server chains to */
+  const char *tls_cert; /* our client certificate and key (PEM files) */
+  const char *tls_key;
+  const char *tls_server_name; /* default: the URL's host */
+  unsigned timeout_ms;         /* per attempt; 0 means 30000 */
+  unsigned retries;         /* extra attempts after a timeout or a drop; 0: 3 */
+  size_t max_message_bytes; /* 0 means 64 MiB */
+  const char *client_name;  /* for sandboxd's logs */
+};
+
+/* Opens the socket and dials (nng dials in the background and redials).
+ * Does not wait for the server; the first call does. */
+int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
+                   struct sbx_error *e);
+/* Closes and wipes the token; accepts NULL; returns NULL. */
+struct sbx_client *sbx_client_free(struct sbx_client *c);
+
+/* Sends REQ (body set by the caller; version, id and token are filled in)
+ * and waits for the reply. TIMEOUT_MS 0 means the client's default; for a
+ * long-poll pass at least its wait_ms plus a margin. On success *OUT is the
+ * reply, whose body case is EXPECT. A reply carrying an error is returned
+ * as that error: a negative errno with E filled from the code and message. */
+int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
+                    Sbx__V1__Response__BodyCase expect, unsigned timeout_ms,
+                    Sbx__V1__Response **out, struct sbx_error *e);
+
+void sbx_client_reply_free(Sbx__V1__Response *r);
+
+/* The negative errno for a protocol error code. */
+int sbx_client_errno(Sbx__V1__Code code);
+
+/* Typed calls: each sets the body, calls and checks the reply's body. */
+int sbx_hello(struct sbx_client *c, Sbx__V1__Response **out,
+              struct sbx_error *e);
+int sbx_shutdown(struct sbx_client *c, unsigned grace_ms, struct sbx_error *e);
+int sbx_exec_start(struct sbx_client *c, Sbx__V1__ExecStart *a,
+                   Sbx__V1__Response **out, struct sbx_error *e);
+/* Long-poll: waits up to a->wait_ms (plus the client's timeout). */
+int sbx_exec_read(struct sbx_client *c, Sbx__V1__ExecRead *a,
+                  Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_exec_write(struct sbx_client *c, uint64_t exec_id, const void *data,
+                   size_t len, bool close_stdin, struct sbx_error *e);
+int sbx_exec_signal(struct sbx_client *c, uint64_t exec_id, int sig, bool group,
+                    struct sbx_error *e);
+int sbx_exec_resize(struct sbx_client *c, uint64_t exec_id, unsigned rows,
+                    unsigned cols, struct sbx_error *e);
+int sbx_exec_list(struct sbx_client *c, Sbx__V1__Response **out,
+                  struct sbx_error *e);
+int sbx_exec_release(struct sbx_client *c, uint64_t exec_id,
+                     struct sbx_error *e);
+
+int sbx_file_stat(struct sbx_client *c, const char *path,
+                  Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_file_read(struct sbx_client *c, Sbx__V1__FileRead *a,
+                  Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_file_write(struct sbx_client *c, Sbx__V1__FileWrite *a,
+                   Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_file_list(struct sbx_client *c, Sbx__V1__FileList *a,
+                  Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_file_mkdir(struct sbx_client *c, const char *path, bool parents,
+                   unsigned mode, struct sbx_error *e);
+int sbx_file_remove(struct sbx_client *c, const char *path, bool recursive,
+                    bool missing_ok, struct sbx_error *e);
+int sbx_file_rename(struct sbx_client *c, const char *from, const char *to,
+                    bool overwrite, struct sbx_error *e);
+int sbx_file_chmod(struct sbx_client *c, const char *path, unsigned mode,
+                   bool recursive, struct sbx_error *e);
+int sbx_file_chown(struct sbx_client *c, const char *path, const char *user,
+                   const char *group, bool recursive, struct sbx_error *e);
+/* *EXISTS is true or false; an error is never reported as absent. */
+int sbx_file_exists(struct sbx_client *c, const char *path, bool *exists,
+                    Sbx__V1__FileType *type, struct sbx_error *e);
+
+int sbx_patch_apply(struct sbx_client *c, const char *patch, const char *dir,
+                    bool dry_run, Sbx__V1__Response **out, struct sbx_error *e);
+
+int sbx_archive_export_start(struct sbx_client *c,
+                             Sbx__V1__ArchiveExportStart *a,
+                             Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
+                            uint64_t offset, uint32_t max_bytes,
+                            Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_archive_import_start(struct sbx_client *c,
+                             Sbx__V1__ArchiveImportStart *a,
+                             Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_archive_import_write(struct sbx_client *c, uint64_t handle,
+                             uint64_t offset, const void *data, size_t len,
+                             uint64_t *received, struct sbx_error *e);
+int sbx_archive_import_finish(struct sbx_client *c, uint64_t handle,
+                              Sbx__V1__Response **out, struct sbx_error *e);
+int sbx_archive_close(struct sbx_client *c, uint64_t handle,
+                      struct sbx_error *e);
+
+int sbx_users_ensure(struct sbx_client *c, Sbx__V1__UsersEnsure *a,
+                     Sbx__V1__Response **out, struct sbx_error *e);
+
+/* True when S (LEN bytes) is valid UTF-8. */
+bool sbx_utf8_valid(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,154 @@
+/* The daemon end to end: startup, auth, hello, idempotency, shutdown. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+Test(daemon, hello_reports_root_limits_and_version) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_hello(t.client, &r, &e), 0, "%s", e.msg);
+  Sbx__V1__HelloReply *h = r->hello;
+  cr_expect_eq(h->version, 1);
+  cr_expect_str_eq(h->server_version, SBX_VERSION);
+  char real[PATH_MAX];
+  cr_assert_not_null(realpath(t.root, real));
+  cr_expect_str_eq(h->root, real);
+  cr_expect_eq(h->limits->max_processes, 64);
+  cr_expect_eq(h->limits->retention_tail, 1u << 20);
+  cr_expect_eq(h->limits->archive_max_members, 100000);
+  sbx_client_reply_free(r);
+  int st = test_daemon_stop(&t);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+}
+
+Test(daemon, wrong_and_missing_token_are_refused) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  struct sbx_client *bad =
+      test_daemon_client(&t, "0123456789abcdef0123456789abcdeX");
+  struct sbx_error e = {0};
+  cr_expect_eq(sbx_hello(bad, NULL, &e), -EKEYREJECTED);
+  cr_expect_eq(e.code, SBX_UNAUTHENTICATED, "%s", e.msg);
+  sbx_client_free(bad);
+  struct sbx_client *none = test_daemon_client(&t, "");
+  cr_expect_eq(sbx_hello(none, NULL, &e), -EKEYREJECTED);
+  sbx_client_free(none);
+  /* A prefix of the right token is not the token. */
+  char prefix[33];
+  memcpy(prefix, t.token, 32);
+  prefix[32] = '\0';
+  struct sbx_client *pre = test_daemon_client(&t, prefix);
+  cr_expect_eq(sbx_hello(pre, NULL, &e), -EKEYREJECTED);
+  sbx_client_free(pre);
+  /* The right one still works afterwards. */
+  cr_expect_eq(sbx_hello(t.client, NULL, &e), 0, "%s", e.msg);
+  test_daemon_stop(&t);
+}
+
+Test(daemon, socket_is_private) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  struct stat st;
+  cr_assert_eq(stat(t.url + 6, &st), 0);
+  cr_expect_eq(st.st_mode & 0077, 0, "socket mode %o", st.st_mode & 0777);
+  test_daemon_stop(&t);
+}
+
+/* Sends raw bytes as a request and returns the decoded reply. */
+static Sbx__V1__Response *raw_call(const char *url, const void *buf,
+                                   size_t len) {
+  nng_socket s;
+  cr_assert_eq(nng_req0_open(&s), 0);
+  cr_assert_eq(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000), 0);
+  cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
+  cr_assert_eq(nng_send(s, (void *)buf, len, 0), 0);
+  char *reply = NULL;
+  size_t rlen = 0;
+  cr_assert_eq(nng_recv(s, &reply, &rlen, NNG_FLAG_ALLOC), 0);
+  Sbx__V1__Response *r =
+      sbx__v1__response__unpack(NULL, rlen, (uint8_t *)reply);
+  nng_free(reply, rlen);
+  nng_close(s);
+  cr_assert_not_null(r);
+  return r;
+}
+
+Test(daemon, malformed_requests_get_clear_errors) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  /* Garbage bytes. */
+  Sbx__V1__Response *r = raw_call(t.url, "\xff\xff\xff\xff", 4);
+  cr_expect_eq(r->error->code, SBX__V1__CODE__INVALID_ARGUMENT);
+  sbx__v1__response__free_unpacked(r, NULL);
+
+  /* A bad id, the right token, wrong version, unknown body. */
+  Sbx__V1__Request req = SBX__V1__REQUEST__INIT;
+  Sbx__V1__Hello h = SBX__V1__HELLO__INIT;
+  req.body_case = SBX__V1__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  req.token.data = (uint8_t *)t.token;
+  req.token.len = strlen(t.token);
+  req.version = 1;
+  req.id = "bad id!";
+  uint8_t buf[512];
+  size_t n = sbx__v1__request__pack(&req, buf);
+  r = raw_call(t.url, buf, n);
+  cr_expect_eq(r->error->code, SBX__V1__CODE__INVALID_ARGUMENT);
+  cr_expect(strstr(r->error->message, "request id") != NULL);
+  sbx__v1__response__free_unpacked(r, NULL);
+
+  req.id = "v2";
+  req.version = 2;
+  n = sbx__v1__request__pack(&req, buf);
+  r = raw_call(t.url, buf, n);
+  cr_expect_eq(r->error->code, SBX__V1__CODE__VERSION_MISMATCH);
+  cr_expect_str_eq(r->id, "v2");
+  sbx__v1__response__free_unpacked(r, NULL);
+
+  req.version = 1;
+  req.id = "nobody";
+  req.body_case = SBX__V1__REQUEST__BODY__NOT_SET;
+  n = sbx__v1__request__pack(&req, buf);
+  r = raw_call(t.url, buf, n);
+  cr_expect_eq(r->error->code, SBX__V1__CODE__NOT_SUPPORTED);
+  sbx__v1__response__free_unpacked(r, NULL);
+  test_daemon_stop(&t);
+}
+
+Test(daemon, startup_errors_are_clear) {
+  char cmd[512];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "%s --listen tcp://127.0.0.1:1 --root /tmp --token-fd 0 "
+                 "</dev/null 2>&1 | grep -q 'refusing plain tcp'",
+                 test_sandboxd_path());
+  cr_expect_eq(system(cmd), 0, "plain tcp is refused without --insecure");
+  (void)snprintf(cmd, sizeof(cmd),
+                 "echo 0123456789abcdef0123 | %s --listen ipc:///tmp/x.sock "
+                 "--root /nonexistent-dir --token-fd 0 2>&1 | grep -q "
+                 "nonexistent-dir",
+                 test_sandboxd_path());
+  cr_expect_eq(system(cmd), 0, "a missing root is named");
+  (void)snprintf(cmd, sizeof(cmd),
+                 "echo short | %s --listen ipc:///tmp/x.sock --root /tmp "
+                 "--token-fd 0 2>&1 | grep -q 'at least 16 bytes'",
+                 test_sandboxd_path());
+  cr_expect_eq(system(cmd), 0, "a short token is refused");
+  (void)snprintf(cmd, sizeof(cmd), "%s --bogus 2>/dev/null; test $? -eq 2",
+                 test_sandboxd_path());
+  cr_expect_eq(system(cmd), 0, "unknown options exit 2");
+  (void)snprintf(cmd, sizeof(cmd),
+                 "%s --help | grep -q -- --token-fd && %s --version | grep -q "
+                 "%s",
+                 test_sandboxd_path(), test_sandboxd_path(), SBX_VERSION);
+  cr_expect_eq(system(cmd), 0, "help and version");
+}

@@ -1,0 +1,120 @@
+#include "daemon.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rand.h"
+
+const char *test_sandboxd_path(void) {
+  const char *p = getenv("SBX_SANDBOXD");
+  return p ? p : SBX_BUILD_DIR "/sandboxd";
+}
+
+struct sbx_client *test_daemon_client(struct test_daemon *t,
+                                      const char *token) {
+  const char *tok = token ? token : t->token;
+  struct sbx_client_config cfg = {
+      .url = t->url,
+      .token = (const uint8_t *)tok,
+      .token_len = strlen(tok),
+      .timeout_ms = 10000,
+      .retries = 1,
+  };
+  struct sbx_client *c = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_client_new(&cfg, &c, &e), 0, "client: %s", e.msg);
+  return c;
+}
+
+void test_daemon_start(struct test_daemon *t, const char *const *args) {
+  memset(t, 0, sizeof(*t));
+  (void)snprintf(t->dir, sizeof(t->dir), "/tmp/sbx-it-XXXXXX");
+  cr_assert_not_null(mkdtemp(t->dir));
+  char run[96];
+  (void)snprintf(t->root, sizeof(t->root), "%s/ws", t->dir);
+  (void)snprintf(run, sizeof(run), "%s/run", t->dir);
+  cr_assert_eq(mkdir(t->root, 0755), 0);
+  cr_assert_eq(mkdir(run, 0700), 0);
+  (void)snprintf(t->url, sizeof(t->url), "ipc://%s/sock", run);
+  cr_assert_eq(sbx_random_hex(t->token, 32), 0);
+
+  int tokp[2], readyp[2];
+  cr_assert_eq(pipe2(tokp, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(readyp, O_CLOEXEC), 0);
+  cr_assert_eq(write(tokp[1], t->token, strlen(t->token)),
+               (ssize_t)strlen(t->token));
+  close(tokp[1]);
+
+  const char *argv[64];
+  size_t n = 0;
+  argv[n++] = test_sandboxd_path();
+  argv[n++] = "--listen";
+  argv[n++] = t->url;
+  argv[n++] = "--root";
+  argv[n++] = t->root;
+  argv[n++] = "--token-fd";
+  argv[n++] = "3";
+  argv[n++] = "--ready-fd";
+  argv[n++] = "4";
+  for (size_t i = 0; args && args[i] && n < 62; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    if (dup2(tokp[0], 3) < 0 || dup2(readyp[1], 4) < 0)
+      _exit(127);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(tokp[0]);
+  close(readyp[1]);
+  t->pid = pid;
+  struct pollfd pfd = {.fd = readyp[0], .events = POLLIN};
+  int pr = poll(&pfd, 1, 10000);
+  char line[256] = {0};
+  ssize_t got = pr > 0 ? read(readyp[0], line, sizeof(line) - 1) : -1;
+  close(readyp[0]);
+  cr_assert_gt(got, 0, "sandboxd did not become ready (%s)",
+               test_sandboxd_path());
+  cr_assert(strncmp(line, "ready ", 6) == 0, "ready line: %s", line);
+  t->client = test_daemon_client(t, NULL);
+}
+
+int test_daemon_stop(struct test_daemon *t) {
+  int status = -1;
+  if (t->client) {
+    struct sbx_error e = {0};
+    (void)sbx_shutdown(t->client, 100, &e);
+    t->client = sbx_client_free(t->client);
+  }
+  if (t->pid > 0) {
+    for (int i = 0; i < 500; i++) {
+      pid_t w = waitpid(t->pid, &status, WNOHANG);
+      if (w == t->pid)
+        break;
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      if (i == 499) {
+        kill(t->pid, SIGKILL);
+        (void)waitpid(t->pid, &status, 0);
+      }
+    }
+    t->pid = 0;
+  }
+  char cmd[160];
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", t->dir);
+  (void)!system(cmd);
+  return status;
+}

@@ -1,0 +1,32 @@
+/* Starts the real sandboxd binary for integration tests: a temp workspace,
+ * a private ipc:// socket in a 0700 directory, a random token passed by fd,
+ * --ready-fd to wait without polling, and a connected client. */
+#ifndef SBX_TEST_DAEMON_H
+#define SBX_TEST_DAEMON_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "client.h"
+
+struct test_daemon {
+  pid_t pid;
+  char dir[64];   /* temp dir: ws/ (root), run/ (socket), out/ */
+  char root[96];  /* dir/ws */
+  char url[128];  /* ipc://dir/run/sock */
+  char token[65]; /* hex */
+  struct sbx_client *client;
+};
+
+/* Extra sandboxd arguments (NULL-terminated) may be given in ARGS. Asserts
+ * that the daemon came up. */
+void test_daemon_start(struct test_daemon *t, const char *const *args);
+/* Stops the daemon (Shutdown, then SIGKILL after 5 s), frees the client,
+ * removes the temp dir. Returns the daemon's exit status (waitpid form). */
+int test_daemon_stop(struct test_daemon *t);
+/* A second client to the same daemon with TOKEN (NULL: the right one). */
+struct sbx_client *test_daemon_client(struct test_daemon *t, const char *token);
+/* Path of the built sandboxd. */
+const char *test_sandboxd_path(void);
+
+#endif

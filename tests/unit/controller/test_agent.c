@@ -1,0 +1,582 @@
+/* Each test runs in its own process (Criterion forks) inside a fresh temp
+ * directory, so paths in messages are short and relative. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "buf.h"
+#include "cleanup.h"
+#include "err.h"
+
+static char tmpdir[] = "/tmp/sbx-test-agent-XXXXXX";
+
+static void setup(void) {
+  cr_assert_not_null(mkdtemp(tmpdir));
+  cr_assert_eq(chdir(tmpdir), 0);
+  cr_assert_eq(mkdir("agents", 0755), 0);
+}
+
+static int rm_one(const char *p, const struct stat *st, int type,
+                  struct FTW *ftw) {
+  (void)st;
+  (void)type;
+  (void)ftw;
+  return remove(p);
+}
+
+static void teardown(void) {
+  (void)chdir("/");
+  (void)nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(agent, .init = setup, .fini = teardown);
+
+/* Writes TEXT to PATH, making its parent directory. */
+static void write_file(const char *path, const char *text) {
+  char dir[256];
+  snprintf(dir, sizeof(dir), "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) {
+    *slash = '\0';
+    (void)mkdir(dir, 0755);
+  }
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f, "cannot write %s", path);
+  cr_assert_eq(fputs(text, f) >= 0, 1);
+  cr_assert_eq(fclose(f), 0);
+}
+
+/* Loads agents/a.json holding JSON and expects it to fail with ERR and MSG. */
+static void expect_error(const char *json, int err, const char *msg) {
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  write_file("agents/a.json", json);
+  int r = agent_load("agents/a.json", &s, &e);
+  cr_expect_eq(r, err, "for %s: got %d (%s)", json, r, e.msg);
+  cr_expect_str_eq(e.msg, msg, "for %s: got \"%s\"", json, e.msg);
+  cr_expect_null(s, "no set on failure");
+  agent_set_free(s);
+}
+
+Test(agent, full_definition) {
+  write_file(
+      "agents/main.json",
+      "{\n"
+      "  \"version\": 1,\n"
+      "  \"name\": \"Main\",\n"
+      "  \"model\": \"gpt-5.4\",\n"
+      "  \"instructions\": \"Fix the failing test.\",\n"
+      "  \"base_instructions\": \"You are a careful engineer.\",\n"
+      "  \"default_manifest\": {\"root\": \"/workspace\", \"entries\": {}},\n"
+      "  \"capabilities\": [\"shell\", \"filesystem\", \"skills\", "
+      "\"memory\"],\n"
+      "  \"run_as\": \"  builder \",\n"
+      "  \"model_settings\": {\n"
+      "    \"temperature\": 0.25,\n"
+      "    \"reasoning\": {\"effort\": \"high\"},\n"
+      "    \"tool_choice\": \"exec_command\",\n"
+      "    \"parallel_tool_calls\": false,\n"
+      "    \"max_output_tokens\": 4096\n"
+      "  },\n"
+      "  \"output_type\": {\"type\": \"object\", \"properties\": {}},\n"
+      "  \"max_turns\": 40,\n"
+      "  \"handoffs\": [\"helper.json\", \"../shared/reviewer.json\"],\n"
+      "  \"tools\": [{\"type\": \"agent_as_tool\", \"agent\": "
+      "\"sub/worker.json\",\n"
+      "             \"name\": \"run_worker\", \"description\": \"Does work.\","
+      "\n"
+      "             \"max_turns\": 3}],\n"
+      "  \"api\": \"chat_completions\",\n"
+      "  \"base_url\": \"https://api.example.com/v1\",\n"
+      "  \"approvals\": {\"exec_command\": [\"git push\", \"rm \"],\n"
+      "                \"apply_patch\": \"never\", \"run_worker\": "
+      "\"always\"}\n"
+      "}\n");
+  write_file("agents/helper.json", "{\"name\": \"Helper\"}");
+  write_file("shared/reviewer.json", "{\"name\": \"Reviewer\", \"handoffs\": "
+                                     "[\"../agents/main.json\"]}");
+  write_file("agents/sub/worker.json",
+             "{\"name\": \"Worker\", \"model_settings\": "
+             "{\"reasoning_effort\": \"minimal\", \"tool_choice\": "
+             "\"required\"}}");
+
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(agent_load("agents/main.json", &s, &e), 0, "%s", e.msg);
+  cr_assert_eq(s->n, 4);
+  const struct agent *a = s->agents[0];
+  cr_expect_eq(a->index, 0);
+  cr_expect_str_eq(a->path, "agents/main.json");
+  cr_expect_str_eq(a->name, "Main");
+  cr_expect_str_eq(a->model, "gpt-5.4");
+  cr_expect_str_eq(a->instructions, "Fix the failing test.");
+  cr_expect_str_eq(a->base_instructions, "You are a careful engineer.");
+  cr_assert(json_is_object(a->default_manifest));
+  cr_expect_str_eq(
+      json_string_value(json_object_get(a->default_manifest, "root")),
+      "/workspace");
+  cr_expect_eq(a->ncapabilities, 4);
+  cr_expect_eq(a->capabilities[0], AGENT_CAP_SHELL);
+  cr_expect_eq(a->capabilities[1], AGENT_CAP_FILESYSTEM);
+  cr_expect_eq(a->capabilities[2], AGENT_CAP_SKILLS);
+  cr_expect_eq(a->capabilities[3], AGENT_CAP_MEMORY);
+  cr_expect_str_eq(a->run_as, "builder");
+  cr_expect(a->model_settings.has_temperature);
+  cr_expect_float_eq(a->model_settings.temperature, 0.25, 1e-12);
+  cr_expect_eq(a->model_settings.reasoning_effort, AGENT_EFFORT_HIGH);
+  cr_expect_eq(a->model_settings.tool_choice, AGENT_TOOL_CHOICE_NAMED);
+  cr_expect_str_eq(a->model_settings.tool_choice_name, "exec_command");
+  cr_expect_eq(a->model_settings.parallel_tool_calls, 0);
+  cr_expect_eq(a->model_settings.max_output_tokens, 4096);
+  cr_expect(json_is_object(a->output_type));
+  cr_expect_eq(a->max_turns, 40);
+  cr_expect_eq(a->api, AGENT_API_CHAT_COMPLETIONS);
+  cr_expect_str_eq(a->base_url, "https://api.example.com/v1");
+
+  /* Handoffs: relative to agents/, loaded once, linked by pointer. */
+  cr_assert_eq(a->nhandoffs, 2);
+  cr_expect_str_eq(a->handoff_paths[1], "../shared/reviewer.json");
+  const struct agent *helper = a->handoffs[0];
+  const struct agent *reviewer = a->handoffs[1];
+  cr_expect_str_eq(helper->name, "Helper");
+  cr_expect_str_eq(helper->path, "agents/helper.json");
+  cr_expect_str_eq(reviewer->name, "Reviewer");
+  cr_expect_str_eq(reviewer->path, "agents/../shared/reviewer.json");
+  cr_assert_eq(reviewer->nhandoffs, 1);
+  cr_expect_eq(reviewer->handoffs[0], a, "the cycle leads back by pointer");
+
+  /* The agent tool. */
+  cr_assert_eq(a->ntools, 1);
+  const struct agent_tool *t = &a->tools[0];
+  cr_expect_str_eq(t->agent_path, "sub/worker.json");
+  cr_expect_str_eq(t->name, "run_worker");
+  cr_expect_str_eq(t->description, "Does work.");
+  cr_expect_eq(t->max_turns, 3);
+  cr_assert_not_null(t->agent);
+  cr_expect_str_eq(t->agent->name, "Worker");
+  cr_expect_str_eq(t->agent->path, "agents/sub/worker.json");
+  cr_expect_eq(t->agent->model_settings.reasoning_effort, AGENT_EFFORT_MINIMAL);
+  cr_expect_eq(t->agent->model_settings.tool_choice,
+               AGENT_TOOL_CHOICE_REQUIRED);
+
+  /* Every agent's index is its position. */
+  for (size_t i = 0; i < s->n; i++)
+    cr_expect_eq(s->agents[i]->index, i);
+
+  /* Approvals, in file order. */
+  cr_assert_eq(a->napprovals, 3);
+  const struct agent_approval *ap = agent_find_approval(a, "exec_command");
+  cr_assert_not_null(ap);
+  cr_expect_eq(ap->mode, AGENT_APPROVAL_PREFIXES);
+  cr_assert_eq(ap->nprefixes, 2);
+  cr_expect_str_eq(ap->prefixes[0], "git push");
+  cr_expect_str_eq(ap->prefixes[1], "rm ");
+  cr_expect_eq(agent_find_approval(a, "apply_patch")->mode,
+               AGENT_APPROVAL_NEVER);
+  cr_expect_eq(agent_find_approval(a, "run_worker")->mode,
+               AGENT_APPROVAL_ALWAYS);
+  cr_expect_str_eq(a->approvals[1].tool, "apply_patch");
+  cr_expect_null(agent_find_approval(a, "view_image"));
+  agent_set_free(s);
+}
+
+Test(agent, defaults_and_nulls) {
+  write_file("agents/a.json",
+             "{\"name\": \"x\", \"model\": null, \"handoffs\": null,"
+             " \"model_settings\": {\"temperature\": null}}");
+  struct agent_set *s = NULL;
+  cr_assert_eq(agent_load("agents/a.json", &s, NULL), 0);
+  const struct agent *a = s->agents[0];
+  cr_expect_eq(s->n, 1);
+  cr_expect_null(a->model);
+  cr_expect_null(a->instructions);
+  cr_expect_null(a->default_manifest);
+  cr_expect_null(a->run_as);
+  cr_expect_eq(a->ncapabilities, 3);
+  cr_expect_eq(a->capabilities[0], AGENT_CAP_FILESYSTEM);
+  cr_expect_eq(a->capabilities[1], AGENT_CAP_SHELL);
+  cr_expect_eq(a->capabilities[2], AGENT_CAP_COMPACTION);
+  cr_expect_not(a->model_settings.has_temperature);
+  cr_expect_eq(a->model_settings.reasoning_effort, AGENT_EFFORT_UNSET);
+  cr_expect_eq(a->model_settings.tool_choice, AGENT_TOOL_CHOICE_UNSET);
+  cr_expect_eq(a->model_settings.parallel_tool_calls, -1);
+  cr_expect_eq(a->model_settings.max_output_tokens, 0);
+  cr_expect_eq(a->max_turns, 0);
+  cr_expect_eq(a->api, AGENT_API_RESPONSES);
+  cr_expect_eq(a->nhandoffs + a->ntools + a->napprovals, 0);
+  agent_set_free(s);
+
+  /* An empty capability list means none. */
+  write_file("agents/a.json", "{\"name\": \"x\", \"capabilities\": []}");
+  cr_assert_eq(agent_load("agents/a.json", &s, NULL), 0);
+  cr_expect_eq(s->agents[0]->ncapabilities, 0);
+  agent_set_free(s);
+  cr_expect_null(agent_set_free(NULL));
+  cr_expect_str_eq(agent_capability_name(AGENT_CAP_COMPACTION), "compaction");
+  cr_expect_null(agent_capability_name(AGENT_CAP_COUNT));
+}
+
+Test(agent, bad_keys_and_types) {
+  expect_error("{\"name\": \"a\", \"modle\": \"gpt-5\"}", -EINVAL,
+               "agents/a.json: unknown key \"modle\"");
+  expect_error("{\"model\": \"gpt-5\"}", -EINVAL,
+               "agents/a.json: missing required key \"name\"");
+  expect_error("{\"name\": 7}", -EINVAL,
+               "agents/a.json: \"name\" must be a non-empty string (got "
+               "integer)");
+  expect_error("{\"name\": null}", -EINVAL,
+               "agents/a.json: \"name\" must be a non-empty string (got null)");
+  expect_error("{\"name\": \"\"}", -EINVAL,
+               "agents/a.json: \"name\" must not be empty");
+  expect_error("{\"name\": \"a\", \"instructions\": [\"x\"]}", -EINVAL,
+               "agents/a.json: \"instructions\" must be a string (got array)");
+  expect_error("{\"name\": \"a\", \"max_turns\": \"5\"}", -EINVAL,
+               "agents/a.json: \"max_turns\" must be an integer (got string)");
+  expect_error("{\"name\": \"a\", \"max_turns\": 2.5}", -EINVAL,
+               "agents/a.json: \"max_turns\" must be an integer (got number)");
+  expect_error("{\"name\": \"a\", \"max_turns\": 0}", -EINVAL,
+               "agents/a.json: \"max_turns\" must be at least 1 (got 0)");
+  expect_error("{\"name\": \"a\", \"default_manifest\": []}", -EINVAL,
+               "agents/a.json: \"default_manifest\" must be an object (got "
+               "array)");
+  expect_error("{\"name\": \"a\", \"output_type\": \"string\"}", -EINVAL,
+               "agents/a.json: \"output_type\" must be an object (got "
+               "string)");
+  expect_error("{\"name\": \"a\", \"api\": \"completions\"}", -EINVAL,
+               "agents/a.json: \"api\" must be \"responses\" or "
+               "\"chat_completions\" (got \"completions\")");
+  expect_error("{\"name\": \"a\", \"api\": true}", -EINVAL,
+               "agents/a.json: \"api\" must be \"responses\" or "
+               "\"chat_completions\" (got boolean)");
+  expect_error("{\"name\": \"a\", \"base_url\": \"ftp://example.com\"}",
+               -EINVAL,
+               "agents/a.json: \"base_url\" must be an http:// or https:// "
+               "URL without spaces (got \"ftp://example.com\")");
+  expect_error("{\"name\": \"a\", \"run_as\": \"bad user\"}", -EINVAL,
+               "agents/a.json: \"run_as\" must be a user name of at most 32 "
+               "letters, digits, \".\", \"_\" or \"-\" (got \"bad user\")");
+  expect_error("{\"name\": \"a\", \"run_as\": {\"uid\": 5}}", -EINVAL,
+               "agents/a.json: unknown key \"run_as.uid\"");
+  expect_error("{\"name\": \"a\", \"version\": 2}", -EINVAL,
+               "agents/a.json: \"version\" must be 1 (got 2)");
+  expect_error("[{\"name\": \"a\"}]", -EINVAL,
+               "agents/a.json: an agent definition must be a JSON object (got "
+               "array)");
+}
+
+Test(agent, bad_capabilities) {
+  expect_error("{\"name\": \"a\", \"capabilities\": \"shell\"}", -EINVAL,
+               "agents/a.json: \"capabilities\" must be an array of "
+               "capability names (got string)");
+  expect_error("{\"name\": \"a\", \"capabilities\": [\"shell\", "
+               "\"network\"]}",
+               -EINVAL,
+               "agents/a.json: \"capabilities[1]\" must be one of "
+               "\"filesystem\", \"shell\", \"compaction\", \"skills\", "
+               "\"memory\" (got \"network\")");
+  expect_error("{\"name\": \"a\", \"capabilities\": [\"shell\", \"shell\"]}",
+               -EINVAL, "agents/a.json: \"capabilities[1]\" repeats \"shell\"");
+}
+
+Test(agent, bad_model_settings) {
+  expect_error("{\"name\": \"a\", \"model_settings\": 1}", -EINVAL,
+               "agents/a.json: \"model_settings\" must be an object (got "
+               "integer)");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"top_k\": 5}}", -EINVAL,
+               "agents/a.json: unknown key \"model_settings.top_k\"");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"temperature\": "
+               "2.5}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.temperature\" must be between "
+               "0 and 2 (got 2.5)");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"temperature\": "
+               "-1}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.temperature\" must be between "
+               "0 and 2 (got -1)");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"temperature\": "
+               "\"hot\"}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.temperature\" must be a "
+               "number (got string)");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"reasoning\": "
+               "{\"effort\": \"extreme\"}}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.reasoning.effort\" must be "
+               "\"minimal\", \"low\", \"medium\" or \"high\" (got "
+               "\"extreme\")");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"reasoning\": "
+               "{\"summary\": \"auto\"}}}",
+               -EINVAL,
+               "agents/a.json: unknown key "
+               "\"model_settings.reasoning.summary\"");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"reasoning\": "
+               "{\"effort\": \"low\"}, \"reasoning_effort\": \"high\"}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.reasoning\" and "
+               "\"model_settings.reasoning_effort\" may not both be given");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"tool_choice\": 5}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.tool_choice\" must be "
+               "\"auto\", \"required\", \"none\" or a tool name (got "
+               "integer)");
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"tool_choice\": "
+               "\"run it\"}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.tool_choice\" must be "
+               "\"auto\", \"required\", \"none\" or a tool name of at most 64 "
+               "letters, digits, \"_\" or \"-\" (got \"run it\")");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"parallel_tool_calls\": \"yes\"}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.parallel_tool_calls\" must be "
+               "a boolean (got string)");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"max_output_tokens\": 0}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.max_output_tokens\" must be "
+               "at least 1 (got 0)");
+}
+
+Test(agent, bad_tools_and_approvals) {
+  expect_error("{\"name\": \"a\", \"tools\": {}}", -EINVAL,
+               "agents/a.json: \"tools\" must be an array of tool objects (got "
+               "object)");
+  expect_error("{\"name\": \"a\", \"tools\": [{\"type\": \"function\", "
+               "\"name\": \"f\", \"parameters\": {}}]}",
+               -EINVAL,
+               "agents/a.json: \"tools[0].type\" must be \"agent_as_tool\", "
+               "the only tool type supported (got \"function\")");
+  expect_error("{\"name\": \"a\", \"tools\": [{\"agent\": \"b.json\"}]}",
+               -EINVAL,
+               "agents/a.json: missing required key \"tools[0].type\"");
+  expect_error("{\"name\": \"a\", \"tools\": [{\"type\": "
+               "\"agent_as_tool\"}]}",
+               -EINVAL,
+               "agents/a.json: missing required key \"tools[0].agent\"");
+  expect_error("{\"name\": \"a\", \"tools\": [{\"type\": \"agent_as_tool\", "
+               "\"agent\": \"b.json\", \"strict\": true}]}",
+               -EINVAL, "agents/a.json: unknown key \"tools[0].strict\"");
+  expect_error("{\"name\": \"a\", \"tools\": [{\"type\": \"agent_as_tool\", "
+               "\"agent\": \"b.json\", \"max_turns\": -3}]}",
+               -EINVAL,
+               "agents/a.json: \"tools[0].max_turns\" must be at least 1 (got "
+               "-3)");
+  expect_error("{\"name\": \"a\", \"tools\": [{\"type\": \"agent_as_tool\", "
+               "\"agent\": \"b.json\", \"name\": \"x\"}, {\"type\": "
+               "\"agent_as_tool\", \"agent\": \"c.json\", \"name\": \"x\"}]}",
+               -EINVAL,
+               "agents/a.json: \"tools[1].name\" repeats \"x\" of "
+               "\"tools[0]\"");
+  expect_error("{\"name\": \"a\", \"approvals\": [\"exec_command\"]}", -EINVAL,
+               "agents/a.json: \"approvals\" must be an object of tool names "
+               "(got array)");
+  expect_error("{\"name\": \"a\", \"approvals\": {\"exec_command\": "
+               "\"sometimes\"}}",
+               -EINVAL,
+               "agents/a.json: \"approvals.exec_command\" must be \"always\", "
+               "\"never\" or an array of command prefixes (got "
+               "\"sometimes\")");
+  expect_error("{\"name\": \"a\", \"approvals\": {\"exec_command\": "
+               "[\"git \", 3]}}",
+               -EINVAL,
+               "agents/a.json: \"approvals.exec_command[1]\" must be a "
+               "command prefix string (got integer)");
+  expect_error("{\"name\": \"a\", \"approvals\": {\"exec_command\": "
+               "[\"\"]}}",
+               -EINVAL,
+               "agents/a.json: \"approvals.exec_command[0]\" must not be "
+               "empty");
+  expect_error("{\"name\": \"a\", \"handoffs\": [\"b.json\", 4]}", -EINVAL,
+               "agents/a.json: \"handoffs[1]\" must be a path string (got "
+               "integer)");
+}
+
+Test(agent, bad_json_names_line_and_column) {
+  expect_error("{\"name\": \"a\",", -EINVAL,
+               "agents/a.json:1:13: string or '}' expected near end of file");
+  expect_error("{\"name\": \"a\",\n \"name\": \"b\"}", -EINVAL,
+               "agents/a.json:2:7: duplicate object key near '\"name\"'");
+}
+
+Test(agent, missing_file_and_missing_handoff) {
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_expect_eq(agent_load("agents/none.json", &s, &e), -ENOENT);
+  cr_expect_eq(e.code, SBX_NOT_FOUND);
+  cr_expect_str_eq(e.msg,
+                   "agents/none.json: cannot open: No such file or directory");
+  expect_error("{\"name\": \"a\", \"handoffs\": [\"missing.json\"]}", -ENOENT,
+               "agents/missing.json: cannot open (\"handoffs[0]\" of "
+               "agents/a.json): No such file or directory");
+  /* An error in a referenced file names that file. */
+  write_file("agents/b.json", "{\"name\": \"b\", \"max_turns\": 0}");
+  expect_error("{\"name\": \"a\", \"handoffs\": [\"b.json\"]}", -EINVAL,
+               "agents/b.json: \"max_turns\" must be at least 1 (got 0)");
+  expect_error("{\"name\": \"a\", \"handoffs\": [\"b.json\", \"./b.json\"]}",
+               -EINVAL,
+               "agents/b.json: \"max_turns\" must be at least 1 (got 0)");
+  write_file("agents/b.json", "{\"name\": \"b\"}");
+  expect_error("{\"name\": \"a\", \"handoffs\": [\"b.json\", \"./b.json\"]}",
+               -EINVAL,
+               "agents/a.json: \"handoffs[1]\" is the same agent file as "
+               "\"handoffs[0]\"");
+}
+
+Test(agent, not_a_regular_file_or_too_big) {
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(mkdir("agents/dir.json", 0755), 0);
+  cr_expect_eq(agent_load("agents/dir.json", &s, &e), -EINVAL);
+  cr_expect_str_eq(e.msg, "agents/dir.json: not a regular file");
+
+  int fd = open("agents/big.json", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(ftruncate(fd, AGENT_MAX_FILE_BYTES + 1), 0);
+  close(fd);
+  cr_expect_eq(agent_load("agents/big.json", &s, &e), -EFBIG);
+  cr_expect_eq(e.code, SBX_LIMIT_EXCEEDED);
+  cr_expect_str_eq(e.msg, "agents/big.json: file is larger than 4194304 bytes");
+  cr_expect_null(s);
+}
+
+Test(agent, handoff_cycles_load_each_file_once) {
+  /* a -> b -> c -> a, and a hands off to itself. */
+  write_file("agents/a.json",
+             "{\"name\": \"A\", \"handoffs\": [\"b.json\", \"a.json\"]}");
+  write_file("agents/b.json", "{\"name\": \"B\", \"handoffs\": [\"c.json\"]}");
+  write_file("agents/c.json",
+             "{\"name\": \"C\", \"handoffs\": [\"./a.json\", \"b.json\"]}");
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(agent_load("agents/a.json", &s, &e), 0, "%s", e.msg);
+  cr_assert_eq(s->n, 3);
+  struct agent *a = s->agents[0], *b = s->agents[1], *c = s->agents[2];
+  cr_expect_str_eq(a->name, "A");
+  cr_expect_str_eq(b->name, "B");
+  cr_expect_str_eq(c->name, "C");
+  cr_expect_eq(a->handoffs[0], b);
+  cr_expect_eq(a->handoffs[1], a);
+  cr_expect_eq(b->handoffs[0], c);
+  cr_expect_eq(c->handoffs[0], a);
+  cr_expect_eq(c->handoffs[1], b);
+  agent_set_free(s);
+}
+
+Test(agent, relative_and_absolute_handoff_paths) {
+  write_file("agents/team/lead.json",
+             "{\"name\": \"Lead\", \"handoffs\": [\"../common/qa.json\", "
+             "\"dev.json\"]}");
+  write_file("agents/common/qa.json",
+             "{\"name\": \"QA\", \"tools\": [{\"type\": \"agent_as_tool\", "
+             "\"agent\": \"../team/dev.json\"}]}");
+  char abs[512];
+  snprintf(abs, sizeof(abs), "%s/agents/team/lead.json", tmpdir);
+  write_file("agents/team/dev.json", "{\"name\": \"Dev\"}");
+  char dev[1024];
+  snprintf(dev, sizeof(dev), "{\"name\": \"Top\", \"handoffs\": [\"%s\"]}",
+           abs);
+  write_file("top.json", dev);
+
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(agent_load("top.json", &s, &e), 0, "%s", e.msg);
+  cr_assert_eq(s->n, 4);
+  const struct agent *lead = s->agents[0]->handoffs[0];
+  cr_expect_str_eq(lead->name, "Lead");
+  cr_expect_str_eq(lead->path, abs);
+  cr_expect_str_eq(lead->handoffs[0]->name, "QA");
+  cr_expect_str_eq(lead->handoffs[1]->name, "Dev");
+  const struct agent *qa = lead->handoffs[0];
+  cr_expect_eq(qa->tools[0].agent, lead->handoffs[1],
+               "qa's tool and lead's handoff are one agent");
+  cr_expect_null(qa->tools[0].name);
+  agent_set_free(s);
+
+  /* A path is relative to the file that names it, not to the cwd. */
+  write_file("dev.json", "{\"name\": \"WrongDev\"}");
+  cr_assert_eq(agent_load("agents/team/lead.json", &s, &e), 0, "%s", e.msg);
+  cr_expect_str_eq(s->agents[0]->handoffs[1]->name, "Dev");
+  agent_set_free(s);
+}
+
+Test(agent, cycle_through_agent_as_tool_is_refused) {
+  write_file("agents/a.json",
+             "{\"name\": \"A\", \"tools\": [{\"type\": \"agent_as_tool\", "
+             "\"agent\": \"b.json\"}]}");
+  write_file("agents/b.json", "{\"name\": \"B\", \"handoffs\": [\"a.json\"]}");
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_expect_eq(agent_load("agents/a.json", &s, &e), -EINVAL);
+  cr_expect_str_eq(e.msg, "agents/a.json: \"tools[0].agent\" (agents/b.json) "
+                          "leads back to this agent: agents used as tools may "
+                          "not form a cycle");
+  cr_expect_null(s);
+
+  /* An agent that is its own tool. */
+  write_file("agents/a.json",
+             "{\"name\": \"A\", \"tools\": [{\"type\": \"agent_as_tool\", "
+             "\"agent\": \"a.json\"}]}");
+  cr_expect_eq(agent_load("agents/a.json", &s, &e), -EINVAL);
+  cr_expect_str_eq(e.msg, "agents/a.json: \"tools[0].agent\" (agents/a.json) "
+                          "leads back to this agent: agents used as tools may "
+                          "not form a cycle");
+
+  /* The same tool from two agents is no cycle. */
+  write_file("agents/a.json",
+             "{\"name\": \"A\", \"handoffs\": [\"b.json\"], \"tools\": "
+             "[{\"type\": \"agent_as_tool\", \"agent\": \"c.json\"}]}");
+  write_file("agents/b.json",
+             "{\"name\": \"B\", \"handoffs\": [\"a.json\"], \"tools\": "
+             "[{\"type\": \"agent_as_tool\", \"agent\": \"c.json\"}]}");
+  write_file("agents/c.json", "{\"name\": \"C\"}");
+  cr_expect_eq(agent_load("agents/a.json", &s, &e), 0, "%s", e.msg);
+  cr_expect_eq(s->n, 3);
+  agent_set_free(s);
+}
+
+Test(agent, depth_and_count_limits) {
+  /* A chain f0 -> f1 -> ... -> f17: 17 levels below the first file. */
+  char path[64], text[128];
+  for (int i = 0; i <= AGENT_MAX_DEPTH + 1; i++) {
+    snprintf(path, sizeof(path), "agents/f%d.json", i);
+    snprintf(text, sizeof(text),
+             "{\"name\": \"f%d\", \"handoffs\": [\"f%d.json\"]}", i, i + 1);
+    if (i == AGENT_MAX_DEPTH + 1)
+      snprintf(text, sizeof(text), "{\"name\": \"f%d\"}", i);
+    write_file(path, text);
+  }
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_expect_eq(agent_load("agents/f1.json", &s, &e), 0, "16 levels: %s", e.msg);
+  cr_expect_eq(s ? s->n : 0, AGENT_MAX_DEPTH + 1);
+  s = agent_set_free(s);
+  cr_expect_eq(agent_load("agents/f0.json", &s, &e), -E2BIG);
+  cr_expect_str_eq(e.msg, "agents/f17.json: agent files nested more than 16 "
+                          "deep (\"handoffs[0]\" of agents/f16.json)");
+
+  /* 65 files named by one. */
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, 1 << 16);
+  cr_assert_eq(sbx_buf_append_str(&b, "{\"name\": \"hub\", \"handoffs\": ["),
+               0);
+  for (int i = 0; i < AGENT_MAX_AGENTS; i++) {
+    snprintf(path, sizeof(path), "agents/n%d.json", i);
+    write_file(path, "{\"name\": \"n\"}");
+    cr_assert_eq(sbx_buf_printf(&b, "%s\"n%d.json\"", i ? ", " : "", i), 0);
+  }
+  cr_assert_eq(sbx_buf_append_str(&b, "]}"), 0);
+  write_file("agents/hub.json", b.data);
+  cr_expect_eq(agent_load("agents/hub.json", &s, &e), -E2BIG);
+  cr_expect_eq(e.code, SBX_LIMIT_EXCEEDED);
+  cr_expect_str_eq(e.msg, "agents/n63.json: more than 64 agent files in one "
+                          "set (\"handoffs[63]\" of agents/hub.json)");
+}
