@@ -2188,9 +2188,6 @@ int rpc_archive_close(struct rpc_call *c) {
   int r = check_table(c);
   if (r < 0)
     return r;
-  Sbx__V1__Empty *rep = sbx_arena_new(&c->arena, Sbx__V1__Empty);
-  if (!rep)
-    return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
   struct archive_table *t = table_of(c);
   bool found = false, busy = false;
   pthread_mutex_lock(&t->mu);
@@ -2218,8 +2215,5 @@ int rpc_archive_close(struct rpc_call *c) {
                     "archive transfer %016" PRIx64
                     " is busy with another request",
                     rq->handle);
-  sbx__v1__empty__init(rep);
-  c->resp->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_CLOSE;
-  c->resp->archive_close = rep;
-  return 0;
+  return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_ARCHIVE_CLOSE);
 }

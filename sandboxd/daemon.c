@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "archive.h"
 #include "cleanup.h"
 #include "log.h"
 #include "server.h"
@@ -208,6 +209,11 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   if (o->seccomp == SANDBOXD_SECCOMP_OFF)
     log_warn("seccomp is OFF: sandboxed processes may call any syscall");
   r = daemon_open_roots(&d, o->root, o->grants, o->ngrants, e);
+  if (r >= 0) {
+    r = archive_table_new(&d, &d.archives);
+    if (r < 0)
+      r = sbx_error_set(e, SBX_OK, -r, "cannot set up archive transfers");
+  }
   struct server *srv = NULL;
   if (r >= 0) {
     struct server_config sc = {
@@ -223,6 +229,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   }
   explicit_bzero(token, token_len);
   if (r < 0) {
+    archive_table_free(d.archives);
     daemon_close_roots(&d);
     return r;
   }
@@ -245,6 +252,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     }
   }
   server_free(srv);
+  archive_table_free(d.archives);
   daemon_close_roots(&d);
   return 0;
 }
