@@ -33,8 +33,11 @@
 #define LINK_HOPS_MAX 40            /* symbolic links in one resolution */
 #define LINK_STEPS_MAX (16u << 20)  /* components walked for all links */
 #define NAME_SHOWN 200              /* bytes of a name quoted in messages */
+#define HEADER_ALLOWANCE                                                       \
+  (16u << 10) /* tar stream bytes per member beyond                            \
+                 its data: headers, pax records */
 
-/* ---- transfers and the table --------------------------------------------- */
+/* ---- transfers and the table ---- */
 
 enum xfer_kind { XFER_EXPORT, XFER_IMPORT };
 enum xfer_state { XFER_OPEN, XFER_DONE, XFER_FAILED };
@@ -247,8 +250,7 @@ static int check_table(struct rpc_call *c) {
   return 0;
 }
 
-/* ---- small helpers --------------------------------------------------------
- */
+/* ---- small helpers ---- */
 
 /* Copies NAME for a message: at most NAME_SHOWN bytes, control and non-ASCII
  * bytes as '?', so a hostile name cannot garble a reply or a log. */
@@ -344,8 +346,7 @@ static int la_fail(struct sbx_error *e, struct archive *a, const char *what) {
   return sbx_error_set(e, SBX_OK, en, "%s: %s", what, s);
 }
 
-/* ---- export ---------------------------------------------------------------
- */
+/* ---- export ---- */
 
 struct hardlink_slot {
   dev_t dev;
@@ -966,8 +967,7 @@ out:
   return r;
 }
 
-/* ---- import: start and write ----------------------------------------------
- */
+/* ---- import: start and write ---- */
 
 /* Creates REL (normalized, beneath BASE_FD) and its missing parents. */
 static int mkdir_parents(int base_fd, const char *rel, struct sbx_error *e) {
@@ -1150,8 +1150,7 @@ out:
   return r;
 }
 
-/* ---- import: checking and extracting --------------------------------------
- */
+/* ---- import: checking and extracting ---- */
 
 enum mtype { M_SELF, M_DIR, M_REG, M_SYMLINK, M_HARDLINK };
 
@@ -1732,8 +1731,16 @@ static int dir_is_empty(int dir_fd, bool *empty) {
   return 0;
 }
 
-/* Pass 1: reads every header and refuses the archive unless all are fine. */
+/* Pass 1: reads every header and refuses the archive unless all are fine.
+ * The tar stream may not be much longer than its members' data: a small
+ * zstd input could otherwise expand into endless (1 MiB each) pax headers. */
 static int im_pass1(struct importer *im) {
+  const struct xfer_limits *lim = &im->x->lim;
+  uint64_t stream_max = lim->extracted_bytes;
+  if (lim->members > (UINT64_MAX - stream_max) / HEADER_ALLOWANCE)
+    stream_max = UINT64_MAX;
+  else
+    stream_max += lim->members * HEADER_ALLOWANCE;
   struct archive *a = NULL;
   int r = im_reader(im, &a);
   if (r < 0)
@@ -1743,6 +1750,13 @@ static int im_pass1(struct importer *im) {
     r = im_next(im, a, &ent);
     if (r <= 0)
       break;
+    la_int64_t pos = archive_filter_bytes(a, 0);
+    if (pos > 0 && (uint64_t)pos > stream_max) {
+      r = sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, EFBIG,
+                        "archive expands to more than %" PRIu64 " bytes",
+                        stream_max);
+      break;
+    }
     if (im->n >= im->x->lim.members) {
       r = sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, E2BIG,
                         "archive has more than %" PRIu64 " members",
@@ -2175,8 +2189,7 @@ out:
   return r;
 }
 
-/* ---- close ----------------------------------------------------------------
- */
+/* ---- close ---- */
 
 /* Runs on an nng thread: the transfer goes to the graveyard and the next
  * blocking archive call frees it (closing a large spool can take a while). */

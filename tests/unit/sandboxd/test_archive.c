@@ -36,8 +36,7 @@ static void teardown(void) {
 
 TestSuite(archive, .init = setup, .fini = teardown, .timeout = 120);
 
-/* ---- calling the handlers -------------------------------------------------
- */
+/* ---- calling the handlers ---- */
 
 /* The outcome of a call that failed: its code and message. */
 struct outcome {
@@ -240,8 +239,7 @@ static int import_all(const char *path, const void *data, size_t len,
   return rc;
 }
 
-/* ---- building and comparing trees -----------------------------------------
- */
+/* ---- building and comparing trees ---- */
 
 static void pathf(char *out, size_t n, const char *rel) {
   (void)snprintf(out, n, "%s/%s", h.root, rel);
@@ -428,8 +426,7 @@ static bool exists_abs(const char *p) {
 
 static const uint32_t odd_chunks[] = {65537, 7, 1000003, 4099, 333331};
 
-/* ---- hostile archives, built member by member -----------------------------
- */
+/* ---- hostile archives, built member by member ---- */
 
 struct tarbuf {
   unsigned char *data;
@@ -519,8 +516,7 @@ static void expect_refused(struct tar *t, const Sbx__V1__ArchiveLimits *lim,
   free(t->buf.data);
 }
 
-/* ---- tests ----------------------------------------------------------------
- */
+/* ---- tests ---- */
 
 Test(archive, round_trip_keeps_tree) {
   build_tree("src");
@@ -1225,6 +1221,41 @@ Test(archive, refuses_tar_bombs) {
   tar_end(&t);
   lim.max_members = 1000;
   expect_refused(&t, &lim, SBX_LIMIT_EXCEEDED, "more than 5 members");
+}
+
+Test(archive, refuses_expansion_bomb) {
+  /* 50 members, each with 350 KB of zeros in two pax records: zstd makes
+   * that a few KiB. Pass 1 stops before decompressing all of it. */
+  struct tar t;
+  memset(&t, 0, sizeof(t));
+  t.a = archive_write_new();
+  cr_assert_eq(archive_write_set_format_pax(t.a), ARCHIVE_OK);
+  cr_assert_eq(archive_write_add_filter_zstd(t.a), ARCHIVE_OK);
+  cr_assert_eq(archive_write_set_bytes_per_block(t.a, 0), ARCHIVE_OK);
+  cr_assert_eq(archive_write_open2(t.a, &t.buf, NULL, tar_write_cb, NULL, NULL),
+               ARCHIVE_OK);
+  char *zeros = calloc(1, 350000);
+  cr_assert_not_null(zeros);
+  for (int i = 0; i < 50; i++) {
+    struct archive_entry *e = archive_entry_new();
+    char name[16];
+    (void)snprintf(name, sizeof(name), "f%02d", i);
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, 0);
+    archive_entry_xattr_add_entry(e, "user.pad", zeros, 350000);
+    cr_assert_eq(archive_write_header(t.a, e), ARCHIVE_OK);
+    archive_entry_free(e);
+  }
+  free(zeros);
+  tar_end(&t);
+  cr_assert_lt(t.buf.len, 1u << 20, "the input is small: %zu", t.buf.len);
+  Sbx__V1__ArchiveLimits lim;
+  sbx__v1__archive_limits__init(&lim);
+  lim.max_members = 1000;
+  lim.max_extracted_bytes = 1000000;
+  expect_refused(&t, &lim, SBX_LIMIT_EXCEEDED, "archive expands to more than");
 }
 
 Test(archive, refuses_input_over_limit) {
