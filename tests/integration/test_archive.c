@@ -160,6 +160,27 @@ static la_ssize_t grow(struct archive *a, void *cd, const void *buf, size_t n) {
   return (la_ssize_t)n;
 }
 
+/* A bare ustar header for a regular file NAME claiming SIZE bytes (written
+ * by hand: libarchive's writer would insist on the data). */
+static void ustar_header(unsigned char h[512], const char *name,
+                         unsigned long long size) {
+  memset(h, 0, 512);
+  (void)snprintf((char *)h, 100, "%s", name);
+  memcpy(h + 100, "0000644", 8);
+  memcpy(h + 108, "0000000", 8);
+  memcpy(h + 116, "0000000", 8);
+  (void)snprintf((char *)h + 124, 12, "%011llo", size);
+  memcpy(h + 136, "14533462000", 12);
+  h[156] = '0';
+  memcpy(h + 257, "ustar", 6);
+  memcpy(h + 263, "00", 2);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++)
+    sum += h[i];
+  (void)snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
 Test(archive_daemon, hostile_archives_write_nothing) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);
@@ -198,22 +219,13 @@ Test(archive_daemon, hostile_archives_write_nothing) {
   free(s);
 
   /* A bomb: a header claiming 5 GiB, more than the server allows. */
+  archive_entry_free(en);
+  unsigned char hdr[512];
+  ustar_header(hdr, "bomb", 5ull << 30);
   free(b.d);
   b.d = NULL;
   b.len = 0;
-  a = archive_write_new();
-  archive_write_set_format_pax(a);
-  archive_write_set_bytes_per_block(a, 0);
-  cr_assert_eq(archive_write_open2(a, &b, NULL, grow, NULL, NULL), ARCHIVE_OK);
-  archive_entry_clear(en);
-  archive_entry_set_pathname(en, "bomb");
-  archive_entry_set_filetype(en, AE_IFREG);
-  archive_entry_set_perm(en, 0644);
-  archive_entry_set_size(en, 5ll << 30);
-  cr_assert_eq(archive_write_header(a, en), ARCHIVE_OK);
-  archive_write_fail(a);
-  archive_write_free(a);
-  archive_entry_free(en);
+  grow(NULL, &b, hdr, sizeof(hdr));
   cr_expect_lt(import_dir(&t, "dst/bomb", b.d, b.len, &members, &e), 0);
   cr_expect_eq(e.code, SBX_LIMIT_EXCEEDED, "%s", e.msg);
   s = get(&t, "dst/bomb/bomb");

@@ -499,6 +499,27 @@ static void tar_end(struct tar *t) {
   t->a = NULL;
 }
 
+/* A bare ustar header for a regular file NAME claiming SIZE bytes (written
+ * by hand: libarchive's writer would insist on the data). */
+static void ustar_header(unsigned char hd[512], const char *name,
+                         unsigned long long size) {
+  memset(hd, 0, 512);
+  (void)snprintf((char *)hd, 100, "%s", name);
+  memcpy(hd + 100, "0000644", 8);
+  memcpy(hd + 108, "0000000", 8);
+  memcpy(hd + 116, "0000000", 8);
+  (void)snprintf((char *)hd + 124, 12, "%011llo", size);
+  memcpy(hd + 136, "14533462000", 12);
+  hd[156] = '0';
+  memcpy(hd + 257, "ustar", 6);
+  memcpy(hd + 263, "00", 2);
+  memset(hd + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++)
+    sum += hd[i];
+  (void)snprintf((char *)hd + 148, 8, "%06o", sum);
+}
+
 /* Imports T into "dst" and expects a refusal with CODE and a message holding
  * WHAT; "dst" must stay empty. */
 static void expect_refused(struct tar *t, const Sbx__V1__ArchiveLimits *lim,
@@ -1181,18 +1202,10 @@ Test(archive, refuses_tar_bombs) {
   free(blob);
 
   /* A header that claims more than the server's 4 GiB, with no data. */
-  struct archive_entry *e = archive_entry_new();
-  archive_entry_set_pathname(e, "huge");
-  archive_entry_set_filetype(e, AE_IFREG);
-  archive_entry_set_perm(e, 0644);
-  archive_entry_set_size(e, 5ll << 30);
-  tar_begin(&t);
-  cr_assert_eq(archive_write_header(t.a, e), ARCHIVE_OK);
-  archive_entry_free(e);
-  archive_write_fail(t.a);
-  archive_write_free(t.a);
-  static const char zeros[1024];
-  tar_write_cb(NULL, &t.buf, zeros, sizeof(zeros));
+  unsigned char hdr[512];
+  ustar_header(hdr, "huge", 5ull << 30);
+  memset(&t, 0, sizeof(t));
+  tar_write_cb(NULL, &t.buf, hdr, sizeof(hdr));
   expect_refused(&t, NULL, SBX_LIMIT_EXCEEDED,
                  "archive extracts to more than 4294967296 bytes");
 
