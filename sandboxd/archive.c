@@ -27,6 +27,7 @@
 #define XFER_IDLE_MS_DEFAULT (10u * 60u * 1000u)
 #define COPY_BUF_BYTES (1u << 20)   /* file reads while exporting */
 #define OUT_BUF_BYTES (1u << 20)    /* coalesced archive writes */
+#define DIRECT_WRITE (64u << 10)    /* larger writes bypass the buffer */
 #define READ_BLOCK_BYTES (1u << 20) /* libarchive's reads of the spool */
 #define EXPORT_MAX_DEPTH 512        /* directory levels (fds held) */
 #define NAME_POOL_MAX (64u << 20)   /* member names and link targets */
@@ -387,8 +388,9 @@ static int ex_flush(struct exporter *ex) {
   return 0;
 }
 
-/* libarchive's output: small writes (headers) are coalesced; large ones
- * (file data) go straight to the spool after a flush, with no extra copy. */
+/* libarchive's output: small writes (headers, small files) are coalesced;
+ * large ones (file data) go straight to the spool after a flush, with no
+ * extra copy. */
 static la_ssize_t ex_write_cb(struct archive *a, void *cd, const void *buf,
                               size_t n) {
   struct exporter *ex = cd;
@@ -400,20 +402,18 @@ static la_ssize_t ex_write_cb(struct archive *a, void *cd, const void *buf,
     return -1;
   }
   int r = 0;
-  if (ex->olen + n <= OUT_BUF_BYTES) {
-    memcpy(ex->obuf + ex->olen, buf, n);
-    ex->olen += n;
-    if (ex->olen == OUT_BUF_BYTES)
-      r = ex_flush(ex);
-  } else {
+  if (n >= DIRECT_WRITE) {
     r = ex_flush(ex);
-    if (r == 0 && n >= OUT_BUF_BYTES / 2) {
+    if (r == 0)
       r = write_all(ex->out_fd, buf, n);
-      if (r == 0)
-        ex->out_bytes += n;
-    } else if (r == 0) {
-      memcpy(ex->obuf, buf, n);
-      ex->olen = n;
+    if (r == 0)
+      ex->out_bytes += n;
+  } else {
+    if (ex->olen + n > OUT_BUF_BYTES)
+      r = ex_flush(ex);
+    if (r == 0) {
+      memcpy(ex->obuf + ex->olen, buf, n);
+      ex->olen += n;
     }
   }
   if (r < 0) {
