@@ -3,6 +3,9 @@
 #ifndef SANDBOXD_FILES_H
 #define SANDBOXD_FILES_H
 
+#include <stdint.h>
+#include <sys/types.h>
+
 #include "rpc.h"
 
 int rpc_file_stat(struct rpc_call *c);
@@ -21,5 +24,19 @@ int rpc_patch_apply(struct rpc_call *c);
 
 /* Users (users.c): create missing groups and users, root only. */
 int rpc_users_ensure(struct rpc_call *c);
+
+/* Helpers the patch and archive code share with the file RPCs. */
+
+/* Fills C's error for ERR (positive) met on the client's PATH and returns
+ * -ERR. WHAT names the operation ("cannot remove") or is NULL. */
+int files_fail_path(struct rpc_call *c, int err, const char *what,
+                    const char *path);
+/* mkdir -p of REL beneath BASE (each level opened beneath BASE again, so
+ * no symlink leads out); returns an O_PATH fd of REL. PATH names it in
+ * errors. */
+int files_mkdir_p(struct rpc_call *c, int base, const char *rel, mode_t mode,
+                  const char *path);
+/* Writes all of DATA at OFF (appending when OFF < 0); 0 or -errno. */
+int files_write_all(int fd, const uint8_t *data, size_t len, int64_t off);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "cleanup.h"
 #include "dispatch.h"
+#include "fileio.h"
 #include "log.h"
 #include "version.h"
 
@@ -473,16 +474,39 @@ static int nng_err(struct sbx_error *e, int rv, const char *what,
                        nng_strerror(rv));
 }
 
+/* Loads a PEM certificate and key (separate files) into CFG. */
+static int tls_own_cert(nng_tls_config *cfg, const char *cert, const char *key,
+                        struct sbx_error *e) {
+  _cleanup_free_ char *c = NULL, *k = NULL;
+  size_t cl, kl;
+  int r = sbx_read_file(cert, 1u << 20, &c, &cl);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot read certificate \"%s\": %s",
+                         cert, strerror(-r));
+  r = sbx_read_file(key, 1u << 20, &k, &kl);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot read key \"%s\": %s", key,
+                         strerror(-r));
+  int rv = nng_tls_config_own_cert(cfg, c, k, NULL);
+  explicit_bzero(k, kl);
+  if (rv != 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "cannot use certificate \"%s\" with key \"%s\": %s",
+                         cert, key, nng_strerror(rv));
+  return 0;
+}
+
 static int setup_tls(struct server *s, const struct server_config *cfg,
                      struct sbx_error *e) {
   if (!cfg->tls_cert || !cfg->tls_key || !cfg->tls_ca)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "tls+tcp:// needs --tls-cert, --tls-key and --tls-ca");
   int rv = nng_tls_config_alloc(&s->tls, NNG_TLS_MODE_SERVER);
-  if (rv == 0)
-    rv = nng_tls_config_cert_key_file(s->tls, cfg->tls_cert, cfg->tls_key);
   if (rv != 0)
-    return nng_err(e, rv, "cannot load the certificate and key", cfg->tls_cert);
+    return nng_err(e, rv, "cannot set up TLS for", cfg->url);
+  rv = tls_own_cert(s->tls, cfg->tls_cert, cfg->tls_key, e);
+  if (rv < 0)
+    return rv;
   rv = nng_tls_config_ca_file(s->tls, cfg->tls_ca);
   if (rv != 0)
     return nng_err(e, rv, "cannot load the CA", cfg->tls_ca);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cleanup.h"
+#include "fileio.h"
 #include "log.h"
 #include "rand.h"
 
@@ -144,8 +145,20 @@ int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
     rv = nng_tls_config_alloc(&c->tls, NNG_TLS_MODE_CLIENT);
     if (rv == 0 && cfg->tls_ca)
       rv = nng_tls_config_ca_file(c->tls, cfg->tls_ca);
-    if (rv == 0 && cfg->tls_cert && cfg->tls_key)
-      rv = nng_tls_config_cert_key_file(c->tls, cfg->tls_cert, cfg->tls_key);
+    if (rv == 0 && cfg->tls_cert && cfg->tls_key) {
+      _cleanup_free_ char *cp = NULL, *kp = NULL;
+      size_t cl = 0, kl = 0;
+      if (sbx_read_file(cfg->tls_cert, 1u << 20, &cp, &cl) < 0 ||
+          sbx_read_file(cfg->tls_key, 1u << 20, &kp, &kl) < 0) {
+        r = sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
+                          "cannot read the client certificate \"%s\" or key "
+                          "\"%s\"",
+                          cfg->tls_cert, cfg->tls_key);
+        goto fail;
+      }
+      rv = nng_tls_config_own_cert(c->tls, cp, kp, NULL);
+      explicit_bzero(kp, kl);
+    }
     if (rv == 0)
       rv = nng_tls_config_auth_mode(c->tls, cfg->tls_ca
                                                 ? NNG_TLS_AUTH_MODE_REQUIRED

@@ -107,6 +107,23 @@ const char *sbx_code_name(enum sbx_code code) {
   return names[code];
 }
 
+/* A message cut by vsnprintf may end inside a UTF-8 sequence: drop the
+ * partial sequence so the message stays valid text. */
+static void utf8_cut(char *msg) {
+  size_t n = strlen(msg);
+  if (n + 1 < SBX_ERROR_MSG_MAX)
+    return;
+  size_t i = n;
+  while (i > 0 && ((unsigned char)msg[i - 1] & 0xc0) == 0x80)
+    i--;
+  if (i == 0)
+    return;
+  unsigned char lead = (unsigned char)msg[i - 1];
+  size_t need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+  if (n - (i - 1) < need)
+    msg[i - 1] = '\0';
+}
+
 int sbx_error_setv(struct sbx_error *e, enum sbx_code code, int err,
                    const char *fmt, va_list ap) {
   err = abs(err);
@@ -116,6 +133,7 @@ int sbx_error_setv(struct sbx_error *e, enum sbx_code code, int err,
     if (e->code == SBX_OK)
       e->code = SBX_INTERNAL;
     (void)vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    utf8_cut(e->msg);
   }
   if (err)
     return -err;

@@ -50,14 +50,21 @@ struct sbx_patch {
   size_t nops;
 };
 
-/* Limits on what a patch may hold; the parser refuses more with -E2BIG. */
+/* Limits on what a patch may hold; the parser refuses more with -E2BIG.
+ * MAX_HUNKS (all ops together) was added with the parser: it keeps the
+ * parsed form of a MAX_BYTES patch of tiny hunks within a few MiB. */
 #define SBX_PATCH_MAX_BYTES (16u << 20)
 #define SBX_PATCH_MAX_OPS 1024
 #define SBX_PATCH_MAX_LINE (1u << 20)
+#define SBX_PATCH_MAX_HUNKS 65536
 
 /* Parses TEXT (LEN bytes, need not be NUL-terminated; NUL bytes refused).
- * On success *OUT is new (free with sbx_patch_free). On failure E says what
- * and where ("line N: ..."), with code INVALID_ARGUMENT or LIMIT_EXCEEDED. */
+ * On success *OUT is new (free with sbx_patch_free); it keeps its own copy
+ * of the text, which the ops' hunks point into, so an op is valid while its
+ * patch is. Surrounding whitespace and a shell heredoc wrapper
+ * ("<<'EOF'" ... "EOF", as Codex accepts) are tolerated. On failure E says
+ * what and where ("line N: ..."), with code INVALID_ARGUMENT or
+ * LIMIT_EXCEEDED. */
 int sbx_patch_parse(const char *text, size_t len, struct sbx_patch **out,
                     struct sbx_error *e);
 
@@ -66,8 +73,11 @@ struct sbx_patch *sbx_patch_free(struct sbx_patch *p);
 
 /* Applies the UPDATE op OP to the file contents IN (INLEN bytes) and returns
  * the new contents in *OUT (new, malloc'd, NUL-terminated; *OUTLEN bytes).
- * On a mismatch E names the file (op->path), the hunk (1-based) and the
- * patch line it could not match, and the code is INVALID_ARGUMENT. */
+ * A file whose first line ends in "\r\n" is written back with "\r\n" on
+ * every line; a file without a final newline stays without one. An op with
+ * no hunks (a pure rename) returns IN unchanged. On a mismatch E names the
+ * file (op->path), the hunk (1-based) and the patch line it could not
+ * match, and the code is INVALID_ARGUMENT. */
 int sbx_patch_apply_update(const struct sbx_patch_op *op, const char *in,
                            size_t inlen, char **out, size_t *outlen,
                            struct sbx_error *e);

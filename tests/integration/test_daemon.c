@@ -152,3 +152,44 @@ Test(daemon, startup_errors_are_clear) {
                  test_sandboxd_path(), test_sandboxd_path(), SBX_VERSION);
   cr_expect_eq(system(cmd), 0, "help and version");
 }
+
+Test(daemon, repeated_mutating_request_runs_once) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  /* An append retried with the same id must append once and answer the
+   * retry with the first reply (the size after the first append). */
+  Sbx__V1__Request req = SBX__V1__REQUEST__INIT;
+  Sbx__V1__FileWrite w = SBX__V1__FILE_WRITE__INIT;
+  w.path = "log.txt";
+  w.data.data = (uint8_t *)"line\n";
+  w.data.len = 5;
+  w.mode = SBX__V1__WRITE_MODE__WRITE_APPEND;
+  req.body_case = SBX__V1__REQUEST__BODY_FILE_WRITE;
+  req.file_write = &w;
+  req.token.data = (uint8_t *)t.token;
+  req.token.len = strlen(t.token);
+  req.version = 1;
+  req.id = "append-1";
+  uint8_t buf[512];
+  size_t n = sbx__v1__request__pack(&req, buf);
+  Sbx__V1__Response *a = raw_call(t.url, buf, n);
+  Sbx__V1__Response *b = raw_call(t.url, buf, n);
+  cr_assert_eq(a->body_case, SBX__V1__RESPONSE__BODY_FILE_WRITE);
+  cr_assert_eq(b->body_case, SBX__V1__RESPONSE__BODY_FILE_WRITE);
+  cr_expect_eq(a->file_write->size, 5);
+  cr_expect_eq(b->file_write->size, 5, "the retry got the first reply");
+  sbx__v1__response__free_unpacked(a, NULL);
+  sbx__v1__response__free_unpacked(b, NULL);
+  /* A new id appends again. */
+  req.id = "append-2";
+  n = sbx__v1__request__pack(&req, buf);
+  Sbx__V1__Response *c = raw_call(t.url, buf, n);
+  cr_expect_eq(c->file_write->size, 10);
+  sbx__v1__response__free_unpacked(c, NULL);
+  char path[256];
+  (void)snprintf(path, sizeof(path), "%s/log.txt", t.root);
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0);
+  cr_expect_eq(st.st_size, 10, "two appends for three requests");
+  test_daemon_stop(&t);
+}

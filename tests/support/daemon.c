@@ -66,14 +66,21 @@ void test_daemon_start(struct test_daemon *t, const char *const *args) {
   argv[n++] = "3";
   argv[n++] = "--ready-fd";
   argv[n++] = "4";
-  for (size_t i = 0; args && args[i] && n < 62; i++)
+  for (size_t i = 0; args && args[i] && n < 62; i++) {
     argv[n++] = args[i];
+    /* A later --listen wins in sandboxd; the clients follow it. */
+    if (strcmp(args[i], "--listen") == 0 && args[i + 1])
+      (void)snprintf(t->url, sizeof(t->url), "%s", args[i + 1]);
+  }
   argv[n] = NULL;
 
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) {
-    if (dup2(tokp[0], 3) < 0 || dup2(readyp[1], 4) < 0)
+    /* Move both above 4 first: either may already be fd 3 or 4. */
+    int tok = fcntl(tokp[0], F_DUPFD, 10);
+    int rdy = fcntl(readyp[1], F_DUPFD, 10);
+    if (tok < 0 || rdy < 0 || dup2(tok, 3) < 0 || dup2(rdy, 4) < 0)
       _exit(127);
     execv(argv[0], (char *const *)argv);
     _exit(127);
@@ -89,7 +96,8 @@ void test_daemon_start(struct test_daemon *t, const char *const *args) {
   cr_assert_gt(got, 0, "sandboxd did not become ready (%s)",
                test_sandboxd_path());
   cr_assert(strncmp(line, "ready ", 6) == 0, "ready line: %s", line);
-  t->client = test_daemon_client(t, NULL);
+  if (strncmp(t->url, "ipc://", 6) == 0)
+    t->client = test_daemon_client(t, NULL);
 }
 
 int test_daemon_stop(struct test_daemon *t) {
@@ -98,6 +106,8 @@ int test_daemon_stop(struct test_daemon *t) {
     struct sbx_error e = {0};
     (void)sbx_shutdown(t->client, 100, &e);
     t->client = sbx_client_free(t->client);
+  } else if (t->pid > 0) {
+    kill(t->pid, SIGTERM);
   }
   if (t->pid > 0) {
     for (int i = 0; i < 500; i++) {

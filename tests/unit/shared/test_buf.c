@@ -103,3 +103,20 @@ Test(err, codes_map_both_ways) {
   cr_expect_eq(sbx_error_set(&e, SBX_CONFLICT, 0, "busy"), -EBUSY);
   cr_expect_eq(sbx_error_set(NULL, SBX_OK, 0, "x"), -EIO);
 }
+
+Test(err, long_messages_are_cut_at_a_character_boundary) {
+  char big[1200];
+  /* 2-byte characters, offset by one byte so a cut would split one. */
+  big[0] = 'x';
+  for (size_t i = 1; i + 2 < sizeof(big); i += 2) {
+    big[i] = (char)0xc3;
+    big[i + 1] = (char)0xa9;
+  }
+  big[sizeof(big) - 1] = '\0';
+  struct sbx_error e;
+  sbx_error_set(&e, SBX_INVALID_ARGUMENT, EINVAL, "%s", big);
+  size_t n = strlen(e.msg);
+  cr_expect_lt(n, sizeof(e.msg));
+  cr_expect_eq((n - 1) % 2, 0, "no half character at the end (len %zu)", n);
+  cr_expect_neq((unsigned char)e.msg[n - 1], 0xc3);
+}

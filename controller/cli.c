@@ -1,0 +1,252 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "cleanup.h"
+#include "log.h"
+#include "path.h"
+#include "runner.h"
+
+static void usage_main(FILE *f) {
+  fprintf(f,
+          "usage: sbx [--log-level LEVEL] COMMAND [ARGS]\n"
+          "\n"
+          "Runs LLM agents inside sandboxes.\n"
+          "\n"
+          "Commands:\n"
+          "  run AGENT.json PROMPT   run an agent on a task in a fresh sandbox "
+          "and print\n"
+          "                          its answer (see sbx run --help)\n"
+          "\n"
+          "Options:\n"
+          "  --log-level LEVEL       error | warn | info | debug (default "
+          "warn)\n"
+          "  --version               print the version and exit\n"
+          "  --help                  print this help and exit\n"
+          "\n"
+          "Environment: OPENAI_API_KEY, OPENAI_BASE_URL (default "
+          "https://api.openai.com/v1),\n"
+          "OPENAI_DEFAULT_MODEL, SBX_SANDBOXD (path of the sandboxd "
+          "binary).\n");
+}
+
+static void usage_run(FILE *f) {
+  fprintf(f,
+          "usage: sbx run [options] AGENT.json PROMPT\n"
+          "\n"
+          "Runs the agent defined in AGENT.json on PROMPT inside a fresh "
+          "sandbox and\n"
+          "prints its final output. The sandbox is removed when the run "
+          "ends.\n"
+          "\n"
+          "  --stream             print events as JSON lines on stdout "
+          "instead of\n"
+          "                       only the final output\n"
+          "  --max-turns N        stop with an error after N model calls "
+          "(default: the\n"
+          "                       agent's max_turns, else 10)\n"
+          "  --model NAME         use this model for every agent\n"
+          "  --record FILE        append every model request and response to "
+          "FILE\n"
+          "  --replay FILE        answer model calls from a recording; fails "
+          "when the\n"
+          "                       run diverges from it\n"
+          "  --cwd DIR            the run's working directory, relative to "
+          "the workspace\n"
+          "                       root (must exist; it does not confine)\n"
+          "  --backend NAME       sandbox backend (default: local)\n"
+          "  --seccomp MODE       default | no-network | off, for the "
+          "sandbox's processes\n"
+          "  --help               print this help and exit\n"
+          "\n"
+          "Exit status: 0 done, 1 the run failed (model or tool error), 2 "
+          "usage or\n"
+          "configuration error.\n");
+}
+
+/* Parses a positive integer option. */
+static int parse_pos(const char *s, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || !*s || *end || v < 1 || v > 1000000)
+    return -EINVAL;
+  *out = v;
+  return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+  enum {
+    O_STREAM = 256,
+    O_MAX_TURNS,
+    O_MODEL,
+    O_RECORD,
+    O_REPLAY,
+    O_CWD,
+    O_BACKEND,
+    O_SECCOMP,
+    O_HELP
+  };
+  static const struct option opts[] = {
+      {"stream", no_argument, NULL, O_STREAM},
+      {"max-turns", required_argument, NULL, O_MAX_TURNS},
+      {"model", required_argument, NULL, O_MODEL},
+      {"record", required_argument, NULL, O_RECORD},
+      {"replay", required_argument, NULL, O_REPLAY},
+      {"cwd", required_argument, NULL, O_CWD},
+      {"backend", required_argument, NULL, O_BACKEND},
+      {"seccomp", required_argument, NULL, O_SECCOMP},
+      {"help", no_argument, NULL, O_HELP},
+      {0},
+  };
+  struct run_options o = {0};
+  const char *backend = "local";
+  char cwd[SBX_PATH_MAX];
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+    switch (c) {
+    case O_STREAM:
+      o.events = stdout;
+      o.model_cfg.stream = true;
+      break;
+    case O_MAX_TURNS:
+      if (parse_pos(optarg, &o.max_turns) < 0) {
+        fprintf(stderr,
+                "sbx run: --max-turns \"%s\" must be a positive "
+                "integer\n",
+                optarg);
+        return 2;
+      }
+      break;
+    case O_MODEL:
+      o.model = optarg;
+      break;
+    case O_RECORD:
+      o.model_cfg.record_path = optarg;
+      break;
+    case O_REPLAY:
+      o.model_cfg.replay_path = optarg;
+      break;
+    case O_CWD: {
+      struct sbx_error pe = {0};
+      if (sbx_path_normalize_rel(optarg, strlen(optarg), cwd, sizeof(cwd),
+                                 SBX_PATH_NO_DOTDOT, &pe) < 0 ||
+          strcmp(cwd, ".") == 0) {
+        fprintf(stderr,
+                "sbx run: --cwd \"%s\" must be a workspace-relative "
+                "directory other than the root, without \"..\"\n",
+                optarg);
+        return 2;
+      }
+      o.cwd = cwd;
+      break;
+    }
+    case O_BACKEND:
+      backend = optarg;
+      break;
+    case O_SECCOMP:
+      if (strcmp(optarg, "default") && strcmp(optarg, "no-network") &&
+          strcmp(optarg, "off")) {
+        fprintf(stderr,
+                "sbx run: --seccomp \"%s\": expected default, "
+                "no-network or off\n",
+                optarg);
+        return 2;
+      }
+      o.backend_opts.seccomp = optarg;
+      break;
+    case O_HELP:
+      usage_run(stdout);
+      return 0;
+    default:
+      usage_run(stderr);
+      return 2;
+    }
+  }
+  if (argc - optind != 2) {
+    fprintf(stderr, "sbx run: expected AGENT.json and PROMPT\n");
+    usage_run(stderr);
+    return 2;
+  }
+  if (o.model_cfg.record_path && o.model_cfg.replay_path) {
+    fprintf(stderr, "sbx run: --record and --replay cannot be combined\n");
+    return 2;
+  }
+  o.backend = backend_find(backend);
+  if (!o.backend) {
+    fprintf(stderr, "sbx run: unknown backend \"%s\" (available: local)\n",
+            backend);
+    return 2;
+  }
+  struct sbx_error e = {0};
+  struct agent_set *agents = NULL;
+  if (agent_load(argv[optind], &agents, &e) < 0) {
+    fprintf(stderr, "sbx: %s\n", e.msg);
+    return 2;
+  }
+  o.agents = agents;
+  o.prompt = argv[optind + 1];
+  struct run_result res = {0};
+  int r = runner_run(&o, &res, &e);
+  agent_set_free(agents);
+  if (r < 0) {
+    fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
+    run_result_clear(&res);
+    return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;
+  }
+  if (!o.events) {
+    fputs(res.final_output ? res.final_output : "", stdout);
+    if (res.final_output && *res.final_output &&
+        res.final_output[strlen(res.final_output) - 1] != '\n')
+      fputc('\n', stdout);
+  }
+  if (o.model_cfg.replay_path)
+    fprintf(stderr,
+            "sbx: replayed %d recorded model response%s from \"%s\"; no "
+            "model API was called\n",
+            res.turns, res.turns == 1 ? "" : "s", o.model_cfg.replay_path);
+  run_result_clear(&res);
+  return fflush(stdout) == 0 ? 0 : 1;
+}
+
+int cli_main(int argc, char **argv) {
+  sbx_log_set_program("sbx");
+  int i = 1;
+  for (; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage_main(stdout);
+      return 0;
+    }
+    if (strcmp(argv[i], "--version") == 0) {
+      printf("sbx %s\n", SBX_VERSION);
+      return 0;
+    }
+    if (strcmp(argv[i], "--log-level") == 0) {
+      enum sbx_log_level lvl;
+      if (i + 1 >= argc || sbx_log_parse_level(argv[i + 1], &lvl) < 0) {
+        fprintf(stderr, "sbx: --log-level expects error, warn, info or "
+                        "debug\n");
+        return 2;
+      }
+      sbx_log_set_level(lvl);
+      i++;
+      continue;
+    }
+    break;
+  }
+  if (i >= argc) {
+    usage_main(stderr);
+    return 2;
+  }
+  if (strcmp(argv[i], "run") == 0)
+    return cmd_run(argc - i, argv + i);
+  fprintf(stderr, "sbx: unknown command \"%s\" (see sbx --help)\n", argv[i]);
+  return 2;
+}

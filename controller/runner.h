@@ -1,0 +1,53 @@
+/* The runner: the turn loop of one agent run inside sandboxes.
+ *
+ * Each turn builds the system prompt, calls the model, runs the tool calls
+ * of the response concurrently and feeds their outputs back, until the
+ * model answers without tool calls (the final output, validated against
+ * output_type when the agent has one), or max_turns is exceeded. Handoffs
+ * switch the active agent within the run; agents used as tools run a
+ * nested run with their own sandbox and turn budget. */
+#ifndef SBX_RUNNER_H
+#define SBX_RUNNER_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "agent.h"
+#include "err.h"
+#include "model.h"
+#include "sandbox.h"
+
+#define RUNNER_DEFAULT_MAX_TURNS 10
+
+struct run_options {
+  struct agent_set *agents; /* borrowed; agents[0] starts */
+  const char *prompt;
+  int64_t max_turns; /* 0: the agent's, else RUNNER_DEFAULT_MAX_TURNS */
+  const char *model; /* overrides every agent's model; NULL: theirs */
+  const char *cwd;   /* workspace-relative run cwd, or NULL */
+  const struct backend *backend;
+  struct backend_options backend_opts;
+  struct model_config model_cfg; /* base settings: stream, record, replay */
+  FILE *events;                  /* --stream: JSON lines; NULL for none */
+};
+
+struct run_result {
+  char *final_output; /* new: text, or the JSON text for output_type */
+  json_t *final_json; /* new, with output_type; else NULL */
+  struct model_usage usage;
+  int turns;
+  const char *last_agent; /* borrowed from the agent set */
+};
+
+/* Runs to completion. Returns 0, or a negative errno with E saying why;
+ * E's code is INVALID_ARGUMENT for configuration errors (exit 2) and
+ * something else for run failures (exit 1). */
+int runner_run(const struct run_options *o, struct run_result *res,
+               struct sbx_error *e);
+void run_result_clear(struct run_result *r);
+
+/* The model's context window for compaction (0.9 of it is the threshold);
+ * 240000 for unknown models. */
+long long runner_compaction_threshold(const char *model);
+
+#endif

@@ -1,0 +1,114 @@
+#include "fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "cleanup.h"
+#include "rand.h"
+
+int sbx_read_file(const char *path, size_t max, char **out, size_t *len) {
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return -errno;
+  struct sbx_buf b;
+  sbx_buf_init(&b, max);
+  for (;;) {
+    int r = sbx_buf_reserve(&b, 65536 < max ? 65536 : 1);
+    if (r == -E2BIG) {
+      /* Full: one more byte would exceed MAX only if the file has more. */
+      char c;
+      ssize_t k = read(fd, &c, 1);
+      sbx_buf_free(&b);
+      return k > 0 ? -EFBIG : (k < 0 ? -errno : -EFBIG);
+    }
+    if (r < 0) {
+      sbx_buf_free(&b);
+      return r;
+    }
+    size_t room = b.cap - b.len - 1;
+    if (room > max - b.len)
+      room = max - b.len;
+    ssize_t k = read(fd, b.data + b.len, room ? room : 1);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      int err = errno;
+      sbx_buf_free(&b);
+      return -err;
+    }
+    if (k == 0)
+      break;
+    if ((size_t)k > max - b.len) {
+      sbx_buf_free(&b);
+      return -EFBIG;
+    }
+    b.len += (size_t)k;
+    b.data[b.len] = '\0';
+  }
+  *out = sbx_buf_steal(&b, len);
+  return *out ? 0 : -ENOMEM;
+}
+
+int sbx_write_file_atomic(const char *path, const void *data, size_t len,
+                          unsigned mode) {
+  char tmp[PATH_MAX];
+  char rnd[17];
+  int r = sbx_random_hex(rnd, 8);
+  if (r < 0)
+    return r;
+  int n = snprintf(tmp, sizeof(tmp), "%s.tmp-%s", path, rnd);
+  if (n < 0 || (size_t)n >= sizeof(tmp))
+    return -ENAMETOOLONG;
+  int fd =
+      open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0)
+    return -errno;
+  const char *p = data;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t k = write(fd, p, left);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      r = -errno;
+      break;
+    }
+    p += k;
+    left -= (size_t)k;
+  }
+  if (r == 0 && fchmod(fd, mode) < 0)
+    r = -errno;
+  if (r == 0 && fsync(fd) < 0)
+    r = -errno;
+  if (close(fd) < 0 && r == 0)
+    r = -errno;
+  if (r == 0 && rename(tmp, path) < 0)
+    r = -errno;
+  if (r < 0) {
+    (void)unlink(tmp);
+    return r;
+  }
+  /* Make the rename durable. */
+  char dir[PATH_MAX];
+  memcpy(dir, path, strlen(path) + 1);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir)
+    slash[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  else
+    memcpy(dir, ".", 2);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+  return 0;
+}

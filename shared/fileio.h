@@ -1,0 +1,16 @@
+/* Small whole-file helpers. */
+#ifndef SBX_FILEIO_H
+#define SBX_FILEIO_H
+
+#include <stddef.h>
+
+/* Reads PATH into *OUT (new, NUL-terminated; *LEN bytes without the NUL).
+ * -EFBIG when the file holds more than MAX bytes. */
+int sbx_read_file(const char *path, size_t max, char **out, size_t *len);
+
+/* Writes DATA to PATH atomically: a temp file in the same directory with
+ * MODE, fsync, rename, fsync of the directory. */
+int sbx_write_file_atomic(const char *path, const void *data, size_t len,
+                          unsigned mode);
+
+#endif

@@ -1,0 +1,129 @@
+/* sandboxd over tls+tcp:// with client-certificate verification. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+static char certs[64];
+
+/* Makes a CA, a server certificate for 127.0.0.1 and two client
+ * certificates: one from the CA, one from an unrelated CA. */
+static void make_certs(void) {
+  (void)snprintf(certs, sizeof(certs), "/tmp/sbx-tls-XXXXXX");
+  cr_assert_not_null(mkdtemp(certs));
+  char cmd[4096];
+  (void)snprintf(
+      cmd, sizeof(cmd),
+      "set -e; cd %s; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+      "-nodes'\n"
+      "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj "
+      "/CN=sbx-test-ca\n"
+      "openssl req -x509 $K -keyout evil.key -out evil.crt -days 2 -subj "
+      "/CN=evil-ca\n"
+      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext\n"
+      "for n in server client; do openssl req $K -keyout $n.key -out $n.csr "
+      "-subj /CN=$n; openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key "
+      "-CAcreateserial -out $n.crt -days 2 -extfile san.ext; done\n"
+      "openssl req $K -keyout rogue.key -out rogue.csr -subj /CN=rogue\n"
+      "openssl x509 -req -in rogue.csr -CA evil.crt -CAkey evil.key "
+      "-CAcreateserial -out rogue.crt -days 2\n",
+      certs);
+  (void)snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd),
+                 ") >/dev/null 2>&1");
+  char full[4200];
+  (void)snprintf(full, sizeof(full), "(%s", cmd);
+  cr_assert_eq(system(full), 0, "openssl could not make test certificates");
+}
+
+static int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+  socklen_t l = sizeof(a);
+  cr_assert_eq(getsockname(s, (struct sockaddr *)&a, &l), 0);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+static struct sbx_client *tls_client(struct test_daemon *t, const char *who) {
+  char ca[128], crt[128], key[128];
+  (void)snprintf(ca, sizeof(ca), "%s/ca.crt", certs);
+  (void)snprintf(crt, sizeof(crt), "%s/%s.crt", certs, who);
+  (void)snprintf(key, sizeof(key), "%s/%s.key", certs, who);
+  struct sbx_client_config cfg = {
+      .url = t->url,
+      .token = (const uint8_t *)t->token,
+      .token_len = strlen(t->token),
+      .tls_ca = ca,
+      .tls_cert = who ? crt : NULL,
+      .tls_key = who ? key : NULL,
+      .tls_server_name = "localhost",
+      .timeout_ms = 1500,
+      .retries = 1,
+  };
+  struct sbx_client *c = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_client_new(&cfg, &c, &e), 0, "%s", e.msg);
+  return c;
+}
+
+static void start_tls(struct test_daemon *t) {
+  char url[64], cert[128], key[128], ca[128];
+  (void)snprintf(url, sizeof(url), "tls+tcp://127.0.0.1:%d", free_port());
+  (void)snprintf(cert, sizeof(cert), "%s/server.crt", certs);
+  (void)snprintf(key, sizeof(key), "%s/server.key", certs);
+  (void)snprintf(ca, sizeof(ca), "%s/ca.crt", certs);
+  const char *args[] = {"--listen", url,        "--tls-cert", cert, "--tls-key",
+                        key,        "--tls-ca", ca,           NULL};
+  test_daemon_start(t, args);
+}
+
+static void cleanup_certs(void) {
+  char cmd[128];
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", certs);
+  (void)!system(cmd);
+}
+
+TestSuite(tls, .init = make_certs, .fini = cleanup_certs, .timeout = 60);
+
+Test(tls, client_with_a_certificate_from_the_ca_is_served) {
+  struct test_daemon t;
+  start_tls(&t);
+  struct sbx_client *c = tls_client(&t, "client");
+  struct sbx_error e = {0};
+  cr_expect_eq(sbx_hello(c, NULL, &e), 0, "%s", e.msg);
+  t.client = c;
+  test_daemon_stop(&t);
+}
+
+Test(tls, client_without_or_with_a_foreign_certificate_is_refused) {
+  struct test_daemon t;
+  start_tls(&t);
+  struct sbx_error e = {0};
+  struct sbx_client *none = tls_client(&t, NULL);
+  cr_expect_lt(sbx_hello(none, NULL, &e), 0, "no client certificate");
+  sbx_client_free(none);
+  struct sbx_client *rogue = tls_client(&t, "rogue");
+  cr_expect_lt(sbx_hello(rogue, NULL, &e), 0, "certificate of another CA");
+  sbx_client_free(rogue);
+  test_daemon_stop(&t);
+}
+
+Test(tls, tls_listen_needs_all_three_files) {
+  char cmd[512];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "echo 0123456789abcdef0123 | %s --listen "
+                 "tls+tcp://127.0.0.1:%d --root /tmp --token-fd 0 2>&1 | "
+                 "grep -q -- '--tls-cert, --tls-key and --tls-ca'",
+                 test_sandboxd_path(), free_port());
+  cr_expect_eq(system(cmd), 0);
+}
