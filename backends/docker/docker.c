@@ -711,6 +711,14 @@ static int find_rundir(json_t *j, const char *id, char **out,
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
                          "container %.12s has no sbx runtime directory at %s",
                          id, DOCKER_RUN_DIR);
+  /* Ours: owned by us, or by the numeric user the container runs as (the
+   * directory was handed to it at creation). */
+  uid_t owner = geteuid();
+  const char *user =
+      json_string_value(json_object_get(json_object_get(j, "Config"), "User"));
+  char *end = NULL;
+  unsigned long uid = user && *user ? strtoul(user, &end, 10) : 0;
+  bool numeric_user = user && *user && end && (*end == '\0' || *end == ':');
   struct stat st;
   if (lstat(src, &st) < 0)
     return sbx_error_set(e, SBX_UNAVAILABLE, errno,
@@ -718,7 +726,7 @@ static int find_rundir(json_t *j, const char *id, char **out,
                          "gone: %m",
                          src, id);
   if (!S_ISDIR(st.st_mode) || (st.st_mode & 077) ||
-      (st.st_uid != geteuid() && geteuid() != 0))
+      (st.st_uid != owner && !(numeric_user && st.st_uid == (uid_t)uid)))
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
                          "the runtime directory \"%s\" of container %.12s is "
                          "not a private directory of ours",
