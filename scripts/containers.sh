@@ -35,7 +35,7 @@ service_pid() {
   local pid
   pid=$(cat "$pidfile" 2>/dev/null) || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'podman system service' ||
+  tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q 'podman system service' ||
     return 1
   echo "$pid"
 }
