@@ -226,8 +226,9 @@ static int cmd_run(int argc, char **argv) {
   agent_set_free(agents);
   if (r < 0) {
     fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
+    int code = res.config_error ? 2 : 1;
     run_result_clear(&res);
-    return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;
+    return code;
   }
   if (!o.events) {
     fputs(res.final_output ? res.final_output : "", stdout);

@@ -30,10 +30,11 @@ typedef void (*model_delta_fn)(void *arg, const char *text, size_t len);
 
 struct model_config {
   enum model_api api;
-  const char
-      *base_url; /* default $OPENAI_BASE_URL or https://api.openai.com/v1 */
-  const char
-      *api_key; /* default $OPENAI_API_KEY; may be NULL for local servers */
+  const char *base_url;        /* default $OPENAI_BASE_URL or
+                                  https://api.openai.com/v1; http:// or https://,
+                                  "/responses" or "/chat/completions" is added */
+  const char *api_key;         /* default $OPENAI_API_KEY (when NULL); "" or no
+                                  key: no Authorization header (local servers) */
   unsigned timeout_ms;         /* whole request; 0 means 600000 */
   unsigned connect_timeout_ms; /* 0 means 10000 */
   unsigned max_retries;        /* on 429, 5xx and connection errors; 0 means 4;
@@ -90,15 +91,65 @@ enum model_api model_client_api(const struct model_client *m);
 bool model_client_replaying(const struct model_client *m);
 
 /* One model call. On success OUT holds new values (free with
- * model_response_clear). Errors are for a person: "401 from
- * https://api.openai.com/v1/responses: Incorrect API key provided",
- * "replay diverged at request 3: ...". Retryable failures are retried
- * with exponential backoff, honouring Retry-After. */
+ * model_response_clear); on failure OUT is empty.
+ *
+ * Retries: 408, 409, 429, 500, 502, 503, 504 (or what an x-should-retry
+ * header says), connection failures, timeouts and cut-off replies are tried
+ * again up to max_retries times, waiting Retry-After / retry-after-ms
+ * (at most 60 s) or else retry_base_ms doubled per attempt (at most 20 s)
+ * with jitter. A stream that already delivered deltas is not retried (the
+ * text would show twice). Other 4xx fail at once.
+ *
+ * Errors are for a person and never contain the API key (it is replaced by
+ * "[redacted]" should a server echo it):
+ *   "401 from https://api.openai.com/v1/responses: Incorrect API key ..."
+ *   "503 from URL: <message> (after 4 retries)"
+ *   "cannot connect to URL: <curl message>"
+ *   "request to URL timed out: <curl message>"
+ *   "response from URL exceeds 64 MiB"
+ *   "invalid JSON from URL: <jansson message>"
+ *   "incomplete response from URL: max_output_tokens"
+ *   "replay diverged at model call 3: input item 5 is function_call_output
+ *    for call_ab, the recording has message (user)"
+ *   "replay has only 4 recorded model calls"
+ *
+ * Record and replay: with record_path each successful call appends one line
+ * {"version":1, "api":"responses"|"chat", "request":<the body sent>,
+ * "response":<the reply; a streamed chat reply assembled into the
+ * non-stream shape>}. With replay_path (read whole at model_client_new, at
+ * most 256 MiB and 100000 calls) each call takes the next line instead of
+ * the network, after checking that the run has not diverged: the same API,
+ * model and tool names, the same number of input items (chat: messages),
+ * and for each the same type, role, call_id and name (tool output text is
+ * not compared: it holds wall times and random chunk ids). When streaming,
+ * a replayed reply's text is handed to on_delta.
+ *
+ * With stream set, text deltas go to on_delta as they arrive; a server
+ * that answers a streaming request with plain JSON still works, and its
+ * final text is handed to on_delta. */
 int model_call(struct model_client *m, const struct model_request *req,
                struct model_response *out, struct sbx_error *e);
 void model_response_clear(struct model_response *r);
 
-/* The body model_call would send for REQ (new). For tests and recording. */
+/* The body model_call would send for REQ (new; it may share REQ's input
+ * and tools arrays, so use it before changing them). NULL on OOM.
+ *
+ * Responses: {model, instructions, input, tools, tool_choice,
+ * parallel_tool_calls, temperature, top_p, reasoning, max_output_tokens,
+ * truncation, text.format (json_schema, strict) for output_schema, stream,
+ * store:false, include:["reasoning.encrypted_content"]} with EXTRA merged
+ * last. A tool_choice naming a hosted tool (e.g. "apply_patch") becomes
+ * {"type":"apply_patch"}, another name {"type":"function","name":...}.
+ *
+ * Chat: {model, messages, tools (function tools only), tool_choice,
+ * parallel_tool_calls, temperature, top_p, reasoning_effort, max_tokens
+ * (max_completion_tokens when model_settings names it), response_format,
+ * stream, stream_options.include_usage when streaming} with EXTRA merged.
+ * Instructions become the system message; consecutive function_call items
+ * one assistant message with tool_calls; function_call_output a "tool"
+ * message whose content is the output text (input_text parts and
+ * input_image URLs joined by newlines); developer messages are sent as
+ * system; reasoning and other Responses-only items are dropped. */
 json_t *model_build_body(const struct model_client *m,
                          const struct model_request *req);
 

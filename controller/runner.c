@@ -152,8 +152,10 @@ static int ensure_state(struct run *run, const struct agent *a,
     char where[600];
     (void)snprintf(where, sizeof(where), "%s: default_manifest", a->path);
     r = manifest_parse(a->default_manifest, where, &st->manifest, e);
-    if (r < 0)
+    if (r < 0) {
+      run->res->config_error = true;
       return r;
+    }
   } else {
     json_t *empty = json_object();
     r = manifest_parse(empty, "manifest", &st->manifest, e);
@@ -177,6 +179,8 @@ static int ensure_state(struct run *run, const struct agent *a,
     bool dir = r == 0 &&
                resp->file_stat->type == SBX__V1__FILE_TYPE__FILE_TYPE_DIRECTORY;
     sbx_client_reply_free(resp);
+    if (!dir)
+      run->res->config_error = true;
     if (!dir)
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOTDIR,
                            "Sandbox working directory \"%s\" does not exist or "
@@ -576,8 +580,10 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
       return r;
     struct model_client *mc = NULL;
     r = get_client(sh, a, &mc, e);
-    if (r < 0)
+    if (r < 0) {
+      run->res->config_error = true;
       return r;
+    }
     enum model_api api = model_client_api(mc);
     struct agent_state *st = &run->states[a->index];
     struct instructions_input ii = {

@@ -37,11 +37,12 @@ struct run_result {
   struct model_usage usage;
   int turns;
   const char *last_agent; /* borrowed from the agent set */
+  bool config_error;      /* the failure is the configuration's (exit 2) */
 };
 
 /* Runs to completion. Returns 0, or a negative errno with E saying why;
- * E's code is INVALID_ARGUMENT for configuration errors (exit 2) and
- * something else for run failures (exit 1). */
+ * res->config_error tells a configuration error (a bad manifest, a missing
+ * cwd: exit 2) from a failed run (model or tool error: exit 1). */
 int runner_run(const struct run_options *o, struct run_result *res,
                struct sbx_error *e);
 void run_result_clear(struct run_result *r);

@@ -14,10 +14,14 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "proc.h"
 #include "server.h"
 #include "version.h"
 
 #define TOKEN_MAX 4096
+/* TERM, then KILL this much later, for the processes left at exit (the
+ * Shutdown RPC's default grace). */
+#define DAEMON_KILL_GRACE_MS 250
 
 void daemon_options_init(struct daemon_options *o) {
   memset(o, 0, sizeof(*o));
@@ -208,6 +212,12 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   if (o->seccomp == SANDBOXD_SECCOMP_OFF)
     log_warn("seccomp is OFF: sandboxed processes may call any syscall");
   r = daemon_open_roots(&d, o->root, o->grants, o->ngrants, e);
+  if (r >= 0) {
+    r = proc_table_new(&d, &d.procs);
+    if (r < 0)
+      r = sbx_error_set(e, SBX_OK, -r, "cannot start the process table: %s",
+                        strerror(-r));
+  }
   struct server *srv = NULL;
   if (r >= 0) {
     struct server_config sc = {
@@ -223,6 +233,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   }
   explicit_bzero(token, token_len);
   if (r < 0) {
+    proc_table_free(d.procs, 0);
     daemon_close_roots(&d);
     return r;
   }
@@ -244,7 +255,12 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
       break;
     }
   }
+  /* Every process group dies and every parked read is answered while the
+   * server still runs; only then may it free its calls. */
+  proc_table_shutdown(d.procs, DAEMON_KILL_GRACE_MS);
   server_free(srv);
+  proc_table_free(d.procs, 0);
+  d.procs = NULL;
   daemon_close_roots(&d);
   return 0;
 }

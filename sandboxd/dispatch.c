@@ -1,12 +1,24 @@
 #include "dispatch.h"
 
 #include "files.h"
+#include "proc.h"
 
 #define B(x) SBX__V1__REQUEST__BODY_##x
 
 static const struct rpc_entry table[] = {
     [B(HELLO)] = {rpc_hello, 0, "hello"},
     [B(SHUTDOWN)] = {rpc_shutdown, RPC_MUTATING, "shutdown"},
+
+    /* A retried start, write, signal or release must not happen twice:
+     * cached. Reads, resize and list are safe to repeat. Reads may park. */
+    [B(EXEC_START)] = {rpc_exec_start, RPC_BLOCKING | RPC_MUTATING,
+                       "exec_start"},
+    [B(EXEC_READ)] = {rpc_exec_read, 0, "exec_read"},
+    [B(EXEC_WRITE)] = {rpc_exec_write, RPC_MUTATING, "exec_write"},
+    [B(EXEC_SIGNAL)] = {rpc_exec_signal, RPC_MUTATING, "exec_signal"},
+    [B(EXEC_RESIZE)] = {rpc_exec_resize, 0, "exec_resize"},
+    [B(EXEC_LIST)] = {rpc_exec_list, 0, "exec_list"},
+    [B(EXEC_RELEASE)] = {rpc_exec_release, RPC_MUTATING, "exec_release"},
 
     [B(FILE_STAT)] = {rpc_file_stat, RPC_BLOCKING, "file_stat"},
     [B(FILE_READ)] = {rpc_file_read, RPC_BLOCKING, "file_read"},

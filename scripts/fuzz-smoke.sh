@@ -2,7 +2,7 @@
 # Runs every fuzz target in BUILD for SECONDS each, starting from its seed
 # corpus in tests/fuzz/corpus/<name>/ (copied, so the tree stays clean).
 set -euo pipefail
-build=${1:-build-fuzz}
+build=$(cd "${1:-build-fuzz}" && pwd) # absolute: the runs cd away
 secs=${2:-30}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)

@@ -40,6 +40,8 @@ int sbx_buf_reserve(struct sbx_buf *b, size_t n) {
   char *p = realloc(b->data, cap);
   if (!p)
     return -ENOMEM;
+  if (!b->data)
+    p[0] = '\0';
   b->data = p;
   b->cap = cap;
   return 0;
@@ -94,8 +96,6 @@ void sbx_buf_consume(struct sbx_buf *b, size_t n) {
 }
 
 char *sbx_buf_steal(struct sbx_buf *b, size_t *len) {
-  if (!b->data && sbx_buf_reserve(b, 0) < 0)
-    return NULL;
   if (!b->data) {
     b->data = malloc(1);
     if (!b->data)

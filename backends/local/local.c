@@ -117,7 +117,10 @@ static int spawn_sandboxd(struct local *l, const char *sandboxd,
     (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent)
       _exit(127);
-    if (dup2(tokp[0], 3) < 0 || dup2(readyp[1], 4) < 0)
+    /* Move both above 4 first: either may already be fd 3 or 4. */
+    int tok = fcntl(tokp[0], F_DUPFD, 10);
+    int rdy = fcntl(readyp[1], F_DUPFD, 10);
+    if (tok < 0 || rdy < 0 || dup2(tok, 3) < 0 || dup2(rdy, 4) < 0)
       _exit(127);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)

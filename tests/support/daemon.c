@@ -77,7 +77,10 @@ void test_daemon_start(struct test_daemon *t, const char *const *args) {
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) {
-    if (dup2(tokp[0], 3) < 0 || dup2(readyp[1], 4) < 0)
+    /* Move both above 4 first: either may already be fd 3 or 4. */
+    int tok = fcntl(tokp[0], F_DUPFD, 10);
+    int rdy = fcntl(readyp[1], F_DUPFD, 10);
+    if (tok < 0 || rdy < 0 || dup2(tok, 3) < 0 || dup2(rdy, 4) < 0)
       _exit(127);
     execv(argv[0], (char *const *)argv);
     _exit(127);

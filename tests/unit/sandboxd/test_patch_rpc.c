@@ -99,10 +99,8 @@ Test(patch_rpc, failure_in_the_last_file_changes_nothing) {
                                   NULL, false);
   cr_expect_lt(hc->rc, 0);
   cr_expect_eq(hc->call.err.code, SBX_INVALID_ARGUMENT);
-  cr_expect(strstr(hc->call.err.msg, "c.txt") != NULL, "%s",
-            hc->call.err.msg);
-  cr_expect(strstr(hc->call.err.msg, "hunk 1") != NULL, "%s",
-            hc->call.err.msg);
+  cr_expect(strstr(hc->call.err.msg, "c.txt") != NULL, "%s", hc->call.err.msg);
+  cr_expect(strstr(hc->call.err.msg, "hunk 1") != NULL, "%s", hc->call.err.msg);
   harness_call_free(hc);
   expect_file("a.txt", "alpha\n");
   expect_file("b.txt", "beta\n");

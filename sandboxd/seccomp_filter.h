@@ -1,6 +1,9 @@
-/* The seccomp filter installed in each child before exec. */
-#ifndef SANDBOXD_SECCOMP_H
-#define SANDBOXD_SECCOMP_H
+/* The seccomp filter installed in each child before exec.
+ *
+ * (Not named seccomp.h: sandboxd/ is on the include path, and that name
+ * would hide libseccomp's <seccomp.h>.) */
+#ifndef SANDBOXD_SECCOMP_FILTER_H
+#define SANDBOXD_SECCOMP_FILTER_H
 
 #include "sandboxd.h"
 

@@ -1,0 +1,6 @@
+/* sbx: the control plane. */
+#include "cli.h"
+
+int main(int argc, char **argv) {
+  return cli_main(argc, argv);
+}

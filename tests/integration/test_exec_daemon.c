@@ -1,0 +1,430 @@
+/* Exec and PTY through the real daemon: the dispatch table, the worker pool,
+ * parked long-polls completed from the process thread, and the wire. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "daemon.h"
+
+TestSuite(exec_daemon, .timeout = 60);
+
+static uint64_t start_cmd(struct sbx_client *c, const char *cmd, bool tty,
+                          unsigned timeout_ms) {
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = (char *)cmd;
+  st.tty = tty;
+  st.timeout_ms = timeout_ms;
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_start(c, &st, &r, &e), 0, "start: %s", e.msg);
+  uint64_t id = r->exec_start->exec_id;
+  sbx_client_reply_free(r);
+  return id;
+}
+
+struct chunk {
+  uint64_t offset, next, gap, end;
+  bool eof, exited, timed_out;
+  int code, sig;
+};
+
+/* One read; appends its data to *ACC (of *LEN bytes). */
+static struct chunk read_once(struct sbx_client *c, uint64_t id, int stream,
+                              uint64_t off, uint32_t max, uint32_t wait_ms,
+                              bool until_exit, char **acc, size_t *len) {
+  Sbx__V1__ExecRead rq = SBX__V1__EXEC_READ__INIT;
+  rq.exec_id = id;
+  rq.stream = stream ? SBX__V1__STREAM__STDERR : SBX__V1__STREAM__STDOUT;
+  rq.offset = off;
+  rq.max_bytes = max;
+  rq.wait_ms = wait_ms;
+  rq.until_exit = until_exit;
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_read(c, &rq, &r, &e), 0, "read: %s", e.msg);
+  Sbx__V1__ExecReadReply *x = r->exec_read;
+  if (acc) {
+    *acc = realloc(*acc, *len + x->data.len + 1);
+    if (x->data.len)
+      memcpy(*acc + *len, x->data.data, x->data.len);
+    *len += x->data.len;
+    (*acc)[*len] = '\0';
+  }
+  struct chunk k = {x->offset,     x->next_offset, x->gap,
+                    x->end_offset, x->eof,         x->exited,
+                    x->timed_out,  x->exit_code,   x->signal};
+  sbx_client_reply_free(r);
+  return k;
+}
+
+/* Reads STREAM until eof and exit; returns the text (new). */
+static char *read_all(struct sbx_client *c, uint64_t id, int stream,
+                      struct chunk *last) {
+  char *acc = calloc(1, 1);
+  size_t len = 0;
+  uint64_t off = 0;
+  for (;;) {
+    struct chunk k = read_once(c, id, stream, off, 0, 20000, true, &acc, &len);
+    cr_assert_eq(k.gap, 0);
+    off = k.next;
+    if (k.eof && k.exited) {
+      if (last)
+        *last = k;
+      return acc;
+    }
+  }
+}
+
+static char *read_until(struct sbx_client *c, uint64_t id, const char *want) {
+  char *acc = calloc(1, 1);
+  size_t len = 0;
+  uint64_t off = 0, end = sbx_now_ms() + 10000;
+  while (!strstr(acc, want) && sbx_now_ms() < end) {
+    struct chunk k = read_once(c, id, 0, off, 0, 2000, false, &acc, &len);
+    off = k.next;
+    if (k.eof)
+      break;
+  }
+  return acc;
+}
+
+static bool pid_gone(pid_t pid) {
+  if (kill(pid, 0) < 0 && errno == ESRCH)
+    return true;
+  char path[64], buf[256];
+  (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return true;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *rp = strrchr(buf, ')');
+  return rp && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static bool wait_gone(pid_t pid) {
+  for (int i = 0; i < 300; i++) {
+    if (pid_gone(pid))
+      return true;
+    (void)nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
+  return false;
+}
+
+static unsigned char pattern(uint64_t o) {
+  return (unsigned char)((o * 7 + o / 251) % 253);
+}
+
+/* Starts a writer of N pattern bytes in 4 KiB chunks, SLEEP seconds apart. */
+static uint64_t start_pattern(struct sbx_client *c, unsigned n,
+                              const char *sleep) {
+  char cmd[512];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "python3 -c 'import sys, time\n"
+                 "n = %u\n"
+                 "data = bytes((i * 7 + i // 251) %% 253 for i in range(n))\n"
+                 "for i in range(0, n, 4096):\n"
+                 "    sys.stdout.buffer.write(data[i:i + 4096]); "
+                 "sys.stdout.flush()\n"
+                 "    time.sleep(%s)\n'",
+                 n, sleep);
+  return start_cmd(c, cmd, false, 0);
+}
+
+Test(exec_daemon, output_streams_and_exit) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint64_t id = start_cmd(t.client, "echo out; echo err >&2; exit 7", false, 0);
+  struct chunk last;
+  char *out = read_all(t.client, id, 0, &last);
+  char *err = read_all(t.client, id, 1, NULL);
+  cr_expect_str_eq(out, "out\n");
+  cr_expect_str_eq(err, "err\n");
+  cr_expect_eq(last.code, 7);
+  free(out);
+  free(err);
+  struct sbx_error e = {0};
+  cr_expect_eq(sbx_exec_release(t.client, id, &e), 0, "%s", e.msg);
+  cr_expect_eq(sbx_exec_release(t.client, id, &e), -ENOENT);
+  cr_expect_eq(e.code, SBX_NOT_FOUND, "%s", e.msg);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, reader_resumes_after_disconnect_without_loss) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  const unsigned n = 400000;
+  uint64_t id = start_pattern(t.client, n, "0.0005");
+  uint64_t off = 0, sum = 0, want = 0;
+  for (uint64_t i = 0; i < n; i++)
+    want = want * 31 + pattern(i);
+  /* The first reader goes away in the middle of the stream... */
+  struct sbx_client *a = test_daemon_client(&t, NULL);
+  while (off < n / 3) {
+    char *acc = NULL;
+    size_t len = 0;
+    struct chunk k = read_once(a, id, 0, off, 5000, 5000, false, &acc, &len);
+    cr_assert_eq(k.gap, 0);
+    for (size_t i = 0; i < len; i++)
+      sum = sum * 31 + (unsigned char)acc[i];
+    free(acc);
+    off = k.next;
+  }
+  sbx_client_free(a);
+  /* ...and a new connection picks up at its offset. */
+  struct sbx_client *b = test_daemon_client(&t, NULL);
+  for (;;) {
+    char *acc = NULL;
+    size_t len = 0;
+    struct chunk k = read_once(b, id, 0, off, 7777, 5000, false, &acc, &len);
+    cr_assert_eq(k.gap, 0);
+    cr_assert_eq(k.offset, off);
+    for (size_t i = 0; i < len; i++)
+      sum = sum * 31 + (unsigned char)acc[i];
+    free(acc);
+    off = k.next;
+    if (k.eof)
+      break;
+  }
+  sbx_client_free(b);
+  cr_expect_eq(off, n);
+  cr_expect_eq(sum, want, "every byte once, in order");
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, output_beyond_retention_reports_the_gap) {
+  const char *args[] = {"--retention", "4096", NULL};
+  struct test_daemon t;
+  test_daemon_start(&t, args);
+  const unsigned n = 200000;
+  uint64_t id = start_pattern(t.client, n, "0");
+  char *acc = NULL;
+  size_t len = 0;
+  struct chunk k = read_once(t.client, id, 0, 0, 0, 20000, true, &acc, &len);
+  cr_expect(k.exited);
+  cr_expect_eq(k.end, n);
+  cr_assert_eq(len, 64 * 1024, "the head");
+  for (size_t i = 0; i < len; i++)
+    cr_assert_eq((unsigned char)acc[i], pattern(i));
+  free(acc);
+  acc = NULL;
+  len = 0;
+  k = read_once(t.client, id, 0, k.next, 0, 0, false, &acc, &len);
+  cr_expect_eq(k.gap, n - 4096 - 64 * 1024);
+  cr_expect_eq(k.offset, n - 4096);
+  cr_expect(k.eof);
+  cr_assert_eq(len, 4096, "the tail");
+  for (size_t i = 0; i < len; i++)
+    cr_assert_eq((unsigned char)acc[i], pattern(k.offset + i));
+  free(acc);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, pty_echo_resize_and_ctrl_c) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  struct sbx_error e = {0};
+  uint64_t id = start_cmd(t.client, "stty size; cat", true, 0);
+  char *out = read_until(t.client, id, "24 80\r\n");
+  cr_expect_str_eq(out, "24 80\r\n");
+  free(out);
+  cr_assert_eq(sbx_exec_write(t.client, id, "hi\n", 3, false, &e), 0, "%s",
+               e.msg);
+  out = read_until(t.client, id, "hi\r\nhi\r\n");
+  cr_expect(strstr(out, "hi\r\nhi\r\n"), "%s", out);
+  free(out);
+  cr_assert_eq(sbx_exec_write(t.client, id, "\x03", 1, false, &e), 0);
+  struct chunk last;
+  free(read_all(t.client, id, 0, &last));
+  cr_expect(last.sig == SIGINT || last.code == 130, "sig %d code %d", last.sig,
+            last.code);
+
+  id = start_cmd(t.client, "read x; stty size", true, 0);
+  cr_assert_eq(sbx_exec_resize(t.client, id, 40, 100, &e), 0, "%s", e.msg);
+  cr_assert_eq(sbx_exec_write(t.client, id, "\n", 1, false, &e), 0);
+  out = read_all(t.client, id, 0, NULL);
+  cr_expect(strstr(out, "40 100\r\n"), "%s", out);
+  free(out);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, timeout_kills_the_process_tree) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint64_t id =
+      start_cmd(t.client, "sleep 100 & echo $!; sleep 100", false, 300);
+  struct chunk last;
+  char *out = read_all(t.client, id, 0, &last);
+  cr_expect(last.timed_out);
+  cr_expect_eq(last.sig, SIGTERM);
+  pid_t grandchild = (pid_t)strtol(out, NULL, 10);
+  cr_assert_gt(grandchild, 1, "%s", out);
+  cr_expect(wait_gone(grandchild), "grandchild %d survived", (int)grandchild);
+  free(out);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, run_as_another_user) {
+  if (geteuid() != 0)
+    cr_skip("run_as needs sandboxd to run as root");
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = "id -u";
+  st.run_as = "nobody";
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_start(t.client, &st, &r, &e), 0, "%s", e.msg);
+  uint64_t id = r->exec_start->exec_id;
+  sbx_client_reply_free(r);
+  char *out = read_all(t.client, id, 0, NULL);
+  cr_expect_str_eq(out, "65534\n");
+  free(out);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, exec_errors_reach_the_client) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  char *argv[] = {"no-such-program-sbx"};
+  st.argv = argv;
+  st.n_argv = 1;
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_expect_eq(sbx_exec_start(t.client, &st, &r, &e), -ENOENT);
+  cr_expect_eq(e.code, SBX_NOT_FOUND);
+  cr_expect_str_eq(e.msg,
+                   "exec \"no-such-program-sbx\": No such file or directory");
+  test_daemon_stop(&t);
+}
+
+struct parked_read {
+  struct sbx_client *c;
+  uint64_t id;
+  struct chunk k;
+};
+
+static void *parked_main(void *arg) {
+  struct parked_read *p = arg;
+  p->k = read_once(p->c, p->id, 0, 0, 0, 30000, true, NULL, NULL);
+  return NULL;
+}
+
+static int daemon_threads(pid_t pid) {
+  char path[64], line[256];
+  (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  int n = -1;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "Threads:", 8) == 0)
+      n = (int)strtol(line + 8, NULL, 10);
+  fclose(f);
+  return n;
+}
+
+Test(exec_daemon, many_parked_reads_need_no_threads) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint64_t id = start_cmd(t.client, "read x; echo done", false, 0);
+  enum { N = 48 };
+  struct parked_read p[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    p[i] = (struct parked_read){.c = t.client, .id = id};
+    cr_assert_eq(pthread_create(&th[i], NULL, parked_main, &p[i]), 0);
+  }
+  (void)nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+  int threads = daemon_threads(t.pid);
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_write(t.client, id, "\n", 1, false, &e), 0, "%s",
+               e.msg);
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    cr_expect(p[i].k.exited && p[i].k.eof);
+    cr_expect_eq(p[i].k.next, 5);
+  }
+  cr_expect_lt(threads, N / 2, "%d threads for %d parked reads", threads, N);
+  test_daemon_stop(&t);
+}
+
+static Sbx__V1__Response *raw_call(const char *url, const void *buf,
+                                   size_t len) {
+  nng_socket s;
+  cr_assert_eq(nng_req0_open(&s), 0);
+  cr_assert_eq(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000), 0);
+  cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
+  cr_assert_eq(nng_send(s, (void *)buf, len, 0), 0);
+  char *reply = NULL;
+  size_t rlen = 0;
+  cr_assert_eq(nng_recv(s, &reply, &rlen, NNG_FLAG_ALLOC), 0);
+  Sbx__V1__Response *r =
+      sbx__v1__response__unpack(NULL, rlen, (uint8_t *)reply);
+  nng_free(reply, rlen);
+  nng_close(s);
+  cr_assert_not_null(r);
+  return r;
+}
+
+Test(exec_daemon, retried_start_runs_once) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  Sbx__V1__Request req = SBX__V1__REQUEST__INIT;
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = "echo x >> count";
+  req.body_case = SBX__V1__REQUEST__BODY_EXEC_START;
+  req.exec_start = &st;
+  req.token.data = (uint8_t *)t.token;
+  req.token.len = strlen(t.token);
+  req.version = 1;
+  req.id = "start-1";
+  uint8_t buf[512];
+  size_t n = sbx__v1__request__pack(&req, buf);
+  Sbx__V1__Response *a = raw_call(t.url, buf, n);
+  Sbx__V1__Response *b = raw_call(t.url, buf, n);
+  cr_assert_eq(a->body_case, SBX__V1__RESPONSE__BODY_EXEC_START);
+  cr_assert_eq(b->body_case, SBX__V1__RESPONSE__BODY_EXEC_START);
+  cr_expect_eq(a->exec_start->exec_id, b->exec_start->exec_id);
+  cr_expect_eq(a->exec_start->pid, b->exec_start->pid);
+  free(read_all(t.client, a->exec_start->exec_id, 0, NULL));
+  sbx__v1__response__free_unpacked(a, NULL);
+  sbx__v1__response__free_unpacked(b, NULL);
+  Sbx__V1__Response *l = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_list(t.client, &l, &e), 0, "%s", e.msg);
+  cr_expect_eq(l->exec_list->n_execs, 1, "one process for two requests");
+  sbx_client_reply_free(l);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, shutdown_kills_every_process_group) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint64_t id = start_cmd(t.client, "sleep 100 & echo $!; sleep 100", false, 0);
+  char *out = read_until(t.client, id, "\n");
+  pid_t grandchild = (pid_t)strtol(out, NULL, 10);
+  free(out);
+  cr_assert_gt(grandchild, 1);
+  /* A read parked on it must be answered, not left behind. */
+  struct parked_read p = {.c = test_daemon_client(&t, NULL), .id = id};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, parked_main, &p), 0);
+  (void)nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+  int st = test_daemon_stop(&t);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  cr_expect(wait_gone(grandchild), "grandchild %d survived", (int)grandchild);
+  pthread_join(th, NULL);
+  sbx_client_free(p.c);
+}
