@@ -133,8 +133,15 @@ static void engine_call(struct docker_engine *en, const char *method,
                         const char *path, json_t *body, json_t **out) {
   struct sbx_error e = {0};
   struct docker_request req = {.method = method, .path = path, .body = body};
-  if (docker_engine_json(en, &req, out, &e) < 0)
-    die(path, e.msg);
+  /* A forced removal may race the container's exit: try again. */
+  for (int attempt = 0;; attempt++) {
+    int r = docker_engine_json(en, &req, out, &e);
+    if (r == 0)
+      return;
+    if (r != -EIO || attempt == 4)
+      die(path, e.msg);
+    usleep(50000);
+  }
 }
 
 int main(int argc, char **argv) {

@@ -180,6 +180,11 @@ static void container_log_tail(struct docker_engine *en, const char *id,
   out[o] = '\0';
 }
 
+static void sleep_us(unsigned us) {
+  struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+  (void)nanosleep(&ts, NULL);
+}
+
 /* Removes container ID with its anonymous volumes; a missing one is fine. */
 static int remove_container(struct docker_engine *en, const char *id,
                             struct sbx_error *e) {
@@ -189,12 +194,18 @@ static int remove_container(struct docker_engine *en, const char *id,
     return r;
   struct docker_request req = {
       .method = "DELETE", .path = path, .timeout_ms = 30000};
-  r = docker_engine_json(en, &req, NULL, e);
-  if (r == -ENOENT) {
-    sbx_error_clear(e);
-    return 0;
+  /* Podman refuses a forced removal that races the container's own exit
+   * ("container state improper"); the next attempt finds it stopped. */
+  for (unsigned attempt = 0;; attempt++) {
+    r = docker_engine_json(en, &req, NULL, e);
+    if (r == -ENOENT) {
+      sbx_error_clear(e);
+      return 0;
+    }
+    if (r != -EIO || attempt == 4)
+      return r;
+    sleep_us(20000u << attempt);
   }
-  return r;
 }
 
 static int docker_close(struct sandbox *s, struct sbx_error *e) {
@@ -376,11 +387,6 @@ static int prepare_image(struct docker_engine *en, const char *image,
       return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
   }
   return 0;
-}
-
-static void sleep_us(unsigned us) {
-  struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
-  (void)nanosleep(&ts, NULL);
 }
 
 /* Fails with what the container said when it is no longer running. */
