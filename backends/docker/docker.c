@@ -444,10 +444,11 @@ static int wait_socket(struct docker *d, const char *sock, const char *image,
   }
 }
 
-/* Connects S's client to the sandboxd behind SOCK and checks that it takes
- * D's token. */
+/* Connects S's client to the sandboxd behind SOCK and checks with Hello,
+ * within BUDGET_MS in all, that it takes D's token. */
 static int connect_sandboxd(struct sandbox *s, struct docker *d,
-                            const char *sock, struct sbx_error *e) {
+                            const char *sock, unsigned budget_ms,
+                            struct sbx_error *e) {
   char url[PATH_MAX + 16];
   int n = snprintf(url, sizeof(url), "ipc://%s", sock);
   if (n < 0 || (size_t)n >= sizeof(url))
@@ -462,7 +463,25 @@ static int connect_sandboxd(struct sandbox *s, struct docker *d,
   int r = sbx_client_new(&cc, &s->client, e);
   if (r < 0)
     return r;
-  return sbx_hello(s->client, NULL, e);
+  /* The client tries a call 4 times (3 retries): a quarter each keeps a
+   * sandboxd that accepted and then hung within the budget. */
+  Sbx__V1__Hello h = SBX__V1__HELLO__INIT;
+  h.client_version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+  h.client_name = "sbx";
+  Sbx__V1__Request req = SBX__V1__REQUEST__INIT;
+  req.body_case = SBX__V1__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  unsigned per_try = budget_ms / 4 > 250 ? budget_ms / 4 : 250;
+  Sbx__V1__Response *reply = NULL;
+  r = sbx_client_call(s->client, &req, SBX__V1__RESPONSE__BODY_HELLO, per_try,
+                      &reply, e);
+  sbx_client_reply_free(reply);
+  if (r == -ETIMEDOUT)
+    return sbx_error_set(e, SBX_TIMED_OUT, ETIMEDOUT,
+                         "sandboxd in container %.12s made its socket but did "
+                         "not answer Hello within %u ms",
+                         d->container, per_try * 4);
+  return r;
 }
 
 /* Records the host endpoints of the container's published ports from its
@@ -653,10 +672,13 @@ static int docker_create(const struct backend_options *bo, struct sandbox **out,
 
   char sock[PATH_MAX];
   (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", d->rundir);
+  uint64_t ready_start = sbx_now_ms();
   r = wait_socket(d, sock, image, tmo, e);
   if (r < 0)
     goto fail;
-  r = connect_sandboxd(s, d, sock, e);
+  uint64_t waited = sbx_now_ms() - ready_start;
+  r = connect_sandboxd(s, d, sock, waited < tmo ? tmo - (unsigned)waited : 0,
+                       e);
   if (r < 0)
     goto fail;
   if (o->n_exposed_ports) {
@@ -812,7 +834,8 @@ int docker_resume(const struct backend_options *bo,
     goto fail;
   char sock[PATH_MAX];
   (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", rundir);
-  r = connect_sandboxd(s, d, sock, e);
+  r = connect_sandboxd(
+      s, d, sock, bo && bo->ready_timeout_ms ? bo->ready_timeout_ms : 10000, e);
   if (r < 0) {
     if (e && e->code == SBX_UNAUTHENTICATED)
       r = sbx_error_set(e, SBX_UNAUTHENTICATED, EACCES,
