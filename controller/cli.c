@@ -64,7 +64,12 @@ static void usage_run(FILE *f) {
           "  --cwd DIR            the run's working directory, relative to "
           "the workspace\n"
           "                       root (must exist; it does not confine)\n"
-          "  --backend NAME       sandbox backend (default: local)\n"
+          "  --backend NAME       sandbox backend: local (default) or "
+          "docker\n"
+          "  --image IMG          docker: the container image (default: "
+          "sbx-debian:latest)\n"
+          "  --network none       docker: no network but loopback (default: "
+          "the engine's)\n"
           "  --seccomp MODE       default | no-network | off, for the "
           "sandbox's processes\n"
           "  --sandbox ID         run the agent in the developer-owned "
@@ -118,6 +123,8 @@ static int cmd_run(int argc, char **argv) {
     O_BASE_DIR,
     O_CONCURRENCY,
     O_EXPOSE,
+    O_IMAGE,
+    O_NETWORK,
     O_HELP
   };
   static const struct option opts[] = {
@@ -134,6 +141,8 @@ static int cmd_run(int argc, char **argv) {
       {"base-dir", required_argument, NULL, O_BASE_DIR},
       {"concurrency", required_argument, NULL, O_CONCURRENCY},
       {"expose", required_argument, NULL, O_EXPOSE},
+      {"image", required_argument, NULL, O_IMAGE},
+      {"network", required_argument, NULL, O_NETWORK},
       {"help", no_argument, NULL, O_HELP},
       {0},
   };
@@ -223,6 +232,19 @@ static int cmd_run(int argc, char **argv) {
       o.exposed_ports = ports;
       o.n_exposed_ports++;
       break;
+    case O_IMAGE:
+      o.backend_opts.docker.image = optarg;
+      break;
+    case O_NETWORK:
+      if (strcmp(optarg, "none") != 0) {
+        fprintf(stderr,
+                "sbx run: --network \"%s\": only \"none\" can be given "
+                "(leave it out for the engine's default network)\n",
+                optarg);
+        return 2;
+      }
+      o.backend_opts.docker.network_mode = optarg;
+      break;
     case O_HELP:
       usage_run(stdout);
       return 0;
@@ -242,8 +264,14 @@ static int cmd_run(int argc, char **argv) {
   }
   o.backend = backend_find(backend);
   if (!o.backend) {
-    fprintf(stderr, "sbx run: unknown backend \"%s\" (available: local)\n",
+    fprintf(stderr,
+            "sbx run: unknown backend \"%s\" (available: local, docker)\n",
             backend);
+    return 2;
+  }
+  if (o.backend != &backend_docker &&
+      (o.backend_opts.docker.image || o.backend_opts.docker.network_mode)) {
+    fprintf(stderr, "sbx run: --image and --network need --backend docker\n");
     return 2;
   }
   struct sbx_error e = {0};
