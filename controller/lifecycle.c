@@ -295,6 +295,9 @@ int lifecycle_apply_to_live(const struct lifecycle_options *o,
     goto fail;
   size_t *added = NULL, nadded = 0;
   r = manifest_delta(live, next, &added, &nadded, e);
+  for (size_t i = 0; r == 0 && i < next->nenv; i++)
+    if (next->env[i].ephemeral)
+      r = sandbox_setenv(sb, next->env[i].name, next->env[i].value);
   if (r == 0 && nadded > 0)
     r = materialize_entries(sb, next, added, nadded, &o->mo, e);
   free(added);

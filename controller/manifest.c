@@ -1192,9 +1192,17 @@ int manifest_delta(const struct manifest *live, const struct manifest *next,
   if (strcmp(live->root, next->root) != 0)
     return invalid(e, "%s the root (\"%s\" is not \"%s\")", pre, next->root,
                    live->root);
-  bool env_same = live->nenv == next->nenv;
+  /* Ephemeral values are never recorded: the trusted manifest brings them
+   * again each time, so only the recorded ones must match. */
+  size_t nl = 0, nn = 0;
+  for (size_t i = 0; i < live->nenv; i++)
+    nl += !live->env[i].ephemeral;
+  for (size_t i = 0; i < next->nenv; i++)
+    nn += !next->env[i].ephemeral;
+  bool env_same = nl == nn;
   for (size_t i = 0; env_same && i < next->nenv; i++)
     env_same =
+        next->env[i].ephemeral ||
         same_str(manifest_getenv(live, next->env[i].name), next->env[i].value);
   if (!env_same)
     return invalid(e, "%s the environment", pre);

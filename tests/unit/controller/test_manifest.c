@@ -310,10 +310,12 @@ Test(manifest, live_sandbox_accepts_only_additions) {
               "case %zu: %s", i, e.msg);
     manifest_free(next);
   }
+  /* Additions, and an ephemeral value (never recorded) brought again. */
   struct manifest *next = parse_ok(
       "{\"entries\": {\"a\": {\"type\": \"file\", \"content\": \"1\"}, "
       "\"b\": {\"type\": \"file\", \"content\": \"2\"}},"
-      " \"environment\": {\"X\": \"1\"}, \"users\": [\"u\"]}");
+      " \"environment\": {\"X\": \"1\", \"T\": {\"value\": \"t\", "
+      "\"ephemeral\": true}}, \"users\": [\"u\"]}");
   size_t *added = NULL, n = 0;
   struct sbx_error e = {0};
   cr_expect_eq(manifest_delta(live, next, &added, &n, &e), 0, "%s", e.msg);
