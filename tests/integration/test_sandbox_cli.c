@@ -762,3 +762,51 @@ Test(sandbox_cli, error_paths_of_every_subcommand) {
   cr_expect(strstr(o.err, "no sandbox \"abcdef123456\""), "%s", o.err);
   sbx_run_free(&o);
 }
+
+Test(sandbox_cli, local_bind_mounts_and_cloud_mounts) {
+  char src[128];
+  (void)snprintf(src, sizeof(src), "%s/shared", dir);
+  cr_assert_eq(mkdir(src, 0755), 0);
+  test_write_file(src, "in.txt", "bound\n");
+  char text[512];
+  (void)snprintf(text, sizeof(text),
+                 "{\"entries\": {\"data/mnt\": {\"type\": \"mount\", "
+                 "\"source\": \"%s\", \"read_only\": false, "
+                 "\"mount_strategy\": \"local_bind\"}}}",
+                 src);
+  char mp[256];
+  (void)snprintf(mp, sizeof(mp), "%s", write_in("bind.json", text));
+  char id[32];
+  create((const char *const[]){"--manifest", mp, NULL}, id, sizeof(id));
+  struct sbx_run_out o;
+  sbx(&o, (const char *const[]){"exec", id, "--", "sh", "-c",
+                                "cat data/mnt/in.txt; echo w > data/mnt/out",
+                                NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  cr_expect_str_eq(o.out, "bound\n");
+  sbx_run_free(&o);
+  char out[160];
+  (void)snprintf(out, sizeof(out), "%s/out", src);
+  struct stat st;
+  cr_expect_eq(stat(out, &st), 0, "writes reach the source");
+  /* Read-only binds cannot be enforced here; cloud mounts are refused. */
+  (void)snprintf(text, sizeof(text),
+                 "{\"entries\": {\"m\": {\"type\": \"mount\", \"source\": "
+                 "\"%s\"}}}",
+                 src);
+  (void)snprintf(mp, sizeof(mp), "%s", write_in("ro.json", text));
+  sbx(&o, (const char *const[]){"create", "--manifest", mp, NULL});
+  cr_expect_eq(o.status, 2);
+  cr_expect(strstr(o.err, "cannot enforce a read-only local_bind mount"), "%s",
+            o.err);
+  sbx_run_free(&o);
+  (void)snprintf(mp, sizeof(mp), "%s",
+                 write_in("s3.json", "{\"entries\": {\"b\": {\"type\": "
+                                     "\"s3_mount\", \"bucket\": \"x\"}}}"));
+  sbx(&o, (const char *const[]){"create", "--manifest", mp, NULL});
+  cr_expect_eq(o.status, 2);
+  cr_expect(strstr(o.err, "entry \"b\": s3_mount is not supported by "
+                          "backend local"),
+            "%s", o.err);
+  sbx_run_free(&o);
+}
