@@ -12,6 +12,7 @@
 #include "log.h"
 #include "path.h"
 #include "runner.h"
+#include "trace.h"
 
 static void usage_main(FILE *f) {
   fprintf(f,
@@ -47,7 +48,10 @@ static void usage_run(FILE *f) {
           "\n"
           "  --stream             print events as JSON lines on stdout "
           "instead of\n"
-          "                       only the final output\n"
+          "                       only the final output (docs/events.md)\n"
+          "  --trace FILE         append the run's OpenTelemetry spans to "
+          "FILE, one\n"
+          "                       JSON span per line (docs/tracing.md)\n"
           "  --max-turns N        stop with an error after N model calls "
           "(default: the\n"
           "                       agent's max_turns, else 10)\n"
@@ -67,7 +71,28 @@ static void usage_run(FILE *f) {
           "\n"
           "Exit status: 0 done, 1 the run failed (model or tool error), 2 "
           "usage or\n"
-          "configuration error.\n");
+          "configuration error.\n"
+          "\n"
+          "Tracing environment (OTLP/HTTP with JSON bodies; export never "
+          "fails or\n"
+          "slows the run, at most 2 s are spent flushing at exit):\n"
+          "  OTEL_EXPORTER_OTLP_ENDPOINT         send spans to "
+          "ENDPOINT/v1/traces\n"
+          "  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  the full traces URL "
+          "instead\n"
+          "  OTEL_EXPORTER_OTLP_HEADERS          request headers, "
+          "k=v,k2=v2 (URL-encoded)\n"
+          "  OTEL_EXPORTER_OTLP_TIMEOUT          one export request, ms "
+          "(default 10000)\n"
+          "  OTEL_SERVICE_NAME                   service.name (default "
+          "sbx)\n"
+          "  OTEL_BSP_MAX_QUEUE_SIZE             spans queued before drops "
+          "(default 2048)\n"
+          "  OTEL_BSP_MAX_EXPORT_BATCH_SIZE      spans per request (default "
+          "256)\n"
+          "  OTEL_BSP_SCHEDULE_DELAY             ms between exports (default "
+          "1000)\n"
+          "  OTEL_SDK_DISABLED=true              no OTLP export\n");
 }
 
 /* Parses a positive integer option. */
@@ -91,6 +116,7 @@ static int cmd_run(int argc, char **argv) {
     O_CWD,
     O_BACKEND,
     O_SECCOMP,
+    O_TRACE,
     O_HELP
   };
   static const struct option opts[] = {
@@ -102,10 +128,12 @@ static int cmd_run(int argc, char **argv) {
       {"cwd", required_argument, NULL, O_CWD},
       {"backend", required_argument, NULL, O_BACKEND},
       {"seccomp", required_argument, NULL, O_SECCOMP},
+      {"trace", required_argument, NULL, O_TRACE},
       {"help", no_argument, NULL, O_HELP},
       {0},
   };
   struct run_options o = {0};
+  struct trace_options to = {0};
   const char *backend = "local";
   char cwd[SBX_PATH_MAX];
   int c;
@@ -162,6 +190,9 @@ static int cmd_run(int argc, char **argv) {
       }
       o.backend_opts.seccomp = optarg;
       break;
+    case O_TRACE:
+      to.file = optarg;
+      break;
     case O_HELP:
       usage_run(stdout);
       return 0;
@@ -193,6 +224,12 @@ static int cmd_run(int argc, char **argv) {
   }
   o.agents = agents;
   o.prompt = argv[optind + 1];
+  trace_options_from_env(&to);
+  if (trace_new(&to, &o.tracer, &e) < 0) {
+    fprintf(stderr, "sbx: %s\n", e.msg);
+    agent_set_free(agents);
+    return 2;
+  }
   struct run_result res = {0};
   int r = runner_run(&o, &res, &e);
   agent_set_free(agents);
@@ -200,6 +237,7 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
     int code = res.config_error ? 2 : 1;
     run_result_clear(&res);
+    (void)trace_free(o.tracer); /* flushes, within TRACE_FLUSH_MS */
     return code;
   }
   if (!o.events) {
@@ -214,7 +252,9 @@ static int cmd_run(int argc, char **argv) {
             "model API was called\n",
             res.turns, res.turns == 1 ? "" : "s", o.model_cfg.replay_path);
   run_result_clear(&res);
-  return fflush(stdout) == 0 ? 0 : 1;
+  int code = fflush(stdout) == 0 ? 0 : 1;
+  (void)trace_free(o.tracer); /* after the output: flushing may take 2 s */
+  return code;
 }
 
 int cli_main(int argc, char **argv) {
