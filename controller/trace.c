@@ -37,6 +37,7 @@ struct exporter {
   unsigned interval_ms, timeout_ms;
   bool stop;
   bool finished;
+  bool abandoned; /* trace_free gave up waiting: log nothing more */
   uint64_t deadline_ms; /* monotonic; set with stop */
   size_t inflight;      /* spans of the request being sent */
   int refs;
@@ -112,7 +113,7 @@ static struct timespec abs_ms(uint64_t ms) {
 static void export_failed(struct exporter *x, size_t n, const char *why) {
   x->failed += n;
   x->failed_requests++;
-  if (!x->warned) {
+  if (!x->warned && !x->abandoned) {
     x->warned = true;
     log_warn("trace: exporting spans to \"%s\" failed: %s (later failures "
              "are counted, not logged)",
@@ -580,6 +581,7 @@ struct tracer *trace_free(struct tracer *t) {
         break;
     }
     bool finished = x->finished;
+    x->abandoned = !finished;
     uint64_t unsent = x->count + x->inflight;
     uint64_t ended = atomic_load(&t->ended);
     uint64_t lost = x->dropped + x->failed + unsent;
