@@ -37,7 +37,7 @@ struct exporter {
   unsigned interval_ms, timeout_ms;
   bool stop;
   bool finished;
-  bool abandoned; /* trace_free gave up waiting: log nothing more */
+  bool abandoned;       /* trace_free gave up waiting: log nothing more */
   uint64_t deadline_ms; /* monotonic; set with stop */
   size_t inflight;      /* spans of the request being sent */
   int refs;
