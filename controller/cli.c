@@ -64,7 +64,12 @@ static void usage_run(FILE *f) {
           "  --cwd DIR            the run's working directory, relative to "
           "the workspace\n"
           "                       root (must exist; it does not confine)\n"
-          "  --backend NAME       sandbox backend (default: local)\n"
+          "  --backend NAME       sandbox backend: local (default) or "
+          "docker\n"
+          "  --image IMG          docker: the container image (default: "
+          "sbx-debian:latest)\n"
+          "  --network none       docker: no network but loopback (default: "
+          "the engine's)\n"
           "  --seccomp MODE       default | no-network | off, for the "
           "sandbox's processes\n"
           "  --help               print this help and exit\n"
@@ -116,6 +121,8 @@ static int cmd_run(int argc, char **argv) {
     O_CWD,
     O_BACKEND,
     O_SECCOMP,
+    O_IMAGE,
+    O_NETWORK,
     O_TRACE,
     O_HELP
   };
@@ -128,6 +135,8 @@ static int cmd_run(int argc, char **argv) {
       {"cwd", required_argument, NULL, O_CWD},
       {"backend", required_argument, NULL, O_BACKEND},
       {"seccomp", required_argument, NULL, O_SECCOMP},
+      {"image", required_argument, NULL, O_IMAGE},
+      {"network", required_argument, NULL, O_NETWORK},
       {"trace", required_argument, NULL, O_TRACE},
       {"help", no_argument, NULL, O_HELP},
       {0},
@@ -190,6 +199,19 @@ static int cmd_run(int argc, char **argv) {
       }
       o.backend_opts.seccomp = optarg;
       break;
+    case O_IMAGE:
+      o.backend_opts.docker.image = optarg;
+      break;
+    case O_NETWORK:
+      if (strcmp(optarg, "none") != 0) {
+        fprintf(stderr,
+                "sbx run: --network \"%s\": only \"none\" can be given "
+                "(leave it out for the engine's default network)\n",
+                optarg);
+        return 2;
+      }
+      o.backend_opts.docker.network_mode = optarg;
+      break;
     case O_TRACE:
       to.file = optarg;
       break;
@@ -212,8 +234,14 @@ static int cmd_run(int argc, char **argv) {
   }
   o.backend = backend_find(backend);
   if (!o.backend) {
-    fprintf(stderr, "sbx run: unknown backend \"%s\" (available: local)\n",
+    fprintf(stderr,
+            "sbx run: unknown backend \"%s\" (available: local, docker)\n",
             backend);
+    return 2;
+  }
+  if (o.backend != &backend_docker &&
+      (o.backend_opts.docker.image || o.backend_opts.docker.network_mode)) {
+    fprintf(stderr, "sbx run: --image and --network need --backend docker\n");
     return 2;
   }
   struct sbx_error e = {0};

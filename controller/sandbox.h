@@ -5,6 +5,7 @@
 #define SBX_SANDBOX_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "client.h"
@@ -12,11 +13,63 @@
 
 struct backend;
 
+/* How the docker backend gets sandboxd into the container. */
+enum docker_sandboxd_mode {
+  /* Baked when the image carries the label io.sbx.sandboxd (the path of its
+   * sandboxd), else injected. */
+  DOCKER_SANDBOXD_AUTO = 0,
+  DOCKER_SANDBOXD_BAKED,  /* the image has /usr/local/bin/sandboxd */
+  DOCKER_SANDBOXD_INJECT, /* bind-mount sbx's static sandboxd read-only */
+};
+
+struct docker_label {
+  const char *key; /* not "sbx" nor "sbx.*": those are sbx's own */
+  const char *value;
+};
+
+struct docker_mount {
+  const char *type;   /* "bind" or "volume" */
+  const char *source; /* bind: absolute host path; volume: a name, or NULL
+                         for an anonymous volume removed with the sandbox */
+  const char *target; /* absolute path inside the container */
+  bool read_only;
+};
+
+/* Options of the docker backend (backends/docker/). Every pointer is
+ * borrowed for the duration of the call that takes the options. Unset
+ * fields (NULL, 0, false) mean the engine's or the image's default;
+ * docker_options_merge() lays a run's options over a client's. */
+struct docker_options {
+  const char *host;  /* NULL: $DOCKER_HOST, else unix:///var/run/docker.sock */
+  const char *image; /* NULL: "sbx-debian:latest" */
+  enum docker_sandboxd_mode sandboxd_mode;
+  /* The static sandboxd to inject. NULL: $SBX_SANDBOXD_STATIC, then
+   * sandboxd-static next to sbx, then ../build-static/sandboxd. */
+  const char *sandboxd_static;
+  const char *root;         /* workspace in the container; NULL: /workspace */
+  const char *network_mode; /* NULL: the engine's default; "none" */
+  const uint16_t *exposed_ports; /* published on 127.0.0.1 */
+  size_t n_exposed_ports;
+  const struct docker_label *labels;
+  size_t n_labels;
+  const char *const *env; /* "NAME=value": the container's and commands' */
+  size_t n_env;
+  const char *user;     /* NULL: the image's; else "uid" or "uid:gid" */
+  int64_t memory_bytes; /* 0: no limit */
+  double cpus;          /* 0: no limit */
+  int64_t pids_limit;   /* 0: no limit */
+  const struct docker_mount *mounts;
+  size_t n_mounts;
+  bool read_only_rootfs; /* the workspace is then an anonymous volume */
+  bool never_pull;       /* a missing image is an error, not pulled */
+};
+
 struct backend_options {
-  const char *sandboxd_path;  /* NULL: $SBX_SANDBOXD, next to sbx, or PATH */
-  const char *workspace_base; /* NULL: $TMPDIR or /tmp */
-  const char *seccomp;        /* NULL: "default"; "no-network", "off" */
-  unsigned ready_timeout_ms;  /* 0: 10000 */
+  const char *sandboxd_path;    /* NULL: $SBX_SANDBOXD, next to sbx, or PATH */
+  const char *workspace_base;   /* NULL: $TMPDIR or /tmp */
+  const char *seccomp;          /* NULL: "default"; "no-network", "off" */
+  unsigned ready_timeout_ms;    /* 0: 10000 */
+  struct docker_options docker; /* the docker backend's */
 };
 
 struct sandbox {
@@ -40,8 +93,9 @@ struct backend {
 };
 
 extern const struct backend backend_local;
+extern const struct backend backend_docker;
 
-/* Looks a backend up by name ("local"); NULL when unknown. */
+/* Looks a backend up by name ("local", "docker"); NULL when unknown. */
 const struct backend *backend_find(const char *name);
 
 /* Adds NAME=VALUE to the sandbox's command environment (replacing). */
