@@ -166,7 +166,8 @@ void events_run_started(struct events *ev, const char *agent,
 }
 
 void events_sandbox_created(struct events *ev, const struct events_where *w,
-                            const char *session_id, const char *backend) {
+                            const char *session_id, const char *backend,
+                            bool attached, json_t *exposed_ports) {
   if (!ev)
     return;
   json_t *o = json_object();
@@ -175,6 +176,9 @@ void events_sandbox_created(struct events *ev, const struct events_where *w,
     put_where(o, w, &ok);
     put(o, "session_id", str(session_id), &ok);
     put(o, "backend", str(backend), &ok);
+    put(o, "attached", json_boolean(attached), &ok);
+    put(o, "exposed_ports",
+        exposed_ports ? json_incref(exposed_ports) : json_object(), &ok);
   }
   finish(ev, "sandbox_created", o, ok);
 }

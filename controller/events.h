@@ -20,6 +20,7 @@
 #define SBX_EVENTS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -56,8 +57,11 @@ void events_emit(struct events *ev, const char *type, json_t *fields);
 void events_run_started(struct events *ev, const char *agent,
                         const char *backend, const char *model,
                         int64_t max_turns, const char *trace_id);
+/* ATTACHED: a developer-owned sandbox (sbx run --sandbox) rather than a
+ * fresh one; EXPOSED_PORTS (borrowed, NULL for none): {"PORT": "endpoint"}. */
 void events_sandbox_created(struct events *ev, const struct events_where *w,
-                            const char *session_id, const char *backend);
+                            const char *session_id, const char *backend,
+                            bool attached, json_t *exposed_ports);
 /* W names the agent used as a tool and the depth of its nested run. */
 void events_agent_tool_started(struct events *ev, const struct events_where *w,
                                const char *parent_agent, const char *call_id);

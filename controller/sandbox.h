@@ -4,6 +4,7 @@
 #ifndef SBX_SANDBOX_H
 #define SBX_SANDBOX_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -82,6 +83,30 @@ struct sandbox {
   size_t nenv;
 };
 
+/* What a sandbox is created with beyond the options (lifecycle.h fills
+ * it): extra path grants, local bind mounts, and for a developer-owned
+ * sandbox where its sandboxd keeps its token and log, so that it outlives
+ * the process that created it. Pointers are borrowed for the call. */
+struct sandbox_grant {
+  const char *path; /* absolute; on the local backend a host directory */
+  bool read_only;
+};
+
+struct sandbox_bind {
+  const char *path;   /* relative to the root */
+  const char *source; /* absolute host directory */
+};
+
+struct sandbox_spec {
+  const struct sandbox_grant *grants;
+  size_t ngrants;
+  const struct sandbox_bind *binds;
+  size_t nbinds;
+  bool detached;          /* developer-owned: outlives this process */
+  const char *token_path; /* detached: token file to write, 0600 */
+  const char *log_path;   /* detached: sandboxd's output */
+};
+
 struct backend {
   const char *name;
   /* Creates a fresh, empty sandbox and connects to its sandboxd. */
@@ -90,6 +115,28 @@ struct backend {
   /* Shuts sandboxd down, kills its processes and removes what the session
    * owns. Idempotent; frees S. */
   int (*close)(struct sandbox *s, struct sbx_error *e);
+  /* The lifecycle operations below may be NULL when a backend lacks them;
+   * lifecycle.c then refuses what needs them. */
+  /* create with a spec (NULL: none). */
+  int (*create_spec)(const struct backend_options *o,
+                     const struct sandbox_spec *spec, struct sandbox **out,
+                     struct sbx_error *e);
+  /* Adds what another process needs to attach to OBJ; no secrets. */
+  int (*save)(const struct sandbox *s, json_t *obj);
+  /* Rebuilds a sandbox from save()'s fields; connected when it runs. */
+  int (*attach)(const struct backend_options *o, json_t *obj,
+                struct sandbox **out, struct sbx_error *e);
+  /* Frees the controller side only; the sandbox runs on. Frees S. */
+  void (*detach)(struct sandbox *s);
+  /* Kills its processes and stops sandboxd, keeping the workspace. */
+  int (*stop)(struct sandbox *s, struct sbx_error *e);
+  /* Starts a stopped sandbox again and connects; no-op when running. */
+  int (*start)(struct sandbox *s, struct sbx_error *e);
+  /* Whether its sandboxd is alive. */
+  bool (*running)(const struct sandbox *s);
+  /* Where exposed PORT is reachable from the host. */
+  int (*resolve_port)(const struct sandbox *s, unsigned port, char *host,
+                      size_t hostsz, unsigned *host_port, struct sbx_error *e);
 };
 
 extern const struct backend backend_local;

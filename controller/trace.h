@@ -60,6 +60,7 @@
 #define TRACE_MODEL_CALL "sbx.model_call"
 #define TRACE_TOOL_CALL "sbx.tool_call"
 #define TRACE_SANDBOX_CREATE_SESSION "sandbox.create_session"
+#define TRACE_SANDBOX_START "sandbox.start"
 #define TRACE_SANDBOX_EXEC "sandbox.exec"
 #define TRACE_SANDBOX_WRITE_STDIN "sandbox.write_stdin"
 #define TRACE_SANDBOX_VIEW_IMAGE "sandbox.view_image"

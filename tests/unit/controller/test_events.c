@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "events.h"
@@ -281,6 +282,8 @@ Test(events, stream_of_a_scripted_run_matches_the_schema) {
   cr_expect_eq(num(ev, "turn"), 2);
   ev = find_event(events, "sandbox_created", "agent", "Helper");
   cr_expect_not_null(ev, "the helper's sandbox");
+  cr_expect(json_is_false(json_object_get(ev, "attached")));
+  cr_expect_eq(json_object_size(json_object_get(ev, "exposed_ports")), 0);
 
   /* The deltas of the last turn are its text. */
   char text[64] = "";
@@ -359,6 +362,74 @@ Test(events, stream_of_a_failed_run_matches_the_schema) {
   sbx_run_free(&out);
 }
 
+/* Runs "sbx ARGV..." without a model server. */
+static void sbx_plain(struct sbx_run_out *o, const char *const *argv) {
+  sbx_run(o, NULL, argv);
+}
+
+/* A run in a developer-owned sandbox (sbx run --sandbox): sandbox_created
+ * says attached, with the exposed ports; the trace has sandbox.start
+ * rather than sandbox.create_session, and no sandbox.shutdown. */
+Test(events, stream_of_a_run_in_a_developer_owned_sandbox) {
+  char state[128], tmp[128], trace[128];
+  (void)snprintf(state, sizeof(state), "%s/state", dir);
+  (void)snprintf(tmp, sizeof(tmp), "%s/tmp", dir);
+  (void)snprintf(trace, sizeof(trace), "%s/spans.jsonl", dir);
+  cr_assert_eq(mkdir(tmp, 0700), 0);
+  setenv("TMPDIR", tmp, 1);
+  const char *a =
+      write_agent("dev.json", "{\"name\": \"Dev\", \"model\": \"test-model\", "
+                              "\"capabilities\": [\"shell\"]}");
+  struct sbx_run_out o;
+  sbx_plain(&o, (const char *const[]){"sandbox", "--state-dir", state, "create",
+                                      "--agent", a, "--expose", "8080", NULL});
+  cr_assert_eq(o.status, 0, "create: %s", o.err);
+  char id[32];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(o.out, "\n"), o.out);
+  sbx_run_free(&o);
+
+  struct test_model_server srv;
+  test_model_server_start(&srv, "[{\"text\": \"ok\"}]", NULL);
+  sbx_run(&o, srv.base_url,
+          (const char *const[]){"run", "--stream", "--trace", trace,
+                                "--sandbox", id, "--state-dir", state,
+                                "--expose", "8080", a, "p", NULL});
+  test_model_server_stop(&srv);
+  struct sbx_run_out rm;
+  sbx_plain(&rm, (const char *const[]){"sandbox", "--state-dir", state, "rm",
+                                       "--force", id, NULL});
+  cr_expect_eq(rm.status, 0, "rm: %s", rm.err);
+  sbx_run_free(&rm);
+
+  cr_assert_eq(o.status, 0, "stderr: %s", o.err);
+  json_t *fixture = load_fixture();
+  json_t *events = check_stream(fixture, o.out);
+  check_invariants(events);
+  json_t *ev = find_event(events, "sandbox_created", NULL, NULL);
+  cr_assert_not_null(ev, "%s", o.out);
+  cr_expect(json_is_true(json_object_get(ev, "attached")));
+  const char *ep = json_string_value(
+      json_object_get(json_object_get(ev, "exposed_ports"), "8080"));
+  cr_expect(ep && *ep, "%s", o.out);
+  json_decref(events);
+  json_decref(fixture);
+  sbx_run_free(&o);
+
+  FILE *f = fopen(trace, "re");
+  cr_assert_not_null(f);
+  char line[8192];
+  int start = 0, create = 0, shutdown = 0;
+  while (fgets(line, sizeof(line), f)) {
+    start += strstr(line, "\"name\":\"sandbox.start\"") != NULL;
+    create += strstr(line, "\"name\":\"sandbox.create_session\"") != NULL;
+    shutdown += strstr(line, "\"name\":\"sandbox.shutdown\"") != NULL;
+  }
+  fclose(f);
+  cr_expect_eq(start, 1);
+  cr_expect_eq(create, 0);
+  cr_expect_eq(shutdown, 0);
+}
+
 /* Every event function, approval_requested included (the approvals work
  * emits it), writes what the schema says. */
 Test(events, every_typed_event_matches_the_schema) {
@@ -376,7 +447,10 @@ Test(events, every_typed_event_matches_the_schema) {
   events_run_started(ev, "A", "local", "m", 10, NULL);
   events_run_started(ev, "A", "local", "m", 10,
                      "0123456789abcdef0123456789abcdef");
-  events_sandbox_created(ev, &w, "uuid", "local");
+  json_t *ports = json_pack("{s:s}", "8080", "127.0.0.1:49153");
+  events_sandbox_created(ev, &w, "uuid", "local", false, NULL);
+  events_sandbox_created(ev, &w, "uuid", "docker", true, ports);
+  json_decref(ports);
   events_agent_tool_started(ev, &(struct events_where){"B", 1, 0}, "A", "c0");
   events_text_delta(ev, &w, "bad \xff utf-8", 11);
   events_tool_call_started(ev, &w, "exec_command", "c1", "{}");
@@ -398,7 +472,7 @@ Test(events, every_typed_event_matches_the_schema) {
   json_decref(img);
   json_t *fixture = load_fixture();
   json_t *events = check_stream(fixture, buf);
-  cr_expect_eq(json_array_size(events), 15);
+  cr_expect_eq(json_array_size(events), 16);
   json_t *d = find_event(events, "text_delta", NULL, NULL);
   cr_expect_str_eq(str(d, "delta"), "bad \xef\xbf\xbd utf-8");
   cr_expect_not_null(
@@ -457,8 +531,9 @@ static json_t *parse_doc(void) {
     cr_assert_not_null(bar, "%s", name);
     *bar = '\0';
     json_t *types = json_array();
-    const char *words[] = {"string", "integer", "array", "object", "null"};
-    for (size_t i = 0; i < 5; i++)
+    const char *words[] = {"string", "integer", "boolean",
+                           "array",  "object",  "null"};
+    for (size_t i = 0; i < 6; i++)
       if (strstr(type, words[i]))
         json_array_append_new(types, json_string(words[i]));
     json_object_set_new(section, name, types);
