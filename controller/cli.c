@@ -507,9 +507,6 @@ static int cmd_run(int argc, char **argv) {
   }
   if (r < 0) {
     fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
-    if (res.state_path[0] && !res.config_error)
-      fprintf(stderr, "sbx: run state kept in %s (sbx run --resume %s)\n",
-              res.state_path, res.state_path);
     int code = res.config_error ? 2 : 1;
     run_result_clear(&res);
     (void)trace_free(o.tracer); /* flushes, within TRACE_FLUSH_MS */

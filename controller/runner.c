@@ -1362,8 +1362,6 @@ int runner_run(const struct run_options *o, struct run_result *res,
   run_begin(run, start, max_turns);
   if (r == 0)
     r = loop(run, start, max_turns, e);
-  if (r < 0 && sh.rs)
-    (void)rs_save(run, start, "failed", NULL);
   close_states(run, r == RUNNER_PAUSED);
   if (r == RUNNER_PAUSED)
     events_emit(
@@ -1373,9 +1371,13 @@ int runner_run(const struct run_options *o, struct run_result *res,
     run_end(run, r, e, t0);
   if (sh.rs) {
     (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh.rs_path);
-    /* A finished run leaves no state behind unless asked to. */
-    if (r == 0)
+    /* Only a paused run (or a killed one, which never gets here) leaves
+     * its state behind: a finished or failed run has closed its
+     * sandboxes, so there is nothing to resume. */
+    if (r != RUNNER_PAUSED) {
       (void)unlink(sh.rs_path);
+      res->state_path[0] = '\0';
+    }
   }
   json_decref(sh.rs);
   json_decref(run->items);
