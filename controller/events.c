@@ -333,3 +333,15 @@ void events_run_failed(struct events *ev, const char *error, const char *code,
   }
   finish(ev, "run_failed", o, ok);
 }
+
+void events_run_paused(struct events *ev, const char *run_state, int turns) {
+  if (!ev)
+    return;
+  json_t *o = json_object();
+  bool ok = o != NULL;
+  if (o) {
+    put(o, "run_state", str(run_state ? run_state : ""), &ok);
+    put(o, "turns", json_integer(turns), &ok);
+  }
+  finish(ev, "run_paused", o, ok);
+}

@@ -92,6 +92,8 @@ void events_run_finished(struct events *ev, const char *agent,
                          const char *final_output, int turns,
                          const struct model_usage *usage, int64_t duration_ms);
 /* CODE is the error class (sbx_code_name), EXIT_CODE what sbx exits with. */
+/* The run stopped to wait for approvals; RUN_STATE is its state file. */
+void events_run_paused(struct events *ev, const char *run_state, int turns);
 void events_run_failed(struct events *ev, const char *error, const char *code,
                        int exit_code, int turns,
                        const struct model_usage *usage, int64_t duration_ms);

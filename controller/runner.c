@@ -1007,6 +1007,7 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
       const char *reason = NULL;
       const char *dec = sh->rs ? decision_for(run, cid, &reason) : NULL;
       if (!dec && o->approve_ask && o->ask_tty && sh->rs && cid) {
+        events_approval_requested(sh->ev, &w, tool, cid, args, NULL);
         (void)ask_approval(run, tool, args, cid);
         dec = decision_for(run, cid, &reason);
       }
@@ -1364,9 +1365,7 @@ int runner_run(const struct run_options *o, struct run_result *res,
     r = loop(run, start, max_turns, e);
   close_states(run, r == RUNNER_PAUSED);
   if (r == RUNNER_PAUSED)
-    events_emit(
-        sh.ev, "run_paused",
-        json_pack("{s:s, s:i}", "run_state", sh.rs_path, "turns", res->turns));
+    events_run_paused(sh.ev, sh.rs_path, res->turns);
   else
     run_end(run, r, e, t0);
   if (sh.rs) {

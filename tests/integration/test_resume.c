@@ -55,7 +55,8 @@ TestSuite(resume, .init = setup, .fini = teardown, .timeout = 180);
 
 static const char *write_agent(const char *json) {
   static char path[128];
-  (void)snprintf(path, sizeof(path), "%s", test_write_file(dir, "a.json", json));
+  (void)snprintf(path, sizeof(path), "%s",
+                 test_write_file(dir, "a.json", json));
   return path;
 }
 
@@ -70,8 +71,8 @@ static char *paused_state(const char *err) {
 
 static const char *output_of(json_t *reqs, const char *call_id) {
   for (size_t n = json_array_size(reqs); n-- > 0;) {
-    json_t *input =
-        json_object_get(json_object_get(json_array_get(reqs, n), "body"), "input");
+    json_t *input = json_object_get(
+        json_object_get(json_array_get(reqs, n), "body"), "input");
     size_t i;
     json_t *it;
     json_array_foreach(input, i, it) {
@@ -126,8 +127,9 @@ Test(resume, paused_for_approval_approved_from_another_process) {
   cr_expect(strstr(w, "Process exited with code 0") != NULL, "%s", w);
   const char *c = output_of(reqs, "r1");
   cr_assert_not_null(c);
-  cr_expect(strstr(c, "Output:\nmade\n") != NULL, "the approved call ran in "
-                                                 "the same sandbox: %s",
+  cr_expect(strstr(c, "Output:\nmade\n") != NULL,
+            "the approved call ran in "
+            "the same sandbox: %s",
             c);
   cr_expect_neq(access(rs, F_OK), 0, "a finished run leaves no state");
   json_decref(reqs);

@@ -466,13 +466,14 @@ Test(events, every_typed_event_matches_the_schema) {
   events_run_finished(ev, "B", "answer", 2, &u, 10);
   events_run_failed(ev, "max turns (1) exceeded", "LIMIT_EXCEEDED", 1, 1, &u,
                     10);
+  events_run_paused(ev, "/tmp/rs.json", 1);
   events_free(ev);
   fclose(f);
   json_decref(out);
   json_decref(img);
   json_t *fixture = load_fixture();
   json_t *events = check_stream(fixture, buf);
-  cr_expect_eq(json_array_size(events), 16);
+  cr_expect_eq(json_array_size(events), 17);
   json_t *d = find_event(events, "text_delta", NULL, NULL);
   cr_expect_str_eq(str(d, "delta"), "bad \xef\xbf\xbd utf-8");
   cr_expect_not_null(
