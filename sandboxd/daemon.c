@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "archive.h"
 #include "cleanup.h"
 #include "log.h"
 #include "proc.h"
@@ -218,6 +219,11 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
       r = sbx_error_set(e, SBX_OK, -r, "cannot start the process table: %s",
                         strerror(-r));
   }
+  if (r >= 0) {
+    r = archive_table_new(&d, &d.archives);
+    if (r < 0)
+      r = sbx_error_set(e, SBX_OK, -r, "cannot set up archive transfers");
+  }
   struct server *srv = NULL;
   if (r >= 0) {
     struct server_config sc = {
@@ -233,6 +239,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   }
   explicit_bzero(token, token_len);
   if (r < 0) {
+    archive_table_free(d.archives);
     proc_table_free(d.procs, 0);
     daemon_close_roots(&d);
     return r;
@@ -259,6 +266,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
    * server still runs; only then may it free its calls. */
   proc_table_shutdown(d.procs, DAEMON_KILL_GRACE_MS);
   server_free(srv);
+  archive_table_free(d.archives);
+  d.archives = NULL;
   proc_table_free(d.procs, 0);
   d.procs = NULL;
   daemon_close_roots(&d);
