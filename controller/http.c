@@ -351,7 +351,7 @@ static int perform(struct http_client *c, const char *method,
       .max = req->max_response_bytes ? req->max_response_bytes
                                      : HTTP_DEFAULT_MAX_RESPONSE,
   };
-  sbx_buf_init(&x.body, x.max);
+  sbx_buf_init(&x.body, req->stream_body ? HTTP_MAX_ERROR_BODY : x.max);
   char errbuf[CURL_ERROR_SIZE] = {0};
 
   struct curl_slist *headers = make_headers(req->headers);
