@@ -568,6 +568,7 @@ static int save_local(const struct snapshot_spec *spec, struct saver *s,
     }
     progress_report(&s->prog, s->ex.off, 0, false);
   }
+  uint64_t ts = sbx_now_ns();
   if (r == 0 && fsync(fd) < 0)
     r = sbx_error_set(e, SBX_OK, errno, "cannot sync \"%s\": %s", tmpl,
                       strerror(errno));
@@ -587,6 +588,8 @@ static int save_local(const struct snapshot_spec *spec, struct saver *s,
   if (fsync(dfd) < 0)
     return sbx_error_set(e, SBX_OK, errno, "cannot sync \"%s\": %s", base,
                          strerror(errno));
+  log_debug("snapshot: fsync and rename took %.3f s",
+            (double)(sbx_now_ns() - ts) / 1e9);
   out->location = TAKE_PTR(final);
   return 0;
 }
@@ -616,6 +619,7 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
     return r;
 
   struct saver s = {0};
+  uint64_t t0 = sbx_now_ns();
   struct progress arch;
   progress_begin(&arch, progress, progress_arg, "archiving", 0);
   progress_report(&arch, 0, 0, false);
@@ -624,6 +628,9 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
                   e);
   excludes_free(&ex);
   if (r == 0) {
+    log_debug("snapshot: sandboxd archived %" PRIu64 " bytes in %.3f s",
+              s.ex.total, (double)(sbx_now_ns() - t0) / 1e9);
+    t0 = sbx_now_ns();
     arch.total = s.ex.total;
     progress_report(&arch, s.ex.total, 0, true);
     sbx_sha256_init(&s.sha);
@@ -641,6 +648,8 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
     snapshot_record_clear(out);
     return r;
   }
+  log_debug("snapshot: stored %s in %.3f s", out->location,
+            (double)(sbx_now_ns() - t0) / 1e9);
   progress_report(&s.prog, s.ex.total, 0, true);
   out->type = spec->type;
   out->size = s.ex.total;
@@ -1024,10 +1033,16 @@ int snapshot_restore(const struct snapshot_spec *spec,
                         where, hex, rec->sha256);
   }
   /* Verified: make room, then let sandboxd check and extract. */
+  uint64_t t0 = sbx_now_ns();
+  log_debug("snapshot: sent and checked %" PRIu64 " bytes in %.3f s", off,
+            (double)(t0 - prog.start_ns) / 1e9);
   if (r == 0)
     r = clear_dir(sb->client, ".", &ex, 0, e);
+  uint64_t t1 = sbx_now_ns();
   if (r == 0)
     r = sbx_archive_import_finish(sb->client, handle, &reply, e);
+  log_debug("snapshot: cleared in %.3f s, extracted in %.3f s",
+            (double)(t1 - t0) / 1e9, (double)(sbx_now_ns() - t1) / 1e9);
   if (r == 0) {
     res->members = reply->archive_import_finish->members;
     res->extracted_bytes = reply->archive_import_finish->extracted_bytes;
