@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,15 +188,83 @@ static int excludes_make(const struct snapshot_spec *spec,
 
 /* ---- export from sandboxd ---- */
 
+/* A reader thread fetches the next chunks while the caller hashes and
+ * writes the current one: sandboxd's reads and our writes overlap. */
+#define PREFETCH 2 /* chunks queued ahead */
+
 struct exporter {
   struct sbx_client *client;
   uint64_t handle;
-  uint64_t total, off;
+  uint64_t total;
+  uint64_t off; /* bytes handed to the caller's chunks so far */
   bool open;
-  Sbx__V1__Response *reply; /* the chunk being handed out */
+  /* the chunk being handed out */
+  Sbx__V1__Response *reply;
   const uint8_t *data;
   size_t len, pos;
+  /* the reader thread and its queue, under mu */
+  pthread_t thread;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  Sbx__V1__Response *q[PREFETCH];
+  size_t qhead, qcount;
+  uint64_t fetched; /* archive bytes fetched by the reader */
+  bool done;        /* the reader has stopped: end, error or stop */
+  bool stop;        /* the caller gave up */
+  int err;
+  struct sbx_error rerr;
 };
+
+/* Fetches chunk after chunk, checking that they add up to the total the
+ * sandbox announced (it may lie), until the end, an error or a stop. */
+static void *export_reader(void *arg) {
+  struct exporter *x = arg;
+  uint64_t off = 0;
+  int r = 0;
+  struct sbx_error e = {0};
+  while (off < x->total) {
+    pthread_mutex_lock(&x->mu);
+    while (x->qcount == PREFETCH && !x->stop)
+      pthread_cond_wait(&x->cv, &x->mu);
+    bool stop = x->stop;
+    pthread_mutex_unlock(&x->mu);
+    if (stop)
+      break;
+    uint64_t want = x->total - off;
+    Sbx__V1__Response *rep = NULL;
+    r = sbx_archive_export_read(
+        x->client, x->handle, off,
+        want < CHUNK_BYTES ? (uint32_t)want : CHUNK_BYTES, &rep, &e);
+    if (r < 0)
+      break;
+    Sbx__V1__ArchiveExportReadReply *c = rep->archive_export_read;
+    if (c->data.len > want || c->data.len == 0 ||
+        (c->eof && c->data.len != want)) {
+      r = sbx_error_set(&e, SBX_INTERNAL, EPROTO,
+                        "sandboxd sent %zu archive bytes at offset %" PRIu64
+                        " of %" PRIu64,
+                        c->data.len, off, x->total);
+      sbx_client_reply_free(rep);
+      break;
+    }
+    off += c->data.len;
+    pthread_mutex_lock(&x->mu);
+    x->q[(x->qhead + x->qcount) % PREFETCH] = rep;
+    x->qcount++;
+    x->fetched = off;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+  }
+  pthread_mutex_lock(&x->mu);
+  x->done = true;
+  x->err = r;
+  if (r < 0)
+    x->rerr = e;
+  pthread_cond_broadcast(&x->cv);
+  pthread_mutex_unlock(&x->mu);
+  return NULL;
+}
 
 static int export_open(struct exporter *x, struct sandbox *sb,
                        const struct excludes *ex,
@@ -225,11 +294,26 @@ static int export_open(struct exporter *x, struct sandbox *sb,
                          " bytes) is larger than the snapshot limit of %s",
                          x->total, sz);
   }
+  if ((rc = pthread_mutex_init(&x->mu, NULL)) != 0)
+    return sbx_error_set(e, SBX_OK, rc, "cannot create a mutex: %s",
+                         strerror(rc));
+  if ((rc = pthread_cond_init(&x->cv, NULL)) != 0) {
+    pthread_mutex_destroy(&x->mu);
+    return sbx_error_set(e, SBX_OK, rc, "cannot create a condition: %s",
+                         strerror(rc));
+  }
+  if ((rc = pthread_create(&x->thread, NULL, export_reader, x)) != 0) {
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    return sbx_error_set(e, SBX_OK, rc, "cannot start a thread: %s",
+                         strerror(rc));
+  }
+  x->started = true;
   return 0;
 }
 
-/* The next piece of the archive, at most MAX bytes, into *DATA and *LEN; *LEN
- * is 0 at the end. The bytes stay valid until the next call. */
+/* The next piece of the archive, at most MAX bytes, into *DATA and *LEN;
+ * *LEN is 0 at the end. The bytes stay valid until the next call. */
 static int export_next(struct exporter *x, size_t max, const uint8_t **data,
                        size_t *len, struct sbx_error *e) {
   if (x->pos == x->len) {
@@ -241,27 +325,32 @@ static int export_next(struct exporter *x, size_t max, const uint8_t **data,
       *len = 0;
       return 0;
     }
-    uint64_t want = x->total - x->off;
-    Sbx__V1__Response *r = NULL;
-    int rc = sbx_archive_export_read(
-        x->client, x->handle, x->off,
-        want < CHUNK_BYTES ? (uint32_t)want : CHUNK_BYTES, &r, e);
-    if (rc < 0)
-      return rc;
-    Sbx__V1__ArchiveExportReadReply *c = r->archive_export_read;
-    /* The sandbox may lie: the chunks must add up to what it announced. */
-    if (c->data.len > want || (c->data.len == 0) != (want == 0) ||
-        (c->eof && c->data.len != want)) {
-      sbx_client_reply_free(r);
-      return sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                           "sandboxd sent %zu archive bytes at offset %" PRIu64
-                           " of %" PRIu64,
-                           c->data.len, x->off, x->total);
+    pthread_mutex_lock(&x->mu);
+    while (x->qcount == 0 && !x->done)
+      pthread_cond_wait(&x->cv, &x->mu);
+    Sbx__V1__Response *rep = NULL;
+    if (x->qcount > 0) {
+      rep = x->q[x->qhead];
+      x->qhead = (x->qhead + 1) % PREFETCH;
+      x->qcount--;
+      pthread_cond_broadcast(&x->cv);
     }
-    x->reply = r;
-    x->data = c->data.data;
-    x->len = c->data.len;
-    x->off += c->data.len;
+    int err = x->err;
+    pthread_mutex_unlock(&x->mu);
+    if (!rep) {
+      if (err < 0) {
+        if (e)
+          *e = x->rerr;
+        return err;
+      }
+      return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                           "the archive ended after %" PRIu64 " of %" PRIu64
+                           " bytes",
+                           x->off, x->total);
+    }
+    x->reply = rep;
+    x->data = rep->archive_export_read->data.data;
+    x->len = rep->archive_export_read->data.len;
   }
   size_t n = x->len - x->pos;
   if (n > max)
@@ -269,10 +358,24 @@ static int export_next(struct exporter *x, size_t max, const uint8_t **data,
   *data = x->data + x->pos;
   *len = n;
   x->pos += n;
+  x->off += n;
   return 0;
 }
 
 static void export_close(struct exporter *x) {
+  if (x->started) {
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    (void)pthread_join(x->thread, NULL);
+    for (size_t i = 0; i < x->qcount; i++)
+      sbx_client_reply_free(x->q[(x->qhead + i) % PREFETCH]);
+    x->qcount = 0;
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    x->started = false;
+  }
   sbx_client_reply_free(x->reply);
   x->reply = NULL;
   if (x->open) {
@@ -465,7 +568,7 @@ static int put_read(void *arg, char *buf, size_t max, size_t *got) {
   memcpy(buf, data, len);
   sbx_sha256_update(&s->sha, data, len);
   *got = len;
-  progress_report(&s->prog, s->ex.off - (s->ex.len - s->ex.pos), 0, false);
+  progress_report(&s->prog, s->ex.off, 0, false);
   return 0;
 }
 
