@@ -29,6 +29,12 @@ void sbx_sha256_final(struct sbx_sha256 *s, uint8_t out[SBX_SHA256_BYTES]) {
   (void)SHA256_Final(out, ctx(s));
 }
 
+void sbx_sha256_final_hex(struct sbx_sha256 *s, char out[SBX_SHA256_HEX]) {
+  uint8_t d[SBX_SHA256_BYTES];
+  sbx_sha256_final(s, d);
+  sbx_sha256_hex(d, out);
+}
+
 void sbx_sha256(const void *data, size_t len, uint8_t out[SBX_SHA256_BYTES]) {
   struct sbx_sha256 s;
   sbx_sha256_init(&s);

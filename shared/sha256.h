@@ -30,6 +30,8 @@ void sbx_sha256_init(struct sbx_sha256 *s);
 void sbx_sha256_update(struct sbx_sha256 *s, const void *data, size_t len);
 /* Writes the digest to OUT and ends S (init it again to reuse it). */
 void sbx_sha256_final(struct sbx_sha256 *s, uint8_t out[SBX_SHA256_BYTES]);
+/* Ends S like sbx_sha256_final, writing the digest as hex into OUT. */
+void sbx_sha256_final_hex(struct sbx_sha256 *s, char out[SBX_SHA256_HEX]);
 /* One-shot digest of DATA. */
 void sbx_sha256(const void *data, size_t len, uint8_t out[SBX_SHA256_BYTES]);
 /* Lowercase hex of a digest into OUT (NUL-terminated). */
