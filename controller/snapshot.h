@@ -135,7 +135,8 @@ const char *snapshot_type_name(enum snapshot_type t);
  * failure *OUT is cleared and nothing was stored (a local save leaves the
  * previous snapshot in place; a failed PUT may leave what the server kept).
  * The archive streams from sandboxd to the file or request body in chunks,
- * hashed on the way. */
+ * hashed on the way. Progress: "archiving" (sandboxd builds the archive;
+ * one call before and one after), then "saving" (bytes stored). */
 int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
                   const char *session_id, const char *const *excludes,
                   struct snapshot_record *out, snapshot_progress_fn progress,
@@ -151,7 +152,12 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
  * bombs, "../" members and links out before it writes. SPEC may be NULL; a
  * remote restore uses SPEC->url when given (an object URL, or a prefix to
  * which the record's file name is appended: presigned GET URLs differ from
- * PUT ones), else REC's location. RES may be NULL. */
+ * PUT ones), else REC's location. RES may be NULL.
+ * sandboxd checks the archive only at the end of the import, after the
+ * clearing: an archive that matches its record but is refused (a tar bomb,
+ * "../", a link out) leaves the workspace cleared, never written outside.
+ * Progress: "loading" (remote download), then "restoring" (bytes sent to
+ * sandboxd; files_done set on the final call). */
 int snapshot_restore(const struct snapshot_spec *spec,
                      const struct snapshot_record *rec, struct sandbox *sb,
                      const struct snapshot_limits *limits,
