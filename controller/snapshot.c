@@ -611,7 +611,7 @@ static int save_remote(const struct snapshot_spec *spec, struct saver *s,
   r = http_send(hc, &req, &resp, e);
   hc = http_client_free(hc);
   if (r < 0) {
-    if (s->err.msg[0])
+    if (e && s->err.msg[0])
       *e = s->err;
     auth_clear(&a);
     return r;
@@ -878,7 +878,7 @@ static int download(const struct snapshot_spec *spec,
     };
     r = http_send(hc, &req, &resp, e);
     hc = http_client_free(hc);
-    if (r < 0 && d.err.msg[0])
+    if (e && r < 0 && d.err.msg[0])
       *e = d.err;
     if (r == 0 && (resp.status < 200 || resp.status > 299))
       r = http_status_error(&resp, shown, &a, e);

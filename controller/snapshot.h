@@ -15,7 +15,8 @@
  *           ending in '/' to which "<session-id>.tar.zst" is appended. The
  *           bearer token comes from the environment variable spec.token_env
  *           (default SBX_SNAPSHOT_TOKEN) at each use; when it is unset or
- *           empty no Authorization header is sent. The token is never kept.
+ *           empty no Authorization header is sent (leave it unset for
+ *           presigned URLs). The token is never kept.
  *   none    save discards: the record says "none" and nothing is exported.
  *
  * The fingerprint is the SHA-256 of the archive's bytes as stored, version
