@@ -255,8 +255,8 @@ Test(snapshot, uncompressed_snapshot_is_a_plain_tar) {
   cr_expect_str_eq(rec.location, want);
   cr_expect_gt(rec.size, sizeof(big));
   char cmd[512];
-  (void)snprintf(cmd, sizeof(cmd), "tar -tf %s | grep -qE '^(\\./)?data/big\\.txt$'",
-                 want);
+  (void)snprintf(cmd, sizeof(cmd),
+                 "tar -tf %s | grep -qE '^(\\./)?data/big\\.txt$'", want);
   cr_expect_eq(system(cmd), 0, "GNU tar cannot list the snapshot");
   wipe();
   cr_assert_eq(
