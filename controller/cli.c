@@ -13,6 +13,7 @@
 #include "log.h"
 #include "path.h"
 #include "runner.h"
+#include "trace.h"
 
 static void usage_main(FILE *f) {
   fprintf(f,
@@ -51,7 +52,10 @@ static void usage_run(FILE *f) {
           "\n"
           "  --stream             print events as JSON lines on stdout "
           "instead of\n"
-          "                       only the final output\n"
+          "                       only the final output (docs/events.md)\n"
+          "  --trace FILE         append the run's OpenTelemetry spans to "
+          "FILE, one\n"
+          "                       JSON span per line (docs/tracing.md)\n"
           "  --max-turns N        stop with an error after N model calls "
           "(default: the\n"
           "                       agent's max_turns, else 10)\n"
@@ -94,7 +98,28 @@ static void usage_run(FILE *f) {
           "\n"
           "Exit status: 0 done, 1 the run failed (model or tool error), 2 "
           "usage or\n"
-          "configuration error.\n");
+          "configuration error.\n"
+          "\n"
+          "Tracing environment (OTLP/HTTP with JSON bodies; export never "
+          "fails the run,\n"
+          "and at most 2 s are spent flushing at exit):\n"
+          "  OTEL_EXPORTER_OTLP_ENDPOINT         send spans to "
+          "ENDPOINT/v1/traces\n"
+          "  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  the full traces URL "
+          "instead\n"
+          "  OTEL_EXPORTER_OTLP_HEADERS          request headers, "
+          "k=v,k2=v2 (URL-encoded)\n"
+          "  OTEL_EXPORTER_OTLP_TIMEOUT          one export request, ms "
+          "(default 10000)\n"
+          "  OTEL_SERVICE_NAME                   service.name (default "
+          "sbx)\n"
+          "  OTEL_BSP_MAX_QUEUE_SIZE             spans queued before drops "
+          "(default 2048)\n"
+          "  OTEL_BSP_MAX_EXPORT_BATCH_SIZE      spans per request (default "
+          "256)\n"
+          "  OTEL_BSP_SCHEDULE_DELAY             ms between exports (default "
+          "1000)\n"
+          "  OTEL_SDK_DISABLED=true              no OTLP export\n");
 }
 
 /* Parses a positive integer option. */
@@ -125,6 +150,7 @@ static int cmd_run(int argc, char **argv) {
     O_EXPOSE,
     O_IMAGE,
     O_NETWORK,
+    O_TRACE,
     O_HELP
   };
   static const struct option opts[] = {
@@ -143,10 +169,12 @@ static int cmd_run(int argc, char **argv) {
       {"expose", required_argument, NULL, O_EXPOSE},
       {"image", required_argument, NULL, O_IMAGE},
       {"network", required_argument, NULL, O_NETWORK},
+      {"trace", required_argument, NULL, O_TRACE},
       {"help", no_argument, NULL, O_HELP},
       {0},
   };
   struct run_options o = {0};
+  struct trace_options to = {0};
   o.materialize.limits = materialize_default_limits();
   const char *backend = "local";
   const char *sandbox_id = NULL, *state_dir = NULL;
@@ -245,6 +273,9 @@ static int cmd_run(int argc, char **argv) {
       }
       o.backend_opts.docker.network_mode = optarg;
       break;
+    case O_TRACE:
+      to.file = optarg;
+      break;
     case O_HELP:
       usage_run(stdout);
       return 0;
@@ -282,12 +313,19 @@ static int cmd_run(int argc, char **argv) {
   }
   o.agents = agents;
   o.prompt = argv[optind + 1];
+  trace_options_from_env(&to);
+  if (trace_new(&to, &o.tracer, &e) < 0) {
+    fprintf(stderr, "sbx: %s\n", e.msg);
+    agent_set_free(agents);
+    return 2;
+  }
   struct lifecycle_record rec = {0};
   if (sandbox_id) {
     int k = cli_attach(state_dir, sandbox_id, &rec, &o.sandbox, &e);
     if (k != 0) {
       fprintf(stderr, "sbx run: %s\n", e.msg);
       agent_set_free(agents);
+      (void)trace_free(o.tracer);
       return k;
     }
     o.sandbox_manifest = rec.manifest;
@@ -303,6 +341,7 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
     int code = res.config_error ? 2 : 1;
     run_result_clear(&res);
+    (void)trace_free(o.tracer); /* flushes, within TRACE_FLUSH_MS */
     return code;
   }
   if (!o.events) {
@@ -317,7 +356,9 @@ static int cmd_run(int argc, char **argv) {
             "model API was called\n",
             res.turns, res.turns == 1 ? "" : "s", o.model_cfg.replay_path);
   run_result_clear(&res);
-  return fflush(stdout) == 0 ? 0 : 1;
+  int code = fflush(stdout) == 0 ? 0 : 1;
+  (void)trace_free(o.tracer); /* after the output: flushing may take 2 s */
+  return code;
 }
 
 int cli_main(int argc, char **argv) {

@@ -18,6 +18,8 @@
 #include "model.h"
 #include "sandbox.h"
 
+struct tracer;
+
 #define RUNNER_DEFAULT_MAX_TURNS 10
 
 struct run_options {
@@ -29,7 +31,9 @@ struct run_options {
   const struct backend *backend;
   struct backend_options backend_opts;
   struct model_config model_cfg; /* base settings: stream, record, replay */
-  FILE *events;                  /* --stream: JSON lines; NULL for none */
+  FILE *events;                  /* --stream: JSON lines (docs/events.md);
+                                    NULL for none */
+  struct tracer *tracer;         /* borrowed: spans (trace.h), or NULL */
   /* Materialization limits and the base directory of local sources (NULL:
    * each agent file's directory). */
   struct materialize_options materialize;

@@ -16,8 +16,9 @@
 #include "path.h"
 
 #define TREE_MAX_DEPTH 256
-#define PULL_MAX_BYTES (64ull << 30) /* archive bytes accepted from a sandbox  \
-                                      */
+#define PULL_MAX_BYTES                                                         \
+  (64ull << 30) /* archive bytes accepted from a sandbox                       \
+                 */
 
 static int openat2_beneath(int dfd, const char *path, int flags) {
   struct open_how how = {
