@@ -9,6 +9,7 @@
 
 #include "agent.h"
 #include "cleanup.h"
+#include "lifecycle.h"
 #include "log.h"
 #include "path.h"
 #include "runner.h"
@@ -23,6 +24,9 @@ static void usage_main(FILE *f) {
           "  run AGENT.json PROMPT   run an agent on a task in a fresh sandbox "
           "and print\n"
           "                          its answer (see sbx run --help)\n"
+          "  sandbox SUBCOMMAND      create and drive sandboxes that outlive "
+          "a run\n"
+          "                          (see sbx sandbox --help)\n"
           "\n"
           "Options:\n"
           "  --log-level LEVEL       error | warn | info | debug (default "
@@ -60,9 +64,32 @@ static void usage_run(FILE *f) {
           "  --cwd DIR            the run's working directory, relative to "
           "the workspace\n"
           "                       root (must exist; it does not confine)\n"
-          "  --backend NAME       sandbox backend (default: local)\n"
+          "  --backend NAME       sandbox backend: local (default) or "
+          "docker\n"
+          "  --image IMG          docker: the container image (default: "
+          "sbx-debian:latest)\n"
+          "  --network none       docker: no network but loopback (default: "
+          "the engine's)\n"
           "  --seccomp MODE       default | no-network | off, for the "
           "sandbox's processes\n"
+          "  --sandbox ID         run the agent in the developer-owned "
+          "sandbox ID (from\n"
+          "                       sbx sandbox create) and leave it running\n"
+          "  --state-dir DIR      where developer-owned sandboxes are "
+          "recorded (default\n"
+          "                       $XDG_STATE_HOME/sbx or "
+          "~/.local/state/sbx)\n"
+          "  --base-dir DIR       local_file/local_dir sources are relative "
+          "to DIR and must\n"
+          "                       lie beneath it or a grant (default: the "
+          "agent file's\n"
+          "                       directory)\n"
+          "  --concurrency SPEC   manifest_entries=N,local_dir_files=N "
+          "(default 4 and 4;\n"
+          "                       0 is unlimited, at most 64 threads)\n"
+          "  --expose PORT        a port the sandbox exposes (repeatable); "
+          "reported in\n"
+          "                       the sandbox_created event\n"
           "  --help               print this help and exit\n"
           "\n"
           "Exit status: 0 done, 1 the run failed (model or tool error), 2 "
@@ -91,6 +118,13 @@ static int cmd_run(int argc, char **argv) {
     O_CWD,
     O_BACKEND,
     O_SECCOMP,
+    O_SANDBOX,
+    O_STATE_DIR,
+    O_BASE_DIR,
+    O_CONCURRENCY,
+    O_EXPOSE,
+    O_IMAGE,
+    O_NETWORK,
     O_HELP
   };
   static const struct option opts[] = {
@@ -102,11 +136,22 @@ static int cmd_run(int argc, char **argv) {
       {"cwd", required_argument, NULL, O_CWD},
       {"backend", required_argument, NULL, O_BACKEND},
       {"seccomp", required_argument, NULL, O_SECCOMP},
+      {"sandbox", required_argument, NULL, O_SANDBOX},
+      {"state-dir", required_argument, NULL, O_STATE_DIR},
+      {"base-dir", required_argument, NULL, O_BASE_DIR},
+      {"concurrency", required_argument, NULL, O_CONCURRENCY},
+      {"expose", required_argument, NULL, O_EXPOSE},
+      {"image", required_argument, NULL, O_IMAGE},
+      {"network", required_argument, NULL, O_NETWORK},
       {"help", no_argument, NULL, O_HELP},
       {0},
   };
   struct run_options o = {0};
+  o.materialize.limits = materialize_default_limits();
   const char *backend = "local";
+  const char *sandbox_id = NULL, *state_dir = NULL;
+  uint16_t ports[LIFECYCLE_MAX_PORTS];
+  struct sbx_error oe = {0};
   char cwd[SBX_PATH_MAX];
   int c;
   optind = 1;
@@ -162,6 +207,44 @@ static int cmd_run(int argc, char **argv) {
       }
       o.backend_opts.seccomp = optarg;
       break;
+    case O_SANDBOX:
+      sandbox_id = optarg;
+      break;
+    case O_STATE_DIR:
+      state_dir = optarg;
+      break;
+    case O_BASE_DIR:
+      o.materialize.base_dir = optarg;
+      break;
+    case O_CONCURRENCY:
+      if (materialize_parse_limits(optarg, &o.materialize.limits, &oe) < 0) {
+        fprintf(stderr, "sbx run: --%s\n", oe.msg);
+        return 2;
+      }
+      break;
+    case O_EXPOSE:
+      if (o.n_exposed_ports == LIFECYCLE_MAX_PORTS ||
+          lifecycle_parse_port(optarg, &ports[o.n_exposed_ports], &oe) < 0) {
+        fprintf(stderr, "sbx run: --expose: %s\n",
+                oe.msg[0] ? oe.msg : "too many ports");
+        return 2;
+      }
+      o.exposed_ports = ports;
+      o.n_exposed_ports++;
+      break;
+    case O_IMAGE:
+      o.backend_opts.docker.image = optarg;
+      break;
+    case O_NETWORK:
+      if (strcmp(optarg, "none") != 0) {
+        fprintf(stderr,
+                "sbx run: --network \"%s\": only \"none\" can be given "
+                "(leave it out for the engine's default network)\n",
+                optarg);
+        return 2;
+      }
+      o.backend_opts.docker.network_mode = optarg;
+      break;
     case O_HELP:
       usage_run(stdout);
       return 0;
@@ -181,8 +264,14 @@ static int cmd_run(int argc, char **argv) {
   }
   o.backend = backend_find(backend);
   if (!o.backend) {
-    fprintf(stderr, "sbx run: unknown backend \"%s\" (available: local)\n",
+    fprintf(stderr,
+            "sbx run: unknown backend \"%s\" (available: local, docker)\n",
             backend);
+    return 2;
+  }
+  if (o.backend != &backend_docker &&
+      (o.backend_opts.docker.image || o.backend_opts.docker.network_mode)) {
+    fprintf(stderr, "sbx run: --image and --network need --backend docker\n");
     return 2;
   }
   struct sbx_error e = {0};
@@ -193,13 +282,28 @@ static int cmd_run(int argc, char **argv) {
   }
   o.agents = agents;
   o.prompt = argv[optind + 1];
+  struct lifecycle_record rec = {0};
+  if (sandbox_id) {
+    int k = cli_attach(state_dir, sandbox_id, &rec, &o.sandbox, &e);
+    if (k != 0) {
+      fprintf(stderr, "sbx run: %s\n", e.msg);
+      agent_set_free(agents);
+      return k;
+    }
+    o.sandbox_manifest = rec.manifest;
+    o.sandbox_record = &rec;
+  }
   struct run_result res = {0};
   int r = runner_run(&o, &res, &e);
   agent_set_free(agents);
+  if (o.sandbox)
+    o.sandbox->backend->detach(o.sandbox);
+  lifecycle_record_clear(&rec);
   if (r < 0) {
     fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
+    int code = res.config_error ? 2 : 1;
     run_result_clear(&res);
-    return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;
+    return code;
   }
   if (!o.events) {
     fputs(res.final_output ? res.final_output : "", stdout);
@@ -247,6 +351,8 @@ int cli_main(int argc, char **argv) {
   }
   if (strcmp(argv[i], "run") == 0)
     return cmd_run(argc - i, argv + i);
+  if (strcmp(argv[i], "sandbox") == 0)
+    return cli_sandbox_main(argc - i, argv + i);
   fprintf(stderr, "sbx: unknown command \"%s\" (see sbx --help)\n", argv[i]);
   return 2;
 }

@@ -6,4 +6,17 @@
 
 int cli_main(int argc, char **argv);
 
+/* `sbx sandbox ...` (cli_sandbox.c); ARGV[0] is "sandbox". */
+int cli_sandbox_main(int argc, char **argv);
+
+struct lifecycle_record;
+struct sandbox;
+struct sbx_error;
+/* Loads and attaches to the developer-owned sandbox ID in STATE_DIR (NULL:
+ * the default), starting its sandboxd again when it was stopped. Returns 0,
+ * or the exit code (1 or 2) with E saying why. */
+int cli_attach(const char *state_dir, const char *id,
+               struct lifecycle_record *rec, struct sandbox **out,
+               struct sbx_error *e);
+
 #endif

@@ -11,6 +11,7 @@
 #include "instructions.h"
 #include "log.h"
 #include "manifest.h"
+#include "materialize.h"
 #include "schema.h"
 #include "tools.h"
 
@@ -38,6 +39,7 @@ struct agent_state {
   struct manifest *manifest;
   struct toolbox tb;
   bool ready;
+  bool borrowed; /* --sandbox: not ours to close */
 };
 
 struct run {
@@ -139,50 +141,32 @@ static bool uses_sandbox(const struct agent *a) {
          a->default_manifest != NULL;
 }
 
-/* Creates A's sandbox on first use: the backend's fresh session with the
- * agent's default manifest materialized. */
+/* Creates A's sandbox on first use (lifecycle.h), or for the starting
+ * agent of a --sandbox run applies its manifest to that live sandbox. */
 static int ensure_state(struct run *run, const struct agent *a,
                         struct sbx_error *e) {
   struct agent_state *st = &run->states[a->index];
   if (st->ready || !uses_sandbox(a))
     return 0;
+  int r = lifecycle_agent_sandbox(
+      run->sh->o, a, run->depth == 0 && a->index == 0, &st->sb, &st->manifest,
+      &st->borrowed, &run->res->config_error, e);
+  if (r < 0)
+    return r;
   const struct run_options *o = run->sh->o;
-  int r;
-  if (a->default_manifest) {
-    char where[600];
-    (void)snprintf(where, sizeof(where), "%s: default_manifest", a->path);
-    r = manifest_parse(a->default_manifest, where, &st->manifest, e);
-    if (r < 0)
-      return r;
-  } else {
-    json_t *empty = json_object();
-    r = manifest_parse(empty, "manifest", &st->manifest, e);
-    json_decref(empty);
-    if (r < 0)
-      return r;
+  json_t *ports = json_object();
+  for (size_t i = 0; ports && i < o->n_exposed_ports; i++) {
+    char ep[300], key[8];
+    if (lifecycle_resolve_port(st->sb, o->exposed_ports, o->n_exposed_ports,
+                               o->exposed_ports[i], ep, sizeof(ep), NULL) < 0)
+      continue;
+    (void)snprintf(key, sizeof(key), "%u", (unsigned)o->exposed_ports[i]);
+    json_object_set_new(ports, key, json_string(ep));
   }
-  r = o->backend->create(&o->backend_opts, &st->sb, e);
-  if (r < 0)
-    return r;
-  emit(run->sh, json_pack("{s:s, s:s, s:s, s:s}", "type", "sandbox_created",
-                          "agent", a->name, "session_id", st->sb->session_id,
-                          "backend", o->backend->name));
-  r = manifest_materialize(st->manifest, st->sb, e);
-  if (r < 0)
-    return r;
-  if (o->cwd) {
-    Sbx__V1__Response *resp = NULL;
-    struct sbx_error ie = {0};
-    r = sbx_file_stat(st->sb->client, o->cwd, &resp, &ie);
-    bool dir = r == 0 &&
-               resp->file_stat->type == SBX__V1__FILE_TYPE__FILE_TYPE_DIRECTORY;
-    sbx_client_reply_free(resp);
-    if (!dir)
-      return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOTDIR,
-                           "Sandbox working directory \"%s\" does not exist or "
-                           "is not accessible.",
-                           o->cwd);
-  }
+  emit(run->sh, json_pack("{s:s, s:s, s:s, s:s, s:b, s:o}", "type",
+                          "sandbox_created", "agent", a->name, "session_id",
+                          st->sb->session_id, "backend", st->sb->backend->name,
+                          "attached", st->borrowed, "exposed_ports", ports));
   bool chat = a->api == AGENT_API_CHAT_COMPLETIONS;
   toolbox_init(&st->tb, st->sb, o->cwd, a->run_as, chat);
   st->ready = true;
@@ -194,7 +178,7 @@ static void close_states(struct run *run) {
     struct agent_state *st = &run->states[i];
     if (st->ready)
       toolbox_fini(&st->tb);
-    if (st->sb) {
+    if (st->sb && !st->borrowed) {
       struct sbx_error e = {0};
       if (st->sb->backend->close(st->sb, &e) < 0)
         log_warn("closing sandbox: %s", e.msg);
@@ -576,8 +560,10 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
       return r;
     struct model_client *mc = NULL;
     r = get_client(sh, a, &mc, e);
-    if (r < 0)
+    if (r < 0) {
+      run->res->config_error = true;
       return r;
+    }
     enum model_api api = model_client_api(mc);
     struct agent_state *st = &run->states[a->index];
     struct instructions_input ii = {

@@ -14,6 +14,7 @@
 
 #include "agent.h"
 #include "err.h"
+#include "lifecycle.h"
 #include "model.h"
 #include "sandbox.h"
 
@@ -29,6 +30,17 @@ struct run_options {
   struct backend_options backend_opts;
   struct model_config model_cfg; /* base settings: stream, record, replay */
   FILE *events;                  /* --stream: JSON lines; NULL for none */
+  /* Materialization limits and the base directory of local sources (NULL:
+   * each agent file's directory). */
+  struct materialize_options materialize;
+  const uint16_t *exposed_ports; /* reported with sandbox_created */
+  size_t n_exposed_ports;
+  /* --sandbox: the starting agent runs in this live sandbox (borrowed,
+   * never closed by the run) holding SANDBOX_MANIFEST; its record is
+   * rewritten when the agent's manifest adds entries. */
+  struct sandbox *sandbox;
+  const struct manifest *sandbox_manifest;
+  struct lifecycle_record *sandbox_record;
 };
 
 struct run_result {
@@ -37,11 +49,12 @@ struct run_result {
   struct model_usage usage;
   int turns;
   const char *last_agent; /* borrowed from the agent set */
+  bool config_error;      /* the failure is the configuration's (exit 2) */
 };
 
 /* Runs to completion. Returns 0, or a negative errno with E saying why;
- * E's code is INVALID_ARGUMENT for configuration errors (exit 2) and
- * something else for run failures (exit 1). */
+ * res->config_error tells a configuration error (a bad manifest, a missing
+ * cwd: exit 2) from a failed run (model or tool error: exit 1). */
 int runner_run(const struct run_options *o, struct run_result *res,
                struct sbx_error *e);
 void run_result_clear(struct run_result *r);

@@ -264,7 +264,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   }
   /* Every process group dies and every parked read is answered while the
    * server still runs; only then may it free its calls. */
-  proc_table_shutdown(d.procs, DAEMON_KILL_GRACE_MS);
+  proc_table_shutdown(d.procs, d.shutdown_grace_ms ? d.shutdown_grace_ms
+                                                   : DAEMON_KILL_GRACE_MS);
   server_free(srv);
   archive_table_free(d.archives);
   d.archives = NULL;

@@ -11,8 +11,11 @@ pkgs=(
   liblzma-dev libxml2-dev libicu-dev zlib1g-dev libssl-dev
   zstd tar passwd util-linux procps iproute2 python3 tmux openssl
 )
+# The container backend's tests: the engine (podman serving the Docker API,
+# on runc), bridge networking, and debootstrap for the offline Debian image.
 if [ "${1:-}" = "--containers" ]; then
-  pkgs+=(podman runc)
+  pkgs+=(podman runc conmon containernetworking-plugins iptables debootstrap
+    curl)
 fi
 
 missing=()

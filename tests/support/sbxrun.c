@@ -1,0 +1,105 @@
+#include "sbxrun.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+
+const char *test_sbx_path(void) {
+  const char *p = getenv("SBX_BIN");
+  return p ? p : SBX_BUILD_DIR "/sbx";
+}
+
+const char *test_write_file(const char *dir, const char *name,
+                            const char *text) {
+  static char path[512];
+  (void)snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+void sbx_run(struct sbx_run_out *r, const char *base_url,
+             const char *const *argv) {
+  memset(r, 0, sizeof(*r));
+  int out[2], err[2];
+  cr_assert_eq(pipe2(out, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(err, O_CLOEXEC), 0);
+  const char *args[64];
+  size_t n = 0;
+  args[n++] = test_sbx_path();
+  for (size_t i = 0; argv[i] && n < 63; i++)
+    args[n++] = argv[i];
+  args[n] = NULL;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+      dup2(devnull, 0);
+    if (base_url)
+      setenv("OPENAI_BASE_URL", base_url, 1);
+    setenv("OPENAI_API_KEY", "test-key", 1);
+    execv(args[0], (char *const *)args);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  struct sbx_buf bo, be;
+  sbx_buf_init(&bo, 64u << 20);
+  sbx_buf_init(&be, 64u << 20);
+  struct pollfd p[2] = {{.fd = out[0], .events = POLLIN},
+                        {.fd = err[0], .events = POLLIN}};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    int pr = poll(p, 2, 120000);
+    if (pr <= 0) {
+      kill(pid, SIGKILL);
+      break;
+    }
+    for (int i = 0; i < 2; i++) {
+      if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      char buf[65536];
+      ssize_t k = read(p[i].fd, buf, sizeof(buf));
+      if (k <= 0) {
+        close(p[i].fd);
+        p[i].fd = -1;
+        open_fds--;
+        continue;
+      }
+      (void)sbx_buf_append(i == 0 ? &bo : &be, buf, (size_t)k);
+    }
+  }
+  for (int i = 0; i < 2; i++)
+    if (p[i].fd >= 0)
+      close(p[i].fd);
+  int st = 0;
+  (void)waitpid(pid, &st, 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  r->secs =
+      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r->out = sbx_buf_steal(&bo, NULL);
+  r->err = sbx_buf_steal(&be, NULL);
+}
+
+void sbx_run_free(struct sbx_run_out *r) {
+  free(r->out);
+  free(r->err);
+  memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,25 @@
+/* Runs the built sbx binary for end-to-end tests and captures its output. */
+#ifndef SBX_TEST_SBXRUN_H
+#define SBX_TEST_SBXRUN_H
+
+struct sbx_run_out {
+  int status;  /* exit code, or 128+signal */
+  char *out;   /* stdout (new) */
+  char *err;   /* stderr (new) */
+  double secs; /* wall time */
+};
+
+/* Runs "sbx ARGV..." (NULL-terminated, without argv[0]) with
+ * OPENAI_BASE_URL=BASE_URL (when not NULL) and OPENAI_API_KEY=test-key in
+ * the environment; waits at most 120 s. */
+void sbx_run(struct sbx_run_out *r, const char *base_url,
+             const char *const *argv);
+void sbx_run_free(struct sbx_run_out *r);
+/* Path of the built sbx. */
+const char *test_sbx_path(void);
+/* Writes TEXT to DIR/NAME (DIR must exist); returns the path (static
+ * buffer reused by the next call). */
+const char *test_write_file(const char *dir, const char *name,
+                            const char *text);
+
+#endif
