@@ -4,17 +4,22 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "approvals.h"
 #include "buf.h"
 #include "cleanup.h"
 #include "clock.h"
 #include "events.h"
+#include "fileio.h"
 #include "instructions.h"
 #include "log.h"
 #include "manifest.h"
 #include "materialize.h"
 #include "rand.h"
 #include "schema.h"
+#include "state.h"
 #include "tools.h"
 #include "trace.h"
 
@@ -39,6 +44,8 @@ struct shared {
   pthread_mutex_t mu; /* clients */
   struct events *ev;  /* --stream, or NULL */
   char run_id[33];
+  json_t *rs;         /* the run state (root run only), or NULL */
+  char rs_path[4200]; /* where it is written */
 };
 
 /* Per agent of one run: its sandbox, manifest and tools. */
@@ -47,7 +54,8 @@ struct agent_state {
   struct manifest *manifest;
   struct toolbox tb;
   bool ready;
-  bool borrowed; /* --sandbox: not ours to close */
+  bool borrowed;                    /* --sandbox: not ours to close */
+  char record_id[STATE_ID_LEN + 1]; /* recorded in the state dir, or "" */
 };
 
 struct run {
@@ -56,6 +64,7 @@ struct run {
   json_t *items;
   struct run_result *res;
   unsigned depth;
+  int first_turn;               /* a resumed run goes on from its saved turn */
   struct trace_span *span;      /* sbx.run */
   struct trace_span *turn_span; /* sbx.turn of the turn in progress */
   int turn;
@@ -165,9 +174,12 @@ static bool uses_sandbox(const struct agent *a) {
 static int create_state(struct run *run, const struct agent *a,
                         struct sbx_error *e) {
   struct agent_state *st = &run->states[a->index];
+  /* The root run's sandboxes are recorded so the run can be resumed. */
+  const char *persist =
+      run->sh->rs && run->depth == 0 ? run->sh->o->state_dir : NULL;
   int r = lifecycle_agent_sandbox(
-      run->sh->o, a, run->depth == 0 && a->index == 0, &st->sb, &st->manifest,
-      &st->borrowed, &run->res->config_error, e);
+      run->sh->o, a, run->depth == 0 && a->index == 0, persist, st->record_id,
+      &st->sb, &st->manifest, &st->borrowed, &run->res->config_error, e);
   if (r < 0)
     return r;
   const struct run_options *o = run->sh->o;
@@ -214,12 +226,24 @@ static int ensure_state(struct run *run, const struct agent *a,
   return r;
 }
 
-/* Closes the run's sandboxes: sandbox.cleanup, one sandbox.shutdown each. */
-static void close_states(struct run *run) {
+/* Closes the run's sandboxes: sandbox.cleanup, one sandbox.shutdown each.
+ * With PAUSE, recorded sandboxes are left running for the resumed run. */
+static void close_states(struct run *run, bool pause) {
   struct trace_span *cs = trace_child(run->span, TRACE_SANDBOX_CLEANUP);
   int64_t n = 0;
   for (size_t i = 0; i < AGENT_MAX_AGENTS; i++) {
     struct agent_state *st = &run->states[i];
+    if (pause && st->record_id[0] && st->sb) {
+      if (st->ready)
+        toolbox_detach(&st->tb);
+      if (st->sb->backend->detach)
+        st->sb->backend->detach(st->sb);
+      else
+        sandbox_free(st->sb);
+      manifest_free(st->manifest);
+      memset(st, 0, sizeof(*st));
+      continue;
+    }
     if (st->ready)
       toolbox_fini(&st->tb);
     if (st->sb && !st->borrowed) {
@@ -234,6 +258,8 @@ static void close_states(struct run *run) {
       }
       trace_end(sp);
       n++;
+      if (st->record_id[0])
+        state_remove(run->sh->o->state_dir, st->record_id);
     }
     manifest_free(st->manifest);
     memset(st, 0, sizeof(*st));
@@ -469,6 +495,7 @@ struct call_job {
   struct tool_ctx tc; /* the sbx.tool_call span; the tool's failure */
   pthread_t thread;
   bool started;
+  bool skip; /* answered without running (a rejected call) */
 };
 
 static int run_nested(struct call_job *j, const struct agent_tool *t,
@@ -580,7 +607,15 @@ static void *call_main(void *arg) {
   trace_set_str(j->tc.span, "gen_ai.tool.call.id", call_id);
   trace_set_str(j->tc.span, "gen_ai.agent.name", j->agent->name);
   uint64_t t0 = sbx_now_ns();
+  /* Mutating sandbox requests get ids derived from the run and the call:
+   * a resumed run that repeats this call is answered from sandboxd's reply
+   * cache instead of doing the work twice. */
+  char tag[64];
+  (void)snprintf(tag, sizeof(tag), "%.12s-%u-%.40s", run->sh->run_id,
+                 run->depth, call_id ? call_id : "");
+  sbx_client_set_tag(tag);
   run_call(j);
+  sbx_client_set_tag(NULL);
   const char *error = NULL;
   if (j->rc < 0)
     error = j->err.msg[0] ? j->err.msg : strerror(-j->rc);
@@ -666,12 +701,126 @@ static int call_model(struct run *run, struct client_slot *c,
   return r;
 }
 
+/* ---- run state --------------------------------------------------------- */
+
+/* Writes the root run's state atomically: the conversation, the current
+ * agent, the calls of the last response still to run (PENDING, the
+ * response's output items), usage, and each sandbox's record and running
+ * exec sessions. A no-op without a state dir. */
+static int rs_save(struct run *run, const struct agent *a, const char *status,
+                   json_t *pending) {
+  struct shared *sh = run->sh;
+  if (!sh->rs || run->depth != 0)
+    return 0;
+  json_t *rs = sh->rs;
+  const struct model_usage *u = &run->res->usage;
+  json_object_set_new(rs, "status", json_string(status));
+  json_object_set_new(rs, "agent", json_integer((json_int_t)a->index));
+  json_object_set_new(rs, "turn", json_integer(run->turn));
+  json_object_set(rs, "items", run->items);
+  json_object_set_new(rs, "pending",
+                      pending ? json_incref(pending) : json_null());
+  json_object_set_new(
+      rs, "usage",
+      json_pack("{s:I, s:I, s:I, s:I, s:I, s:i}", "input_tokens",
+                (json_int_t)u->input_tokens, "output_tokens",
+                (json_int_t)u->output_tokens, "total_tokens",
+                (json_int_t)u->total_tokens, "reasoning_tokens",
+                (json_int_t)u->reasoning_tokens, "cached_tokens",
+                (json_int_t)u->cached_tokens, "turns", run->res->turns));
+  json_t *sbs = json_object();
+  for (size_t i = 0; i < AGENT_MAX_AGENTS; i++) {
+    struct agent_state *st = &run->states[i];
+    if (!st->record_id[0] || !st->ready)
+      continue;
+    char key[16];
+    (void)snprintf(key, sizeof(key), "%zu", i);
+    json_object_set_new(sbs, key,
+                        json_pack("{s:s, s:o}", "record", st->record_id,
+                                  "tools", toolbox_save(&st->tb)));
+  }
+  json_object_set_new(rs, "sandboxes", sbs);
+  if (run->res->final_output)
+    json_object_set_new(rs, "final_output",
+                        json_string(run->res->final_output));
+  char *text = json_dumps(rs, JSON_COMPACT);
+  if (!text)
+    return -ENOMEM;
+  int r = sbx_write_file_atomic(sh->rs_path, text, strlen(text), 0600);
+  free(text);
+  if (r < 0)
+    log_warn("cannot write the run state \"%s\": %s", sh->rs_path,
+             strerror(-r));
+  return r;
+}
+
+/* The decision recorded for CALL_ID by sbx approve / sbx reject, or NULL. */
+static const char *decision_for(struct run *run, const char *call_id,
+                                const char **reason) {
+  json_t *d = json_object_get(json_object_get(run->sh->rs, "decisions"),
+                              call_id ? call_id : "");
+  *reason = json_string_value(json_object_get(d, "reason"));
+  return json_string_value(json_object_get(d, "decision"));
+}
+
+static void record_decision(struct run *run, const char *call_id,
+                            const char *decision, const char *reason) {
+  json_t *ds = json_object_get(run->sh->rs, "decisions");
+  if (!json_is_object(ds)) {
+    ds = json_object();
+    json_object_set_new(run->sh->rs, "decisions", ds);
+  }
+  json_object_set_new(
+      ds, call_id,
+      json_pack("{s:s, s:s?}", "decision", decision, "reason", reason));
+}
+
+/* Asks on the terminal whether the call may run; records the answer. */
+static bool ask_approval(struct run *run, const char *tool, const char *args,
+                         const char *call_id) {
+  FILE *tty = run->sh->o->ask_tty;
+  fprintf(tty, "sbx: %s wants to run %s %s\nApprove? [y/N] ",
+          run->sh->o->agents->agents[0]->name, tool, args ? args : "");
+  fflush(tty);
+  char line[512];
+  bool yes =
+      fgets(line, sizeof(line), tty) && (line[0] == 'y' || line[0] == 'Y');
+  char reason[512] = "";
+  if (!yes) {
+    fprintf(tty, "Reason (optional): ");
+    fflush(tty);
+    if (fgets(reason, sizeof(reason), tty))
+      reason[strcspn(reason, "\n")] = '\0';
+  }
+  record_decision(run, call_id, yes ? "approved" : "rejected",
+                  reason[0] ? reason : NULL);
+  return yes;
+}
+
+/* The output item that answers ITEM with a rejection. */
+static json_t *rejected_output(json_t *item, const char *reason) {
+  const char *type = json_string_value(json_object_get(item, "type"));
+  const char *call_id = json_string_value(json_object_get(item, "call_id"));
+  char *text = approvals_rejection_text(reason);
+  json_t *out;
+  if (type && strcmp(type, "apply_patch_call") == 0)
+    out = json_pack("{s:s, s:s, s:s, s:s}", "type", "apply_patch_call_output",
+                    "call_id", call_id ? call_id : "", "status", "failed",
+                    "output", text ? text : "");
+  else
+    out =
+        json_pack("{s:s, s:s, s:s}", "type", "function_call_output", "call_id",
+                  call_id ? call_id : "", "output", text ? text : "");
+  free(text);
+  return out;
+}
+
 static int loop(struct run *run, const struct agent *start, int64_t max_turns,
                 struct sbx_error *e) {
   struct shared *sh = run->sh;
   const struct run_options *o = sh->o;
   const struct agent *a = start;
-  for (int turn = 1;; turn++) {
+  for (int turn = run->first_turn > 0 ? run->first_turn : 1;; turn++) {
     if (turn > max_turns)
       return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
                            "max turns (%lld) exceeded", (long long)max_turns);
@@ -723,9 +872,17 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
         .extra = extra,
     };
     struct model_response resp = {0};
-    r = call_model(run, slot, a, &req, &resp, e);
-    if (r < 0)
-      return r;
+    /* A resumed run first runs the calls its last response left pending. */
+    json_t *pending =
+        sh->rs && run->depth == 0 ? json_object_get(sh->rs, "pending") : NULL;
+    bool resumed = json_is_array(pending) && json_array_size(pending) > 0;
+    if (resumed) {
+      resp.output = json_incref(pending);
+    } else {
+      r = call_model(run, slot, a, &req, &resp, e);
+      if (r < 0)
+        return r;
+    }
     struct model_usage turn_usage = resp.usage;
     struct model_usage *u = &run->res->usage;
     u->input_tokens += resp.usage.input_tokens;
@@ -733,10 +890,11 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
     u->total_tokens += resp.usage.total_tokens;
     u->reasoning_tokens += resp.usage.reasoning_tokens;
     u->cached_tokens += resp.usage.cached_tokens;
-    run->res->turns++;
-
-    size_t first_new = json_array_size(run->items);
-    json_array_extend(run->items, resp.output);
+    if (!resumed) {
+      run->res->turns++;
+      json_array_extend(run->items, resp.output);
+    }
+    size_t first_new = 0;
     size_t ncalls = 0;
     size_t i;
     json_t *it;
@@ -747,6 +905,8 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
         ncalls++;
     }
     trace_set_int(run->turn_span, "sbx.tool_calls", (int64_t)ncalls);
+    if (ncalls > 0 && !resumed)
+      (void)rs_save(run, a, "running", resp.output);
     if (ncalls == 0) {
       events_turn_finished(sh->ev, &w, model, 0, &turn_usage);
       json_t *last = NULL;
@@ -777,6 +937,7 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
                                "match its output_type: %s",
                                a->name, se.msg);
       }
+      (void)rs_save(run, a, "finished", NULL);
       scope.done = true;
       return 0;
     }
@@ -825,10 +986,63 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
       jobs[nj].item = it;
       nj++;
     }
+    /* Calls that need a person: run when approved, answered with the reason
+     * when rejected, else asked on the terminal or the run pauses. */
+    size_t awaiting = 0;
+    for (size_t m = 0; m < nj; m++) {
+      json_t *it2 = jobs[m].item;
+      bool patch = strcmp(json_string_value(json_object_get(it2, "type")),
+                          "apply_patch_call") == 0;
+      const char *cid = json_string_value(json_object_get(it2, "call_id"));
+      const char *tool = patch
+                             ? "apply_patch"
+                             : json_string_value(json_object_get(it2, "name"));
+      _cleanup_free_ char *pargs =
+          patch ? json_dumps(json_object_get(it2, "operation"), JSON_COMPACT)
+                : NULL;
+      const char *args =
+          patch ? pargs : json_string_value(json_object_get(it2, "arguments"));
+      if (!tool || !approvals_needed(a, tool, args))
+        continue;
+      const char *reason = NULL;
+      const char *dec = sh->rs ? decision_for(run, cid, &reason) : NULL;
+      if (!dec && o->approve_ask && o->ask_tty && sh->rs && cid) {
+        (void)ask_approval(run, tool, args, cid);
+        dec = decision_for(run, cid, &reason);
+      }
+      if (dec && strcmp(dec, "approved") == 0)
+        continue;
+      if (dec && strcmp(dec, "rejected") == 0) {
+        jobs[m].output = rejected_output(it2, reason);
+        jobs[m].skip = true;
+        continue;
+      }
+      awaiting++;
+      events_approval_requested(sh->ev, &w, tool, cid, args,
+                                sh->rs ? sh->rs_path : NULL);
+    }
+    if (awaiting) {
+      for (size_t m = 0; m < nj; m++)
+        json_decref(jobs[m].output);
+      free(jobs);
+      json_decref(handoff_outputs);
+      if (!sh->rs) {
+        model_response_clear(&resp);
+        return sbx_error_set(e, SBX_PERMISSION_DENIED, EACCES,
+                             "a tool call needs approval, but the run has no "
+                             "state to pause in");
+      }
+      (void)rs_save(run, a, "awaiting_approval", resp.output);
+      model_response_clear(&resp);
+      scope.done = true;
+      return RUNNER_PAUSED;
+    }
     /* At most RUNNER_MAX_PARALLEL at once. */
     for (size_t k = 0; k < nj; k += RUNNER_MAX_PARALLEL) {
       size_t end = k + RUNNER_MAX_PARALLEL < nj ? k + RUNNER_MAX_PARALLEL : nj;
       for (size_t m = k; m < end; m++) {
+        if (jobs[m].skip)
+          continue;
         if (nj == 1 ||
             pthread_create(&jobs[m].thread, NULL, call_main, &jobs[m]) != 0)
           call_main(&jobs[m]);
@@ -864,6 +1078,7 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
       events_handoff(sh->ev, &w, next->name, next_call_id);
       trace_set_str(run->turn_span, "sbx.handoff.to", next->name);
     }
+    (void)rs_save(run, next ? next : a, "running", NULL);
     events_turn_finished(sh->ev, &w, model, ncalls, &turn_usage);
     scope.done = true;
     if (next)
@@ -915,7 +1130,7 @@ static int run_nested(struct call_job *j, const struct agent_tool *t,
   trace_set_int(run->span, "sbx.depth", run->depth);
   int r = loop(run, t->agent,
                turns_for(&(struct run_options){0}, t->agent, t->max_turns), e);
-  close_states(run);
+  close_states(run, false);
   trace_set_int(run->span, "sbx.turns", res.turns);
   trace_usage(run->span, &res.usage);
   if (r < 0)
@@ -935,6 +1150,132 @@ static int run_nested(struct call_job *j, const struct agent_tool *t,
   }
   run_result_clear(&res);
   return r;
+}
+
+/* Starts a new run state under the state dir. */
+static int rs_begin(struct run *run, struct sbx_error *e) {
+  struct shared *sh = run->sh;
+  const struct run_options *o = sh->o;
+  char dir[4200];
+  int n = snprintf(dir, sizeof(dir), "%s/runs", o->state_dir);
+  if (n < 0 || (size_t)n >= sizeof(dir))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
+                         "state directory path too long");
+  int r = state_dir_ensure(o->state_dir, e);
+  if (r < 0)
+    return r;
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %s", dir,
+                         strerror(errno));
+  n = snprintf(sh->rs_path, sizeof(sh->rs_path), "%s/%s.json", dir, sh->run_id);
+  if (n < 0 || (size_t)n >= sizeof(sh->rs_path))
+    return -ENAMETOOLONG;
+  char abs[4096];
+  const char *path = o->agents->agents[0]->path;
+  if (!realpath(path, abs))
+    (void)snprintf(abs, sizeof(abs), "%s", path);
+  char created[32];
+  state_now(created);
+  sh->rs =
+      json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:{}}", "version", 1, "run_id",
+                sh->run_id, "agent_path", abs, "prompt", o->prompt,
+                "created_at", created, "status", "running", "decisions");
+  return sh->rs ? 0 : -ENOMEM;
+}
+
+/* Loads the run state at o->resume_path: conversation, agent, turn,
+ * usage, pending calls, and re-attaches the recorded sandboxes. */
+static int rs_resume(struct run *run, const struct agent **start,
+                     struct sbx_error *e) {
+  struct shared *sh = run->sh;
+  const struct run_options *o = sh->o;
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  int r = sbx_read_file(o->resume_path, 256u << 20, &text, &len);
+  if (r < 0) {
+    run->res->config_error = true;
+    return sbx_error_set(e, SBX_OK, -r, "cannot read run state \"%s\": %s",
+                         o->resume_path, strerror(-r));
+  }
+  json_error_t je;
+  json_t *rs = json_loadb(text, len, 0, &je);
+  json_t *items = json_object_get(rs, "items");
+  json_t *agent = json_object_get(rs, "agent");
+  const char *id = json_string_value(json_object_get(rs, "run_id"));
+  const char *status = json_string_value(json_object_get(rs, "status"));
+  if (!json_is_object(rs) || !json_is_integer(json_object_get(rs, "version")) ||
+      json_integer_value(json_object_get(rs, "version")) != 1 || !id ||
+      strlen(id) != 32 || !json_is_array(items) || !json_is_integer(agent) ||
+      json_integer_value(agent) < 0 ||
+      (size_t)json_integer_value(agent) >= o->agents->n || !status) {
+    json_decref(rs);
+    run->res->config_error = true;
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "\"%s\" is not a run state sbx can resume",
+                         o->resume_path);
+  }
+  if (strcmp(status, "finished") == 0) {
+    json_decref(rs);
+    run->res->config_error = true;
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
+                         "run %s already finished; nothing to resume", id);
+  }
+  sh->rs = rs;
+  memcpy(sh->run_id, id, 33);
+  (void)snprintf(sh->rs_path, sizeof(sh->rs_path), "%s", o->resume_path);
+  run->items = json_incref(items);
+  *start = o->agents->agents[json_integer_value(agent)];
+  json_t *turn = json_object_get(rs, "turn");
+  run->first_turn = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
+  if (run->first_turn < 1)
+    run->first_turn = 1;
+  /* The pending calls belong to the saved turn; a turn that finished
+   * starts the next one. */
+  json_t *pending = json_object_get(rs, "pending");
+  if (!(json_is_array(pending) && json_array_size(pending) > 0) &&
+      json_array_size(items) > 1)
+    run->first_turn++;
+  json_t *u = json_object_get(rs, "usage");
+  struct model_usage *mu = &run->res->usage;
+  mu->input_tokens = json_integer_value(json_object_get(u, "input_tokens"));
+  mu->output_tokens = json_integer_value(json_object_get(u, "output_tokens"));
+  mu->total_tokens = json_integer_value(json_object_get(u, "total_tokens"));
+  mu->reasoning_tokens =
+      json_integer_value(json_object_get(u, "reasoning_tokens"));
+  mu->cached_tokens = json_integer_value(json_object_get(u, "cached_tokens"));
+  run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
+  /* Re-attach each agent's recorded sandbox. */
+  const char *key;
+  json_t *sbj;
+  json_object_foreach(json_object_get(rs, "sandboxes"), key, sbj) {
+    char *end = NULL;
+    unsigned long idx = strtoul(key, &end, 10);
+    const char *rid = json_string_value(json_object_get(sbj, "record"));
+    if (!end || *end || idx >= o->agents->n || !rid)
+      continue;
+    struct lifecycle_record rec;
+    r = lifecycle_load(o->state_dir, rid, &rec, e);
+    if (r < 0)
+      return r;
+    struct sandbox *sb = NULL;
+    r = lifecycle_attach(&rec, &o->backend_opts, &sb, e);
+    if (r < 0) {
+      lifecycle_record_clear(&rec);
+      return r;
+    }
+    struct agent_state *st = &run->states[idx];
+    st->sb = sb;
+    st->manifest = rec.manifest;
+    rec.manifest = NULL;
+    lifecycle_record_clear(&rec);
+    (void)snprintf(st->record_id, sizeof(st->record_id), "%s", rid);
+    const struct agent *ag = o->agents->agents[idx];
+    toolbox_init(&st->tb, sb, o->cwd, ag->run_as,
+                 ag->api == AGENT_API_CHAT_COMPLETIONS);
+    toolbox_load(&st->tb, json_object_get(sbj, "tools"));
+    st->ready = true;
+  }
+  return 0;
 }
 
 void run_result_clear(struct run_result *r) {
@@ -1005,14 +1346,38 @@ int runner_run(const struct run_options *o, struct run_result *res,
   }
   run->sh = &sh;
   run->res = res;
-  run->items = json_array();
   const struct agent *start = o->agents->agents[0];
-  json_array_append_new(run->items, user_message(o->prompt));
+  int r = 0;
+  if (o->resume_path)
+    r = rs_resume(run, &start, e);
+  else if (o->state_dir)
+    r = rs_begin(run, e);
+  if (!run->items)
+    run->items = json_array();
+  if (!o->resume_path)
+    json_array_append_new(run->items, user_message(o->prompt));
   int64_t max_turns = turns_for(o, start, 0);
+  if (run->first_turn > 0)
+    max_turns += run->first_turn - 1;
   run_begin(run, start, max_turns);
-  int r = loop(run, start, max_turns, e);
-  close_states(run);
-  run_end(run, r, e, t0);
+  if (r == 0)
+    r = loop(run, start, max_turns, e);
+  if (r < 0 && sh.rs)
+    (void)rs_save(run, start, "failed", NULL);
+  close_states(run, r == RUNNER_PAUSED);
+  if (r == RUNNER_PAUSED)
+    events_emit(
+        sh.ev, "run_paused",
+        json_pack("{s:s, s:i}", "run_state", sh.rs_path, "turns", res->turns));
+  else
+    run_end(run, r, e, t0);
+  if (sh.rs) {
+    (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh.rs_path);
+    /* A finished run leaves no state behind unless asked to. */
+    if (r == 0)
+      (void)unlink(sh.rs_path);
+  }
+  json_decref(sh.rs);
   json_decref(run->items);
   free(run);
   for (size_t i = 0; i < sh.nclients; i++) {

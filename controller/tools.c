@@ -69,6 +69,53 @@ void toolbox_fini(struct toolbox *t) {
   pthread_mutex_destroy(&t->mu);
 }
 
+void toolbox_detach(struct toolbox *t) {
+  pthread_mutex_lock(&t->mu);
+  t->nsessions = 0;
+  pthread_mutex_unlock(&t->mu);
+  pthread_mutex_destroy(&t->mu);
+}
+
+json_t *toolbox_save(struct toolbox *t) {
+  json_t *arr = json_array();
+  pthread_mutex_lock(&t->mu);
+  for (size_t i = 0; arr && i < t->nsessions; i++) {
+    const struct tool_exec_session *s = &t->sessions[i];
+    json_array_append_new(arr,
+                          json_pack("{s:i, s:I, s:I, s:b}", "id", s->id,
+                                    "exec_id", (json_int_t)s->exec_id, "offset",
+                                    (json_int_t)s->offset, "tty", s->tty));
+  }
+  int next = t->next_id;
+  pthread_mutex_unlock(&t->mu);
+  return json_pack("{s:i, s:o}", "next_id", next, "sessions", arr);
+}
+
+void toolbox_load(struct toolbox *t, json_t *j) {
+  pthread_mutex_lock(&t->mu);
+  json_t *n = json_object_get(j, "next_id");
+  if (json_is_integer(n) && json_integer_value(n) > 0 &&
+      json_integer_value(n) < 1000000)
+    t->next_id = (int)json_integer_value(n);
+  size_t i;
+  json_t *x;
+  json_array_foreach(json_object_get(j, "sessions"), i, x) {
+    if (t->nsessions == TOOLS_MAX_EXEC_SESSIONS)
+      break;
+    json_t *id = json_object_get(x, "id"), *ex = json_object_get(x, "exec_id"),
+           *off = json_object_get(x, "offset");
+    if (!json_is_integer(id) || !json_is_integer(ex) || !json_is_integer(off))
+      continue;
+    struct tool_exec_session *s = &t->sessions[t->nsessions++];
+    s->id = (int)json_integer_value(id);
+    s->exec_id = (uint64_t)json_integer_value(ex);
+    s->offset = (uint64_t)json_integer_value(off);
+    s->tty = json_is_true(json_object_get(x, "tty"));
+    s->last_used = sbx_now_ns();
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
 /* ---- schemas ----------------------------------------------------------- */
 
 static json_t *nullable(const char *type, const char *description) {

@@ -45,6 +45,16 @@ void toolbox_init(struct toolbox *t, struct sandbox *sb, const char *cwd,
                   const char *run_as, bool text_images);
 /* Kills and releases every process still running (for close). */
 void toolbox_fini(struct toolbox *t);
+/* Forgets the running sessions without killing them (for a pause). */
+void toolbox_detach(struct toolbox *t);
+
+/* The running exec sessions as JSON (new): {"next_id", "sessions":
+ * [{"id", "exec_id", "offset", "tty"}]}, so a resumed run picks each process
+ * up by its exec id and output offset. */
+json_t *toolbox_save(struct toolbox *t);
+/* Restores what toolbox_save wrote; unknown or malformed entries are
+ * skipped. */
+void toolbox_load(struct toolbox *t, json_t *j);
 
 /* The function tool definitions, in the SDK's order (view_image,
  * apply_patch, exec_command, write_stdin), Responses format. With
