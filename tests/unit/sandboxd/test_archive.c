@@ -712,6 +712,41 @@ Test(archive, zstd_round_trip) {
   free(plain);
 }
 
+Test(archive, non_ascii_names_round_trip) {
+  /* UTF-8 names, and a name that is not UTF-8 at all: bytes are kept. */
+  mk_dir("src", 0755);
+  mk_dir("src/caf\xc3\xa9", 0755);
+  mk_file("src/caf\xc3\xa9/\xe6\x97\xa5\xe6\x9c\xac.txt", "nihon", 5, 0644);
+  mk_file("src/bad\xff\xfe", "latin1", 6, 0644);
+  size_t len;
+  unsigned char *tar =
+      export_all("src", NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_NONE,
+                 odd_chunks, 1, &len);
+  struct outcome o = {0};
+  uint64_t members = 0;
+  cr_assert_eq(import_all("dst", tar, len, 1 << 20, NULL,
+                          SBX__V1__COMPRESSION__COMPRESSION_AUTO, &members, &o),
+               0, "%s", o.msg);
+  cr_expect_eq(members, 3);
+  char a[4200], b[4200];
+  pathf(a, sizeof(a), "src");
+  pathf(b, sizeof(b), "dst");
+  compare_trees(a, b, true);
+  /* GNU tar sees the same names. */
+  char cmd[8600], tarpath[4200], out[4200];
+  pathf(tarpath, sizeof(tarpath), "x.tar");
+  pathf(out, sizeof(out), "gnu");
+  mk_file("x.tar", tar, len, 0644);
+  mk_dir("gnu", 0755);
+  (void)snprintf(cmd, sizeof(cmd), "tar -xf %s -C %s 2>&1", tarpath, out);
+  cr_expect_eq(system(cmd), 0);
+  pathf(a, sizeof(a), "gnu/caf\xc3\xa9/\xe6\x97\xa5\xe6\x9c\xac.txt");
+  cr_expect(exists_abs(a), "GNU tar extracts the UTF-8 name");
+  pathf(a, sizeof(a), "gnu/bad\xff\xfe");
+  cr_expect(exists_abs(a), "GNU tar extracts the raw name");
+  free(tar);
+}
+
 Test(archive, excludes_leave_out_subtrees) {
   build_tree("src");
   const char *excl[] = {"a/b", "./empty/", "big.bin", "nonexistent"};
