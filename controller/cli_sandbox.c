@@ -27,6 +27,8 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "path.h"
+#include "progress.h"
+#include "snapshot.h"
 #include "tarball.h"
 
 #define CLI_PATCH_MAX (64u << 20)
@@ -1684,6 +1686,260 @@ static int cmd_rm(struct common *c, int argc, char **argv) {
   return code ? code : (fflush(stdout) == 0 ? 0 : 1);
 }
 
+/* ---- session state: save and resume ------------------------------------ */
+
+/* Reads --snapshot TYPE, --snapshot-dir DIR and --snapshot-url URL. */
+static int parse_snapshot_opt(const char *opt, const char *val,
+                              struct snapshot_spec *spec) {
+  if (strcmp(opt, "--snapshot") == 0)
+    return snapshot_type_parse(val, &spec->type);
+  if (strcmp(opt, "--snapshot-dir") == 0) {
+    spec->base_dir = val;
+    return 0;
+  }
+  if (strcmp(opt, "--snapshot-url") == 0) {
+    spec->url = val;
+    return 0;
+  }
+  return -ENOENT;
+}
+
+/* sbx sandbox save ID: snapshots the workspace and prints the session
+ * state (the SDK's fields; no token, no host paths, no credentials). */
+static int cmd_save(struct common *c, int argc, char **argv) {
+  struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL};
+  const char *id = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf(
+          "usage: sbx sandbox save ID [--snapshot local|remote|none] "
+          "[--snapshot-dir DIR] [--snapshot-url URL]\n\n"
+          "Snapshots the sandbox's workspace (default: local, under "
+          "$XDG_STATE_HOME/sbx/snapshots)\nand prints its session state as "
+          "JSON on stdout, for sbx sandbox resume. The state holds\nno "
+          "token, no credentials and no host paths. A remote snapshot is "
+          "PUT to the URL with\nthe bearer token from $SBX_SNAPSHOT_TOKEN.\n");
+      return 0;
+    }
+    int pr = i + 1 < argc ? parse_snapshot_opt(argv[i], argv[i + 1], &spec)
+                          : -ENOENT;
+    if (pr != -ENOENT) {
+      if (pr < 0)
+        return usage_error(c, "save", "%s \"%s\" is not valid", argv[i],
+                           argv[i + 1]);
+      i++;
+      continue;
+    }
+    if (argv[i][0] == '-' || id)
+      return usage_error(c, "save", "unexpected argument \"%s\"", argv[i]);
+    id = argv[i];
+  }
+  if (!id)
+    return usage_error(c, "save", "expected a sandbox id");
+  if (spec.type == SNAPSHOT_REMOTE && !spec.url)
+    return usage_error(c, "save", "--snapshot remote needs --snapshot-url");
+  struct lifecycle_record rec;
+  struct sandbox *sb = NULL;
+  struct sbx_error e = {0};
+  int k = cli_attach(c->state_dir, id, &rec, &sb, &e);
+  if (k != 0) {
+    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+    return k;
+  }
+  struct snapshot_record snap = {0};
+  int r = snapshot_save(&spec, sb, sb->session_id, NULL, &snap,
+                        progress_enabled(c->json) ? progress_snapshot : NULL,
+                        NULL, &e);
+  if (r < 0) {
+    sb->backend->detach(sb);
+    lifecycle_record_clear(&rec);
+    return fail_msg(c, &e, r);
+  }
+  json_t *st = json_pack(
+      "{s:i, s:s, s:s, s:s, s:o, s:{s:s, s:s?, s:s, s:I}, s:s, s:s, s:b}",
+      "version", 1, "type", sb->backend->name, "session_id", sb->session_id,
+      "sandbox_id", rec.id, "manifest", manifest_to_json(rec.manifest),
+      "snapshot", "type", snapshot_type_name(snap.type), "location",
+      snap.location, "sha256", snap.sha256, "size", (json_int_t)snap.size,
+      "snapshot_fingerprint", snap.sha256, "snapshot_fingerprint_version",
+      snap.version, "workspace_root_ready", 1);
+  json_t *ports = json_array();
+  for (size_t i = 0; i < rec.nports; i++)
+    json_array_append_new(ports, json_integer(rec.ports[i]));
+  json_object_set_new(st, "exposed_ports", ports);
+  print_json(st);
+  json_decref(st);
+  snapshot_record_clear(&snap);
+  if (spec.type == SNAPSHOT_LOCAL) {
+    /* Local snapshots older than 30 days go, as the SDK prunes its own. */
+    _cleanup_free_ char *base = NULL;
+    unsigned removed = 0;
+    struct sbx_error pe = {0};
+    if (spec.base_dir || snapshot_default_base_dir(&base, &pe) == 0)
+      (void)snapshot_prune(spec.base_dir ? spec.base_dir : base, 0, &removed,
+                           &pe);
+  }
+  sb->backend->detach(sb);
+  lifecycle_record_clear(&rec);
+  return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* sbx sandbox resume STATE.json: the live sandbox when it still runs and
+ * accepts our token under the same session id; else a new sandbox from
+ * the trusted manifest with the snapshot restored; else an error saying
+ * which part failed. Prints the sandbox id. */
+static int cmd_resume(struct common *c, int argc, char **argv) {
+  struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL};
+  const char *path = NULL, *trusted = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf("usage: sbx sandbox resume STATE.json [--manifest M] "
+             "[--snapshot-url URL]\n\n"
+             "Reconnects to the saved sandbox when it is still running and "
+             "proves its identity\n(its session id, and the token this "
+             "controller's state holds); otherwise creates a\nnew sandbox "
+             "from the trusted manifest (--manifest, else the state's) and "
+             "restores\nthe snapshot into it. Prints the sandbox id.\n");
+      return 0;
+    }
+    if (strcmp(argv[i], "--manifest") == 0 && i + 1 < argc) {
+      trusted = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--snapshot-url") == 0 && i + 1 < argc) {
+      spec.url = argv[++i];
+      continue;
+    }
+    if (argv[i][0] == '-' || path)
+      return usage_error(c, "resume", "unexpected argument \"%s\"", argv[i]);
+    path = argv[i];
+  }
+  if (!path)
+    return usage_error(c, "resume", "expected a session state file");
+  struct sbx_error e = {0};
+  json_t *st = NULL;
+  if (load_json_file(path, &st, &e) < 0) {
+    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+    return 2;
+  }
+  const char *sid = json_string_value(json_object_get(st, "session_id"));
+  const char *sbid = json_string_value(json_object_get(st, "sandbox_id"));
+  json_t *snapj = json_object_get(st, "snapshot");
+  json_t *manj = json_object_get(st, "manifest");
+  if (!sid || !json_is_object(manj)) {
+    json_decref(st);
+    return usage_error(c, "resume", "\"%s\" is not a session state", path);
+  }
+  char why_live[600] = "no sandbox id in the state";
+  /* 1. The live sandbox. */
+  if (sbid) {
+    struct lifecycle_record rec;
+    struct sandbox *sb = NULL;
+    struct sbx_error le = {0};
+    if (cli_attach(c->state_dir, sbid, &rec, &sb, &le) == 0) {
+      if (strcmp(sb->session_id, sid) == 0) {
+        printf("%s\n", rec.id);
+        fprintf(stderr, "%s: reconnected to the live sandbox %s\n", c->prog,
+                rec.id);
+        sb->backend->detach(sb);
+        lifecycle_record_clear(&rec);
+        json_decref(st);
+        return 0;
+      }
+      (void)snprintf(why_live, sizeof(why_live),
+                     "sandbox %s holds another session", rec.id);
+      sb->backend->detach(sb);
+      lifecycle_record_clear(&rec);
+    } else {
+      (void)snprintf(why_live, sizeof(why_live), "%s", le.msg);
+    }
+  }
+  /* 2. A new sandbox from the snapshot. */
+  struct snapshot_record snap = {0};
+  const char *stype = json_string_value(json_object_get(snapj, "type"));
+  const char *loc = json_string_value(json_object_get(snapj, "location"));
+  const char *sha = json_string_value(json_object_get(snapj, "sha256"));
+  if (!stype || snapshot_type_parse(stype, &snap.type) < 0 ||
+      snap.type == SNAPSHOT_NONE || !loc || !sha || strlen(sha) != 64) {
+    fprintf(stderr,
+            "%s: cannot resume: the live sandbox is gone (%s) and the state "
+            "has no restorable snapshot\n",
+            c->prog, why_live);
+    json_decref(st);
+    return 1;
+  }
+  spec.type = snap.type;
+  snap.location = (char *)loc;
+  memcpy(snap.sha256, sha, 65);
+  snap.size = (uint64_t)json_integer_value(json_object_get(snapj, "size"));
+  (void)snprintf(snap.version, sizeof(snap.version), "%s",
+                 SNAPSHOT_FINGERPRINT_VERSION);
+  json_t *mj = manj;
+  json_t *tj = NULL;
+  if (trusted && load_json_file(trusted, &tj, &e) < 0) {
+    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+    json_decref(st);
+    return 2;
+  }
+  if (tj)
+    mj = tj;
+  struct manifest *m = NULL;
+  char where[600];
+  (void)snprintf(where, sizeof(where), "%s: manifest",
+                 trusted ? trusted : path);
+  if (manifest_parse(mj, where, &m, &e) < 0) {
+    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+    json_decref(tj);
+    json_decref(st);
+    return 2;
+  }
+  char dir[4096], id[STATE_ID_LEN + 1], tok[4200], logp[4200], created[32];
+  int r = state_dir_resolve(c->state_dir, dir, sizeof(dir), &e);
+  if (r == 0 &&
+      ((r = state_dir_ensure(dir, &e)) < 0 || (r = state_new_id(id)) < 0 ||
+       state_path(dir, id, "token", tok, sizeof(tok)) < 0 ||
+       state_path(dir, id, "log", logp, sizeof(logp)) < 0))
+    r = r < 0 ? r : -ENAMETOOLONG;
+  struct lifecycle_options lo = {
+      .backend = backend_find(json_string_value(json_object_get(st, "type")))};
+  if (!lo.backend)
+    lo.backend = &backend_local;
+  struct sandbox *sb = NULL;
+  if (r == 0)
+    r = lifecycle_create(&lo, m, true, tok, logp, &sb, &e);
+  struct snapshot_restore_result rr = {0};
+  if (r == 0)
+    r = snapshot_restore(&spec, &snap, sb, NULL, NULL, &rr,
+                         progress_enabled(c->json) ? progress_snapshot : NULL,
+                         NULL, &e);
+  if (r == 0) {
+    state_now(created);
+    r = lifecycle_save(dir, id, sb, m, NULL, 0, created, (long)getpid(), &e);
+  }
+  if (r < 0) {
+    fprintf(stderr,
+            "%s: cannot resume: the live sandbox is gone (%s), and restoring "
+            "the snapshot failed: %s\n",
+            c->prog, why_live, e.msg);
+    if (sb) {
+      struct sbx_error ce = {0};
+      (void)sb->backend->close(sb, &ce);
+    }
+    state_remove(dir, id);
+  } else {
+    printf("%s\n", id);
+    fprintf(stderr,
+            "%s: the saved sandbox is gone (%s); restored its "
+            "snapshot into a new sandbox %s\n",
+            c->prog, why_live, id);
+    sb->backend->detach(sb);
+  }
+  manifest_free(m);
+  json_decref(tj);
+  json_decref(st);
+  return r < 0 ? 1 : (fflush(stdout) == 0 ? 0 : 1);
+}
+
 int cli_sandbox_main(int argc, char **argv) {
   struct common c = {.prog = "sbx sandbox"};
   int i = 1;
@@ -1727,6 +1983,8 @@ int cli_sandbox_main(int argc, char **argv) {
       {"apply-patch", cmd_apply_patch},
       {"port", cmd_port},
       {"rm", cmd_rm},
+      {"save", cmd_save},
+      {"resume", cmd_resume},
   };
   char prog[64];
   (void)snprintf(prog, sizeof(prog), "sbx sandbox %.32s", argv[i]);
