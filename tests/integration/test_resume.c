@@ -300,3 +300,57 @@ Test(resume, resume_errors) {
   cr_expect(strstr(r.err, "expected ask or stop") != NULL, "%s", r.err);
   sbx_run_free(&r);
 }
+
+/* Runs sbx under `script` so that it has a terminal, feeding ANSWERS. */
+static int run_in_pty(const char *base_url, const char *agent,
+                      const char *answers, char **out) {
+  char outp[160], cmd[2048];
+  (void)snprintf(outp, sizeof(outp), "%s/pty.out", dir);
+  (void)snprintf(
+      cmd, sizeof(cmd),
+      "printf '%s' | OPENAI_BASE_URL=%s OPENAI_API_KEY=k script -qec "
+      "\"%s run --state-dir %s --approve ask %s 'do it'\" /dev/null "
+      "> %s 2>&1",
+      answers, base_url, test_sbx_path(), state, agent, outp);
+  int st = system(cmd);
+  FILE *f = fopen(outp, "r");
+  cr_assert_not_null(f);
+  size_t cap = 0;
+  *out = NULL;
+  (void)getdelim(out, &cap, '\0', f);
+  fclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(resume, approve_ask_asks_on_the_terminal) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"exec_command\": \"always\"}}");
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "{\"by_turn\": true, \"steps\": ["
+      "{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"q1\", "
+      "\"arguments\": {\"cmd\": \"echo it-ran\"}}]},"
+      " {\"text\": \"done\"}]}",
+      NULL);
+  char *out = NULL;
+  int rc = run_in_pty(srv.base_url, a, "y\\n", &out);
+  cr_expect_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "Approve? [y/N]") != NULL, "%s", out);
+  cr_expect(strstr(out, "done") != NULL, "%s", out);
+  free(out);
+  json_t *reqs = test_model_server_requests(&srv);
+  const char *o = output_of(reqs, "q1");
+  cr_assert_not_null(o);
+  cr_expect(strstr(o, "it-ran") != NULL, "%s", o);
+  json_decref(reqs);
+  /* Answering no, with a reason, rejects the call. */
+  rc = run_in_pty(srv.base_url, a, "n\\nnot now\\n", &out);
+  cr_expect_eq(rc, 0, "%s", out);
+  free(out);
+  reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_str_eq(output_of(reqs, "q1"),
+                   "The user rejected this tool call: not now");
+  json_decref(reqs);
+}

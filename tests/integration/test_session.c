@@ -100,9 +100,12 @@ Test(session, save_holds_no_secret_and_resume_reconnects) {
   cr_assert_not_null(j, "%s", text);
   cr_expect_str_eq(json_string_value(json_object_get(j, "type")), "local");
   cr_expect_eq(strlen(json_string_value(json_object_get(j, "session_id"))), 36);
-  cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "snapshot"), "type")),
+  cr_expect_str_eq(json_string_value(
+                       json_object_get(json_object_get(j, "snapshot"), "type")),
                    "local");
-  cr_expect_eq(strlen(json_string_value(json_object_get(j, "snapshot_fingerprint"))), 64);
+  cr_expect_eq(
+      strlen(json_string_value(json_object_get(j, "snapshot_fingerprint"))),
+      64);
   /* No token, no workspace path. */
   char tokpath[256];
   (void)snprintf(tokpath, sizeof(tokpath), "%s/sandboxes/%s.token", sdir, id);
