@@ -100,6 +100,10 @@ static void usage_run(FILE *f) {
       "  --expose PORT        a port the sandbox exposes (repeatable); "
       "reported in\n"
       "                       the sandbox_created event\n"
+      "  --session STATE      run in the sandbox of a saved session state "
+      "(sbx sandbox\n"
+      "                       save): the live one, or its snapshot "
+      "restored\n"
       "  --resume STATE       continue the paused or interrupted run saved in "
       "STATE\n"
       "                       (its agent file and prompt come from it)\n"
@@ -262,6 +266,7 @@ static int cmd_run(int argc, char **argv) {
     O_BACKEND,
     O_SECCOMP,
     O_SANDBOX,
+    O_SESSION,
     O_STATE_DIR,
     O_BASE_DIR,
     O_CONCURRENCY,
@@ -283,6 +288,7 @@ static int cmd_run(int argc, char **argv) {
       {"backend", required_argument, NULL, O_BACKEND},
       {"seccomp", required_argument, NULL, O_SECCOMP},
       {"sandbox", required_argument, NULL, O_SANDBOX},
+      {"session", required_argument, NULL, O_SESSION},
       {"state-dir", required_argument, NULL, O_STATE_DIR},
       {"base-dir", required_argument, NULL, O_BASE_DIR},
       {"concurrency", required_argument, NULL, O_CONCURRENCY},
@@ -300,6 +306,8 @@ static int cmd_run(int argc, char **argv) {
   o.materialize.limits = materialize_default_limits();
   const char *backend = "local";
   const char *sandbox_id = NULL, *state_dir = NULL, *resume = NULL;
+  const char *session = NULL;
+  char session_id[13];
   bool ask = false;
   uint16_t ports[LIFECYCLE_MAX_PORTS];
   struct sbx_error oe = {0};
@@ -363,6 +371,9 @@ static int cmd_run(int argc, char **argv) {
       break;
     case O_RESUME:
       resume = optarg;
+      break;
+    case O_SESSION:
+      session = optarg;
       break;
     case O_APPROVE:
       if (strcmp(optarg, "ask") != 0 && strcmp(optarg, "stop") != 0) {
@@ -477,6 +488,20 @@ static int cmd_run(int argc, char **argv) {
     return 2;
   }
   struct lifecycle_record rec = {0};
+  /* The SDK's order: an injected live sandbox (--sandbox), the run
+   * state's sandboxes (--resume), an explicit session state (--session),
+   * else a new sandbox. */
+  if (session && !sandbox_id && !resume) {
+    bool reconnected = false;
+    if (cli_session_resume(state_dir, session, NULL, isatty(2), session_id,
+                           &reconnected, &e) < 0) {
+      fprintf(stderr, "sbx run: %s\n", e.msg);
+      agent_set_free(agents);
+      (void)trace_free(o.tracer);
+      return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;
+    }
+    sandbox_id = session_id;
+  }
   if (sandbox_id) {
     int k = cli_attach(state_dir, sandbox_id, &rec, &o.sandbox, &e);
     if (k != 0) {

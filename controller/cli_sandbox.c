@@ -1784,17 +1784,122 @@ static int cmd_save(struct common *c, int argc, char **argv) {
   return fflush(stdout) == 0 ? 0 : 1;
 }
 
-/* sbx sandbox resume STATE.json: the live sandbox when it still runs and
- * accepts our token under the same session id; else a new sandbox from
- * the trusted manifest with the snapshot restored; else an error saying
- * which part failed. Prints the sandbox id. */
-static int cmd_resume(struct common *c, int argc, char **argv) {
+int cli_session_resume(const char *state_dir, const char *path,
+                       const char *trusted, bool progress,
+                       char id_out[STATE_ID_LEN + 1], bool *reconnected,
+                       struct sbx_error *e) {
   struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL};
+  *reconnected = false;
+  _cleanup_json_ json_t *st = NULL;
+  if (load_json_file(path, &st, e) < 0)
+    return -EINVAL;
+  const char *sid = json_string_value(json_object_get(st, "session_id"));
+  const char *sbid = json_string_value(json_object_get(st, "sandbox_id"));
+  json_t *snapj = json_object_get(st, "snapshot");
+  json_t *manj = json_object_get(st, "manifest");
+  if (!sid || !json_is_object(manj))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "\"%s\" is not a session state", path);
+  char why_live[600] = "no sandbox id in the state";
+  /* 1. The live sandbox, when it proves its identity: our token (Hello
+   * through the state dir's token file) and the same session id. */
+  if (sbid) {
+    struct lifecycle_record rec;
+    struct sandbox *sb = NULL;
+    struct sbx_error le = {0};
+    if (cli_attach(state_dir, sbid, &rec, &sb, &le) == 0) {
+      bool same = strcmp(sb->session_id, sid) == 0;
+      if (same)
+        (void)snprintf(id_out, STATE_ID_LEN + 1, "%s", rec.id);
+      else
+        (void)snprintf(why_live, sizeof(why_live),
+                       "sandbox %s holds another session", rec.id);
+      sb->backend->detach(sb);
+      lifecycle_record_clear(&rec);
+      if (same) {
+        *reconnected = true;
+        return 0;
+      }
+    } else {
+      (void)snprintf(why_live, sizeof(why_live), "%s", le.msg);
+    }
+  }
+  /* 2. A new sandbox from the trusted manifest, with the snapshot. */
+  struct snapshot_record snap = {0};
+  const char *stype = json_string_value(json_object_get(snapj, "type"));
+  const char *loc = json_string_value(json_object_get(snapj, "location"));
+  const char *sha = json_string_value(json_object_get(snapj, "sha256"));
+  if (!stype || snapshot_type_parse(stype, &snap.type) < 0 ||
+      snap.type == SNAPSHOT_NONE || !loc || !sha || strlen(sha) != 64)
+    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
+                         "cannot resume: the live sandbox is gone (%s) and the "
+                         "state has no restorable snapshot",
+                         why_live);
+  spec.type = snap.type;
+  snap.location = (char *)loc;
+  memcpy(snap.sha256, sha, 65);
+  snap.size = (uint64_t)json_integer_value(json_object_get(snapj, "size"));
+  (void)snprintf(snap.version, sizeof(snap.version), "%s",
+                 SNAPSHOT_FINGERPRINT_VERSION);
+  _cleanup_json_ json_t *tj = NULL;
+  if (trusted && load_json_file(trusted, &tj, e) < 0)
+    return -EINVAL;
+  struct manifest *m = NULL;
+  char where[600];
+  (void)snprintf(where, sizeof(where), "%s: manifest",
+                 trusted ? trusted : path);
+  int r = manifest_parse(tj ? tj : manj, where, &m, e);
+  if (r < 0)
+    return r;
+  char dir[4096], tok[4200], logp[4200], created[32];
+  char id[STATE_ID_LEN + 1] = "";
+  r = state_dir_resolve(state_dir, dir, sizeof(dir), e);
+  if (r == 0 &&
+      ((r = state_dir_ensure(dir, e)) < 0 || (r = state_new_id(id)) < 0 ||
+       state_path(dir, id, "token", tok, sizeof(tok)) < 0 ||
+       state_path(dir, id, "log", logp, sizeof(logp)) < 0))
+    r = r < 0 ? r : -ENAMETOOLONG;
+  struct lifecycle_options lo = {
+      .backend = backend_find(json_string_value(json_object_get(st, "type")))};
+  if (!lo.backend)
+    lo.backend = &backend_local;
+  struct sandbox *sb = NULL;
+  struct sbx_error ie = {0};
+  if (r == 0)
+    r = lifecycle_create(&lo, m, true, tok, logp, &sb, &ie);
+  struct snapshot_restore_result rr = {0};
+  if (r == 0)
+    r = snapshot_restore(&spec, &snap, sb, NULL, NULL, &rr,
+                         progress ? progress_snapshot : NULL, NULL, &ie);
+  if (r == 0) {
+    state_now(created);
+    r = lifecycle_save(dir, id, sb, m, NULL, 0, created, (long)getpid(), &ie);
+  }
+  manifest_free(m);
+  if (r < 0) {
+    if (sb) {
+      struct sbx_error ce = {0};
+      (void)sb->backend->close(sb, &ce);
+    }
+    if (id[0])
+      state_remove(dir, id);
+    return sbx_error_set(e, ie.code ? ie.code : SBX_INTERNAL, -r,
+                         "cannot resume: the live sandbox is gone (%s), and "
+                         "restoring the snapshot failed: %s",
+                         why_live, ie.msg);
+  }
+  sb->backend->detach(sb);
+  (void)snprintf(id_out, STATE_ID_LEN + 1, "%s", id);
+  return 0;
+}
+
+/* sbx sandbox resume STATE.json: prints the sandbox id (see
+ * cli_session_resume). */
+static int cmd_resume(struct common *c, int argc, char **argv) {
   const char *path = NULL, *trusted = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: sbx sandbox resume STATE.json [--manifest M] "
-             "[--snapshot-url URL]\n\n"
+      printf("usage: sbx sandbox resume STATE.json [--manifest M]\n\n"
              "Reconnects to the saved sandbox when it is still running and "
              "proves its identity\n(its session id, and the token this "
              "controller's state holds); otherwise creates a\nnew sandbox "
@@ -1806,138 +1911,28 @@ static int cmd_resume(struct common *c, int argc, char **argv) {
       trusted = argv[++i];
       continue;
     }
-    if (strcmp(argv[i], "--snapshot-url") == 0 && i + 1 < argc) {
-      spec.url = argv[++i];
-      continue;
-    }
     if (argv[i][0] == '-' || path)
       return usage_error(c, "resume", "unexpected argument \"%s\"", argv[i]);
     path = argv[i];
   }
   if (!path)
     return usage_error(c, "resume", "expected a session state file");
+  char id[STATE_ID_LEN + 1];
+  bool reconnected = false;
   struct sbx_error e = {0};
-  json_t *st = NULL;
-  if (load_json_file(path, &st, &e) < 0) {
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
-    return 2;
-  }
-  const char *sid = json_string_value(json_object_get(st, "session_id"));
-  const char *sbid = json_string_value(json_object_get(st, "sandbox_id"));
-  json_t *snapj = json_object_get(st, "snapshot");
-  json_t *manj = json_object_get(st, "manifest");
-  if (!sid || !json_is_object(manj)) {
-    json_decref(st);
-    return usage_error(c, "resume", "\"%s\" is not a session state", path);
-  }
-  char why_live[600] = "no sandbox id in the state";
-  /* 1. The live sandbox. */
-  if (sbid) {
-    struct lifecycle_record rec;
-    struct sandbox *sb = NULL;
-    struct sbx_error le = {0};
-    if (cli_attach(c->state_dir, sbid, &rec, &sb, &le) == 0) {
-      if (strcmp(sb->session_id, sid) == 0) {
-        printf("%s\n", rec.id);
-        fprintf(stderr, "%s: reconnected to the live sandbox %s\n", c->prog,
-                rec.id);
-        sb->backend->detach(sb);
-        lifecycle_record_clear(&rec);
-        json_decref(st);
-        return 0;
-      }
-      (void)snprintf(why_live, sizeof(why_live),
-                     "sandbox %s holds another session", rec.id);
-      sb->backend->detach(sb);
-      lifecycle_record_clear(&rec);
-    } else {
-      (void)snprintf(why_live, sizeof(why_live), "%s", le.msg);
-    }
-  }
-  /* 2. A new sandbox from the snapshot. */
-  struct snapshot_record snap = {0};
-  const char *stype = json_string_value(json_object_get(snapj, "type"));
-  const char *loc = json_string_value(json_object_get(snapj, "location"));
-  const char *sha = json_string_value(json_object_get(snapj, "sha256"));
-  if (!stype || snapshot_type_parse(stype, &snap.type) < 0 ||
-      snap.type == SNAPSHOT_NONE || !loc || !sha || strlen(sha) != 64) {
-    fprintf(stderr,
-            "%s: cannot resume: the live sandbox is gone (%s) and the state "
-            "has no restorable snapshot\n",
-            c->prog, why_live);
-    json_decref(st);
-    return 1;
-  }
-  spec.type = snap.type;
-  snap.location = (char *)loc;
-  memcpy(snap.sha256, sha, 65);
-  snap.size = (uint64_t)json_integer_value(json_object_get(snapj, "size"));
-  (void)snprintf(snap.version, sizeof(snap.version), "%s",
-                 SNAPSHOT_FINGERPRINT_VERSION);
-  json_t *mj = manj;
-  json_t *tj = NULL;
-  if (trusted && load_json_file(trusted, &tj, &e) < 0) {
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
-    json_decref(st);
-    return 2;
-  }
-  if (tj)
-    mj = tj;
-  struct manifest *m = NULL;
-  char where[600];
-  (void)snprintf(where, sizeof(where), "%s: manifest",
-                 trusted ? trusted : path);
-  if (manifest_parse(mj, where, &m, &e) < 0) {
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
-    json_decref(tj);
-    json_decref(st);
-    return 2;
-  }
-  char dir[4096], id[STATE_ID_LEN + 1], tok[4200], logp[4200], created[32];
-  int r = state_dir_resolve(c->state_dir, dir, sizeof(dir), &e);
-  if (r == 0 &&
-      ((r = state_dir_ensure(dir, &e)) < 0 || (r = state_new_id(id)) < 0 ||
-       state_path(dir, id, "token", tok, sizeof(tok)) < 0 ||
-       state_path(dir, id, "log", logp, sizeof(logp)) < 0))
-    r = r < 0 ? r : -ENAMETOOLONG;
-  struct lifecycle_options lo = {
-      .backend = backend_find(json_string_value(json_object_get(st, "type")))};
-  if (!lo.backend)
-    lo.backend = &backend_local;
-  struct sandbox *sb = NULL;
-  if (r == 0)
-    r = lifecycle_create(&lo, m, true, tok, logp, &sb, &e);
-  struct snapshot_restore_result rr = {0};
-  if (r == 0)
-    r = snapshot_restore(&spec, &snap, sb, NULL, NULL, &rr,
-                         progress_enabled(c->json) ? progress_snapshot : NULL,
-                         NULL, &e);
-  if (r == 0) {
-    state_now(created);
-    r = lifecycle_save(dir, id, sb, m, NULL, 0, created, (long)getpid(), &e);
-  }
+  int r = cli_session_resume(c->state_dir, path, trusted,
+                             progress_enabled(c->json), id, &reconnected, &e);
   if (r < 0) {
-    fprintf(stderr,
-            "%s: cannot resume: the live sandbox is gone (%s), and restoring "
-            "the snapshot failed: %s\n",
-            c->prog, why_live, e.msg);
-    if (sb) {
-      struct sbx_error ce = {0};
-      (void)sb->backend->close(sb, &ce);
-    }
-    state_remove(dir, id);
-  } else {
-    printf("%s\n", id);
-    fprintf(stderr,
-            "%s: the saved sandbox is gone (%s); restored its "
-            "snapshot into a new sandbox %s\n",
-            c->prog, why_live, id);
-    sb->backend->detach(sb);
+    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+    return e.code == SBX_INVALID_ARGUMENT && r == -EINVAL ? 2 : 1;
   }
-  manifest_free(m);
-  json_decref(tj);
-  json_decref(st);
-  return r < 0 ? 1 : (fflush(stdout) == 0 ? 0 : 1);
+  printf("%s\n", id);
+  fprintf(stderr,
+          reconnected ? "%s: reconnected to the live sandbox %s\n"
+                      : "%s: the saved sandbox is gone; restored its snapshot "
+                        "into a new sandbox %s\n",
+          c->prog, id);
+  return fflush(stdout) == 0 ? 0 : 1;
 }
 
 int cli_sandbox_main(int argc, char **argv) {

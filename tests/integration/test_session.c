@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model_server.h"
 #include "sbxrun.h"
 
 static char dir[64], sdir[96], snaps[96];
@@ -199,6 +200,40 @@ Test(session, resume_fails_clearly_when_neither_is_possible) {
   sbx(&r, noid);
   cr_expect_eq(r.status, 2);
   sbx_run_free(&r);
+  free(st);
+  free(id);
+}
+
+Test(session, run_with_a_session_state_uses_its_workspace) {
+  char *id = create();
+  char *st = save(id);
+  struct sbx_run_out r;
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  sbx_run_free(&r);
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
+      "\"arguments\": {\"cmd\": \"cat notes.txt\"}}]}, {\"text\": \"ok\"}]",
+      NULL);
+  const char *run[] = {"run", "--state-dir", sdir, "--session", st,
+                       ap,    "read",        NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  json_t *input = json_object_get(
+      json_object_get(json_array_get(reqs, 1), "body"), "input");
+  char *dump = json_dumps(input, 0);
+  cr_expect(dump && strstr(dump, "from the manifest\\nchanged\\n"),
+            "the restored workspace: %s", dump);
+  free(dump);
+  json_decref(reqs);
   free(st);
   free(id);
 }
