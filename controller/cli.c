@@ -513,6 +513,7 @@ static int cmd_run(int argc, char **argv) {
     o.sandbox_manifest = rec.manifest;
     o.sandbox_record = &rec;
   }
+  o.materialize.progress = isatty(2) != 0;
   struct run_result res = {0};
   int r = runner_run(&o, &res, &e);
   agent_set_free(agents);

@@ -199,6 +199,9 @@ static void usage_sub(FILE *f, const char *name) {
     }
 }
 
+/* Whether cp shows its progress (stderr is a terminal, not --json). */
+static bool arg_progress;
+
 static int usage_error(const struct common *c, const char *sub, const char *fmt,
                        ...) __attribute__((format(printf, 3, 4)));
 static int usage_error(const struct common *c, const char *sub, const char *fmt,
@@ -404,6 +407,7 @@ static int cmd_create(struct common *c, int argc, char **argv) {
   }
   if (!lo.mo.base_dir)
     lo.mo.base_dir = base;
+  lo.mo.progress = progress_enabled(c->json);
   char id[STATE_ID_LEN + 1], tok[4200], logp[4200], created[32];
   if ((r = state_dir_ensure(dir, &e)) < 0 || (r = state_new_id(id)) < 0 ||
       state_path(dir, id, "token", tok, sizeof(tok)) < 0 ||
@@ -1311,8 +1315,12 @@ static int cp_in(struct sandbox *sb, const struct manifest *m, const char *src,
     _cleanup_close_ int fd = -1;
     uint64_t size = 0;
     r = tarball_build(&t, uid, gid, src, &fd, &size, e);
-    if (r == 0)
-      r = tarball_push(sb->client, fd, size, dest, e);
+    if (r == 0) {
+      struct progress_meter pm;
+      progress_meter_start(&pm, arg_progress ? progress_snapshot : NULL, NULL,
+                           "copying in");
+      r = tarball_push(sb->client, fd, size, dest, &pm, e);
+    }
     for (size_t i = 0; i < t.n; i++)
       *count += S_ISREG(t.items[i].st.st_mode);
   }
@@ -1397,7 +1405,10 @@ static int cp_out(struct sandbox *sb, const struct manifest *m,
     if (mkdir(target, 0755) < 0 && errno != EEXIST)
       return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m",
                            target);
-    return tarball_pull(sb->client, src, target, count, e);
+    struct progress_meter pm;
+    progress_meter_start(&pm, arg_progress ? progress_snapshot : NULL, NULL,
+                         "copying out");
+    return tarball_pull(sb->client, src, target, &pm, count, e);
   }
   if (ends_with_slash(dst) && !dst_dir)
     return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
@@ -1423,6 +1434,7 @@ static int cp_out(struct sandbox *sb, const struct manifest *m,
 }
 
 static int cmd_cp(struct common *c, int argc, char **argv) {
+  arg_progress = progress_enabled(c->json);
   int u = parse_common_only(c, "cp", argc, argv, NULL);
   if (u >= 0)
     return u;

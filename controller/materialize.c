@@ -1,5 +1,7 @@
 #include "materialize.h"
 
+#include "progress.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -450,7 +452,10 @@ static int copy_tree(struct mat *x, const struct manifest_entry *en,
     int r = tarball_build(t, x->uid, x->gid, en->path, &fd, &size, e);
     if (r < 0)
       return r;
-    r = tarball_push(x->sb->client, fd, size, dest, e);
+    struct progress_meter pm;
+    progress_meter_start(&pm, x->o->progress ? progress_snapshot : NULL, NULL,
+                         "materializing");
+    r = tarball_push(x->sb->client, fd, size, dest, &pm, e);
     if (!tarball_unsupported(r, e))
       return r;
     atomic_store(&x->archive_ok, false);

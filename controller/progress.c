@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 bool progress_enabled(bool json) {
   return !json && isatty(2);
 }
@@ -40,4 +42,32 @@ void progress_snapshot(void *arg, const struct snapshot_progress *p) {
   if (p->finished)
     fputc('\n', stderr);
   fflush(stderr);
+}
+
+void progress_meter_start(struct progress_meter *m, snapshot_progress_fn fn,
+                          void *arg, const char *phase) {
+  m->fn = fn;
+  m->arg = arg;
+  m->phase = phase;
+  m->t0_ns = sbx_now_ns();
+  m->last_ns = 0;
+}
+
+void progress_meter_update(struct progress_meter *m, uint64_t done,
+                           uint64_t total, bool finished) {
+  if (!m->fn)
+    return;
+  uint64_t now = sbx_now_ns();
+  if (!finished && m->last_ns && now - m->last_ns < 250000000ULL)
+    return;
+  m->last_ns = now;
+  double secs = (double)(now - m->t0_ns) / 1e9;
+  struct snapshot_progress p = {
+      .phase = m->phase,
+      .bytes_done = done,
+      .bytes_total = total,
+      .rate = secs > 0 ? (double)done / secs : 0,
+      .finished = finished,
+  };
+  m->fn(m->arg, &p);
 }

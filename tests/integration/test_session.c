@@ -237,3 +237,53 @@ Test(session, run_with_a_session_state_uses_its_workspace) {
   free(st);
   free(id);
 }
+
+Test(session, progress_only_on_a_terminal_and_never_with_json) {
+  char *id = create();
+  char cmd[1024];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "mkdir -p %s/big && head -c 33554432 /dev/urandom > "
+                 "%s/big/blob",
+                 dir, dir);
+  cr_assert_eq(system(cmd), 0);
+  char out[160];
+  (void)snprintf(out, sizeof(out), "%s/tty.out", dir);
+  /* On a terminal (script gives sbx one): a progress line. */
+  (void)snprintf(cmd, sizeof(cmd),
+                 "script -qec \"%s sandbox --state-dir %s cp %s/big %s:big\" "
+                 "/dev/null > %s 2>&1",
+                 test_sbx_path(), sdir, dir, id, out);
+  cr_expect_eq(system(cmd), 0);
+  FILE *f = fopen(out, "r");
+  cr_assert_not_null(f);
+  char *text = NULL;
+  size_t cap = 0;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_expect(text && strstr(text, "copying in: ") && strstr(text, "MiB"), "%s",
+            text);
+  free(text);
+  /* Not a terminal, or --json: none. */
+  struct sbx_run_out r;
+  char src[160], dst[160];
+  (void)snprintf(src, sizeof(src), "%s/big", dir);
+  (void)snprintf(dst, sizeof(dst), "%s:big2", id);
+  const char *cp[] = {"cp", src, dst, NULL};
+  sbx(&r, cp);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(!strstr(r.err, "copying"), "%s", r.err);
+  sbx_run_free(&r);
+  (void)snprintf(cmd, sizeof(cmd),
+                 "script -qec \"%s sandbox --state-dir %s --json cp %s/big "
+                 "%s:big3\" /dev/null > %s 2>&1",
+                 test_sbx_path(), sdir, dir, id, out);
+  cr_expect_eq(system(cmd), 0);
+  f = fopen(out, "r");
+  cr_assert_not_null(f);
+  text = NULL;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_expect(text && !strstr(text, "copying in"), "%s", text);
+  free(text);
+  free(id);
+}
