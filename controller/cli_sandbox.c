@@ -96,7 +96,9 @@ static const struct {
      "                       it or a grant (default: the directory of M, "
      "else of\n"
      "                       AGENT)\n"
-     "  --backend NAME       sandbox backend (default: local)\n"
+     "  --backend NAME       sandbox backend: local (default) or docker\n"
+     "  --image IMAGE        docker: the image (default: sbx's Debian image)\n"
+     "  --network none       docker: no network but loopback\n"
      "  --seccomp MODE       default | no-network | off\n"
      "  --expose PORT        a port the sandbox exposes (repeatable)\n"
      "  --concurrency SPEC   manifest_entries=N,local_dir_files=N (default "
@@ -295,9 +297,13 @@ static int cmd_create(struct common *c, int argc, char **argv) {
     O_BACKEND,
     O_SECCOMP,
     O_EXPOSE,
-    O_CONC
+    O_CONC,
+    O_IMAGE,
+    O_NETWORK
   };
   static const struct option opts[] = {
+      {"image", required_argument, NULL, O_IMAGE},
+      {"network", required_argument, NULL, O_NETWORK},
       {"manifest", required_argument, NULL, O_MANIFEST},
       {"agent", required_argument, NULL, O_AGENT},
       {"base-dir", required_argument, NULL, O_BASE},
@@ -352,6 +358,17 @@ static int cmd_create(struct common *c, int argc, char **argv) {
       if (materialize_parse_limits(optarg, &lo.mo.limits, &e) < 0)
         return usage_error(c, "create", "--%s", e.msg);
       break;
+    case O_IMAGE:
+      lo.bo.docker.image = optarg;
+      break;
+    case O_NETWORK:
+      if (strcmp(optarg, "none") != 0)
+        return usage_error(c, "create",
+                           "--network \"%s\": only none is supported "
+                           "(without it: the engine's default network)",
+                           optarg);
+      lo.bo.docker.network_mode = optarg;
+      break;
     case 'S':
       c->state_dir = optarg;
       break;
@@ -371,6 +388,11 @@ static int cmd_create(struct common *c, int argc, char **argv) {
   lo.backend = backend_find(backend);
   if (!lo.backend)
     return usage_error(c, "create", "unknown backend \"%s\"", backend);
+  if (lo.backend != &backend_docker &&
+      (lo.bo.docker.image || lo.bo.docker.network_mode))
+    return usage_error(c, "create",
+                       "--image and --network need --backend "
+                       "docker");
   char dir[4096], base[4096];
   if (state_dir_resolve(c->state_dir, dir, sizeof(dir), &e) < 0)
     return usage_error(c, "create", "%s", e.msg);
