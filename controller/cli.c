@@ -304,7 +304,7 @@ static int cmd_run(int argc, char **argv) {
   struct run_options o = {0};
   struct trace_options to = {0};
   o.materialize.limits = materialize_default_limits();
-  const char *backend = "local";
+  const char *backend = NULL; /* NULL: the agent's run_config, else local */
   const char *sandbox_id = NULL, *state_dir = NULL, *resume = NULL;
   const char *session = NULL;
   char session_id[13];
@@ -439,16 +439,11 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "sbx run: --record and --replay cannot be combined\n");
     return 2;
   }
-  o.backend = backend_find(backend);
-  if (!o.backend) {
+  /* A flag given replaces the agent file's run_config (checked below). */
+  if (backend && !backend_find(backend)) {
     fprintf(stderr,
             "sbx run: unknown backend \"%s\" (available: local, docker)\n",
             backend);
-    return 2;
-  }
-  if (o.backend != &backend_docker &&
-      (o.backend_opts.docker.image || o.backend_opts.docker.network_mode)) {
-    fprintf(stderr, "sbx run: --image and --network need --backend docker\n");
     return 2;
   }
   struct sbx_error e = {0};
@@ -481,6 +476,22 @@ static int cmd_run(int argc, char **argv) {
   }
   o.agents = agents;
   o.prompt = resume ? prompt : argv[optind + 1];
+  const struct agent *first = agents->agents[0];
+  if (!backend)
+    backend = first->run_backend ? first->run_backend : "local";
+  o.backend = backend_find(backend);
+  if (o.backend == &backend_docker) {
+    if (!o.backend_opts.docker.image)
+      o.backend_opts.docker.image = first->run_image;
+    if (!o.backend_opts.docker.network_mode)
+      o.backend_opts.docker.network_mode = first->run_network_mode;
+  }
+  if (o.backend != &backend_docker &&
+      (o.backend_opts.docker.image || o.backend_opts.docker.network_mode)) {
+    fprintf(stderr, "sbx run: --image and --network need --backend docker\n");
+    agent_set_free(agents);
+    return 2;
+  }
   trace_options_from_env(&to);
   if (trace_new(&to, &o.tracer, &e) < 0) {
     fprintf(stderr, "sbx: %s\n", e.msg);

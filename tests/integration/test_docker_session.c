@@ -71,8 +71,8 @@ static char *create(void) {
   char mp[256];
   (void)snprintf(mp, sizeof(mp), "%s", m);
   struct sbx_run_out r;
-  const char *args[] = {"create", "--backend", "docker", "--network", "none",
-                        "--manifest", mp, NULL};
+  const char *args[] = {"create", "--backend",  "docker", "--network",
+                        "none",   "--manifest", mp,       NULL};
   sbx(&r, args);
   cr_assert_eq(r.status, 0, "%s", r.err);
   char *id = strndup(r.out, strcspn(r.out, "\n"));
@@ -108,17 +108,17 @@ Test(docker_session, runs_attach_to_a_developer_owned_container) {
       "{\"text\": \"ok\"}]",
       NULL);
   struct sbx_run_out r;
-  const char *run[] = {"run", "--state-dir", sdir, "--sandbox", id, ap, "read",
-                       NULL};
+  const char *run[] = {"run", "--state-dir", sdir, "--sandbox", id,
+                       ap,    "read",        NULL};
   sbx_run(&r, srv.base_url, run);
   cr_expect_eq(r.status, 0, "%s", r.err);
   sbx_run_free(&r);
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
-  char *dump = json_dumps(json_object_get(json_object_get(json_array_get(reqs, 1),
-                                                          "body"),
-                                          "input"),
-                          0);
+  char *dump =
+      json_dumps(json_object_get(
+                     json_object_get(json_array_get(reqs, 1), "body"), "input"),
+                 0);
   cr_expect(dump && strstr(dump, "Output:\\nhello\\nmore\\nlo\\n"),
             "the container's workspace, network none: %s", dump);
   free(dump);
@@ -182,10 +182,51 @@ Test(docker_session, create_flag_errors) {
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "need --backend docker") != NULL, "%s", r.err);
   sbx_run_free(&r);
-  const char *net[] = {"create", "--backend", "docker", "--network", "host",
-                       NULL};
+  const char *net[] = {"create",    "--backend", "docker",
+                       "--network", "host",      NULL};
   sbx(&r, net);
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "only none is supported") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+}
+
+Test(docker_session, agent_run_config_selects_the_backend) {
+  const char *a = test_write_file(
+      dir, "d.json",
+      "{\"name\": \"D\", \"run_config\": {\"backend\": \"docker\", "
+      "\"network_mode\": \"none\"}}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
+      "\"arguments\": {\"cmd\": \"ls /sys/class/net\"}}]}, {\"text\": \"ok\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", sdir, "--stream", ap, "x", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "\"backend\":\"docker\"") != NULL, "%s", r.out);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  char *dump =
+      json_dumps(json_object_get(
+                     json_object_get(json_array_get(reqs, 1), "body"), "input"),
+                 0);
+  cr_expect(dump && strstr(dump, "Output:\\nlo\\n"), "%s", dump);
+  free(dump);
+  json_decref(reqs);
+  /* A bad run_config is a configuration error naming the key. */
+  const char *b = test_write_file(
+      dir, "b.json",
+      "{\"name\": \"B\", \"run_config\": {\"backend\": \"vm\"}}");
+  char bp[256];
+  (void)snprintf(bp, sizeof(bp), "%s", b);
+  const char *bad[] = {"run", bp, "x", NULL};
+  sbx_run(&r, NULL, bad);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "run_config.backend") != NULL, "%s", r.err);
   sbx_run_free(&r);
 }
