@@ -15,15 +15,7 @@
 static char dir[64], sdir[96], snaps[96];
 
 static void sbx(struct sbx_run_out *r, const char *const *args) {
-  const char *argv[24];
-  size_t n = 0;
-  argv[n++] = "sandbox";
-  argv[n++] = "--state-dir";
-  argv[n++] = sdir;
-  for (size_t i = 0; args[i] && n < 23; i++)
-    argv[n++] = args[i];
-  argv[n] = NULL;
-  sbx_run(r, NULL, argv);
+  sbx_sandbox_run(r, sdir, args);
 }
 
 static void setup(void) {
@@ -39,23 +31,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  struct sbx_run_out r;
-  const char *ls[] = {"ls", "--json", NULL};
-  sbx(&r, ls);
-  json_t *arr = json_loads(r.out ? r.out : "[]", 0, NULL);
-  size_t i;
-  json_t *x;
-  json_array_foreach(arr, i, x) {
-    const char *id = json_string_value(json_object_get(x, "id"));
-    if (!id)
-      continue;
-    struct sbx_run_out q;
-    const char *rm[] = {"rm", "--force", id, NULL};
-    sbx(&q, rm);
-    sbx_run_free(&q);
-  }
-  json_decref(arr);
-  sbx_run_free(&r);
+  sbx_sandbox_remove_all(sdir);
   char cmd[128];
   (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   (void)!system(cmd);

@@ -28,24 +28,7 @@ static void setup(void) {
 
 /* Removes every sandbox left in the state dir, then the temp dir. */
 static void teardown(void) {
-  struct sbx_run_out r;
-  const char *ls[] = {"sandbox", "--state-dir", state, "ls", "--json", NULL};
-  sbx_run(&r, NULL, ls);
-  json_t *arr = json_loads(r.out ? r.out : "[]", 0, NULL);
-  size_t i;
-  json_t *x;
-  json_array_foreach(arr, i, x) {
-    const char *id = json_string_value(json_object_get(x, "id"));
-    if (!id)
-      continue;
-    struct sbx_run_out q;
-    const char *rm[] = {"sandbox", "--state-dir", state, "rm", "--force",
-                        id,        NULL};
-    sbx_run(&q, NULL, rm);
-    sbx_run_free(&q);
-  }
-  json_decref(arr);
-  sbx_run_free(&r);
+  sbx_sandbox_remove_all(state);
   char cmd[128];
   (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   (void)!system(cmd);
