@@ -825,7 +825,8 @@ int docker_resume(const struct backend_options *bo,
     goto fail;
   }
   json_t *st = json_object_get(j, "State");
-  if (!json_is_true(json_object_get(st, "Running"))) {
+  bool running = json_is_true(json_object_get(st, "Running"));
+  if (!running && !a->allow_stopped) {
     const char *status = json_string_value(json_object_get(st, "Status"));
     r = sbx_error_set(e, SBX_UNAVAILABLE, ESRCH,
                       "container %.12s of session %s is not running (%s)",
@@ -835,6 +836,18 @@ int docker_resume(const struct backend_options *bo,
   r = find_rundir(j, d->container, &rundir, e);
   if (r < 0)
     goto fail;
+  if (!running) {
+    /* A stopped container: a handle without a client, to start again. */
+    const char *root0 = label_of(j, DOCKER_LABEL_ROOT);
+    s->root = strdup(root0 && root0[0] == '/' ? root0 : DOCKER_DEFAULT_ROOT);
+    if (!s->root) {
+      r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+      goto fail;
+    }
+    d->rundir = TAKE_PTR(rundir);
+    *out = s;
+    return 0;
+  }
   char sock[PATH_MAX];
   (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", rundir);
   r = connect_sandboxd(
@@ -925,8 +938,10 @@ static int docker_attach(const struct backend_options *bo, json_t *obj,
                          tokf);
   while (len > 0 && (tok[len - 1] == '\n' || tok[len - 1] == ' '))
     tok[--len] = '\0';
-  struct docker_resume_args a = {
-      .session_id = sid, .container = container, .token = tok};
+  struct docker_resume_args a = {.session_id = sid,
+                                 .container = container,
+                                 .token = tok,
+                                 .allow_stopped = true};
   r = docker_resume(bo, &a, out, e);
   explicit_bzero(tok, len);
   if (r == 0) {
@@ -944,6 +959,41 @@ static bool docker_running(const struct sandbox *s) {
   return s && s->client != NULL;
 }
 
+/* Stops the container (sandboxd gets TERM and kills its processes); the
+ * container and its workspace stay for a later start. */
+static int docker_stop(struct sandbox *s, struct sbx_error *e) {
+  struct docker *d = s->priv;
+  s->client = sbx_client_free(s->client);
+  char path[512];
+  int r = container_path(d->container, "/stop?t=5", path, sizeof(path), e);
+  if (r < 0)
+    return r;
+  struct docker_request req = {.method = "POST", .path = path};
+  return docker_engine_json(d->en, &req, NULL, e);
+}
+
+/* Starts a stopped container again and connects to its sandboxd. */
+static int docker_start(struct sandbox *s, struct sbx_error *e) {
+  if (s->client)
+    return 0;
+  struct docker *d = s->priv;
+  char sock[PATH_MAX];
+  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", d->rundir);
+  (void)unlink(sock); /* the stopped sandboxd's, gone stale */
+  char path[512];
+  int r = container_path(d->container, "/start", path, sizeof(path), e);
+  if (r < 0)
+    return r;
+  struct docker_request req = {.method = "POST", .path = path};
+  r = docker_engine_json(d->en, &req, NULL, e);
+  if (r < 0)
+    return r;
+  r = wait_socket(d, sock, "the container's image", 10000, e);
+  if (r < 0)
+    return r;
+  return connect_sandboxd(s, d, sock, 10000, e);
+}
+
 const struct backend backend_docker = {
     .name = "docker",
     .create = docker_create,
@@ -953,4 +1003,6 @@ const struct backend backend_docker = {
     .attach = docker_attach,
     .detach = docker_detach,
     .running = docker_running,
+    .stop = docker_stop,
+    .start = docker_start,
 };

@@ -206,3 +206,28 @@ Test(docker_session, agent_run_config_selects_the_backend) {
   cr_expect(strstr(r.err, "run_config.backend") != NULL, "%s", r.err);
   sbx_run_free(&r);
 }
+
+Test(docker_session, stop_and_start_keep_the_workspace) {
+  char *id = create();
+  struct sbx_run_out r;
+  const char *stop[] = {"stop", id, NULL};
+  for (int i = 0; i < 2; i++) { /* idempotent */
+    sbx(&r, stop);
+    cr_expect_eq(r.status, 0, "%s", r.err);
+    sbx_run_free(&r);
+  }
+  const char *cat[] = {"exec", id, "--", "cat", "notes.txt", NULL};
+  sbx(&r, cat);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "is stopped") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *start[] = {"start", id, NULL};
+  sbx(&r, start);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  sbx(&r, cat);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "hello\nmore\n");
+  sbx_run_free(&r);
+  free(id);
+}
