@@ -30,6 +30,7 @@
 #include "progress.h"
 #include "snapshot.h"
 #include "tarball.h"
+#include "trace.h"
 
 #define CLI_PATCH_MAX (64u << 20)
 #define CLI_JSON_OUTPUT_MAX (16u << 20)
@@ -1780,10 +1781,27 @@ static int cmd_save(struct common *c, int argc, char **argv) {
     fprintf(stderr, "%s: %s\n", c->prog, e.msg);
     return k;
   }
+  /* Traced as sandbox.snapshot when OTEL_EXPORTER_OTLP_* asks for it. */
+  struct trace_options to = {0};
+  trace_options_from_env(&to);
+  struct tracer *tracer = NULL;
+  struct sbx_error te = {0};
+  if (trace_new(&to, &tracer, &te) < 0)
+    log_warn("tracing is off: %s", te.msg);
+  struct trace_span *sp = trace_start(tracer, TRACE_SANDBOX_SNAPSHOT);
+  trace_set_str(sp, "sandbox.session_id", sb->session_id);
+  trace_set_str(sp, "sandbox.backend", sb->backend->name);
+  trace_set_str(sp, "sandbox.snapshot.type", snapshot_type_name(spec.type));
   struct snapshot_record snap = {0};
   int r = snapshot_save(&spec, sb, sb->session_id, NULL, &snap,
                         progress_enabled(c->json) ? progress_snapshot : NULL,
                         NULL, &e);
+  if (r < 0)
+    trace_set_error(sp, "%s", e.msg);
+  else
+    trace_set_int(sp, "sandbox.snapshot.bytes", (int64_t)snap.size);
+  trace_end(sp);
+  (void)trace_free(tracer);
   if (r < 0) {
     sb->backend->detach(sb);
     lifecycle_record_clear(&rec);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "model_server.h"
+#include "otlp_receiver.h"
 #include "sbxrun.h"
 
 static char dir[64], sdir[96], snaps[96];
@@ -263,5 +264,31 @@ Test(session, progress_only_on_a_terminal_and_never_with_json) {
   fclose(f);
   cr_expect(text && !strstr(text, "copying in"), "%s", text);
   free(text);
+  free(id);
+}
+
+Test(session, save_is_traced_as_sandbox_snapshot) {
+  char *id = create();
+  struct test_otlp_receiver rcv;
+  test_otlp_receiver_start(&rcv, false);
+  setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.endpoint, 1);
+  char *st = save(id);
+  unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+  json_t *reqs = test_otlp_receiver_requests(&rcv);
+  test_otlp_receiver_stop(&rcv);
+  json_t *spans = test_otlp_spans(reqs);
+  bool found = false;
+  size_t i;
+  json_t *sp;
+  json_array_foreach(spans, i, sp) {
+    const char *n = json_string_value(json_object_get(sp, "name"));
+    if (n && strcmp(n, "sandbox.snapshot") == 0)
+      found = true;
+  }
+  cr_expect(found, "no sandbox.snapshot span among %zu",
+            json_array_size(spans));
+  json_decref(spans);
+  json_decref(reqs);
+  free(st);
   free(id);
 }
