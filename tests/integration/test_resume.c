@@ -337,3 +337,46 @@ Test(resume, approve_ask_asks_on_the_terminal) {
                    "The user rejected this tool call: not now");
   json_decref(reqs);
 }
+
+Test(resume, a_running_process_is_picked_up_after_a_pause) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"view_image\": \"always\"}}");
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"s1\", "
+      "\"arguments\": {\"cmd\": \"sleep 1; echo late\", \"yield_time_ms\": "
+      "250}}]},"
+      " {\"tool_calls\": [{\"name\": \"view_image\", \"call_id\": \"v1\", "
+      "\"arguments\": {\"path\": \"x.png\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"write_stdin\", \"call_id\": \"w1\", "
+      "\"arguments\": {\"session_id\": 1, \"chars\": \"\", "
+      "\"yield_time_ms\": 3000}}]},"
+      " {\"text\": \"picked up\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, a, "wait", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "%s", r.err);
+  char *rs = paused_state(r.err);
+  sbx_run_free(&r);
+  const char *ok[] = {"approve", rs, "v1", NULL};
+  sbx_run(&r, NULL, ok);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "picked up\n");
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  const char *s1 = output_of(reqs, "s1");
+  cr_assert_not_null(s1);
+  cr_expect(strstr(s1, "Process running with session ID 1") != NULL, "%s", s1);
+  const char *w1 = output_of(reqs, "w1");
+  cr_assert_not_null(w1);
+  cr_expect(strstr(w1, "Process exited with code 0\nOutput:\nlate\n") != NULL,
+            "the process started before the pause: %s", w1);
+  json_decref(reqs);
+  free(rs);
+}
