@@ -138,6 +138,11 @@ struct proc_table {
 
 /* ---- small helpers ---------------------------------------------------- */
 
+/* The filter this thread already carries for its children (see
+ * proc_thread_init); NULL: its children load their own. Per thread by
+ * nature: a seccomp filter belongs to the thread that attached it. */
+static __thread const struct seccomp_prog *thread_filter;
+
 static uint64_t min_u64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
 }
@@ -788,6 +793,19 @@ void proc_table_free(struct proc_table *t, unsigned grace_ms) {
   table_close(t);
 }
 
+void proc_thread_init(struct proc_table *t) {
+  if (!t || !t->seccomp || thread_filter == t->seccomp)
+    return;
+  int r = seccomp_prog_load(t->seccomp);
+  if (r < 0) {
+    log_debug("processes: a worker cannot carry the seccomp filter (%s); its "
+              "children load their own",
+              strerror(-r));
+    return;
+  }
+  thread_filter = t->seccomp;
+}
+
 int proc_wait_pid(struct proc_table *t, pid_t pid, int *status,
                   unsigned timeout_ms) {
   struct timespec until;
@@ -1329,7 +1347,8 @@ int rpc_exec_start(struct rpc_call *c) {
       .gid = sp.user.gid,
       .groups = sp.user.groups,
       .ngroups = sp.user.ngroups,
-      .seccomp = t->seccomp,
+      /* Inherited when this thread carries it already. */
+      .seccomp = thread_filter == t->seccomp ? NULL : t->seccomp,
   };
   pid_t pid = -1;
   int pidfd = -1;

@@ -16,6 +16,7 @@
 #include "dispatch.h"
 #include "fileio.h"
 #include "log.h"
+#include "proc.h"
 #include "version.h"
 
 #define ID_MAX 64
@@ -440,6 +441,8 @@ static void work_cb(void *arg) {
 
 static void *worker_main(void *arg) {
   struct server *s = arg;
+  /* Children started here inherit the seccomp filter from this thread. */
+  proc_thread_init(s->d->procs);
   for (;;) {
     pthread_mutex_lock(&s->qmu);
     while (!s->qhead && !s->qstop)

@@ -294,6 +294,40 @@ Test(exec_daemon, run_as_another_user) {
   test_daemon_stop(&t);
 }
 
+/* Children started by the worker pool inherit the filter their worker
+ * carries: it must be the same filter, with the same side effects. */
+Test(exec_daemon, children_of_the_pool_are_filtered) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  for (int i = 0; i < 8; i++) { /* more starts than workers */
+    uint64_t id = start_cmd(t.client,
+                            "grep -E '^(Seccomp|NoNewPrivs|CapBnd):' "
+                            "/proc/self/status; unshare -U true 2>&1",
+                            false, 0);
+    struct chunk k;
+    char *out = read_all(t.client, id, 0, &k);
+    cr_expect(strstr(out, "Seccomp:\t2\n"), "%s", out);
+    cr_expect(strstr(out, "NoNewPrivs:\t1\n"), "%s", out);
+    cr_expect(strstr(out, "Operation not permitted"), "%s", out);
+    cr_expect_neq(k.code, 0);
+    const char *bnd = strstr(out, "CapBnd:");
+    cr_assert_not_null(bnd, "%s", out);
+    if (geteuid() == 0)
+      cr_expect_eq(strtoull(bnd + 7, NULL, 16) & (1ull << 19), 0, "%s", out);
+    free(out);
+  }
+  static const char *const off[] = {"--seccomp", "off", NULL};
+  struct test_daemon u;
+  test_daemon_start(&u, off);
+  uint64_t id =
+      start_cmd(u.client, "grep '^Seccomp:' /proc/self/status", false, 0);
+  char *out = read_all(u.client, id, 0, NULL);
+  cr_expect_str_eq(out, "Seccomp:\t0\n");
+  free(out);
+  test_daemon_stop(&u);
+  test_daemon_stop(&t);
+}
+
 Test(exec_daemon, exec_errors_reach_the_client) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);
