@@ -247,13 +247,16 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGHUP);
+  /* A Shutdown request wakes us at once (its client, sbx, waits for our
+   * exit); a signal is seen within 200 ms. */
   while (!server_shutdown_requested(srv)) {
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
-    int sig = sigtimedwait(&stop, NULL, &ts);
+    struct timespec now = {0, 0};
+    int sig = sigtimedwait(&stop, NULL, &now);
     if (sig > 0) {
       log_info("signal %d: shutting down", sig);
       break;
     }
+    server_wait_shutdown(srv, 200);
   }
   /* Every process group dies and every parked read is answered while the
    * server still runs; only then may it free its calls. */
