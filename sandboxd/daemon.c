@@ -22,6 +22,9 @@
 /* TERM, then KILL this much later, for the processes left at exit (the
  * Shutdown RPC's default grace). */
 #define DAEMON_KILL_GRACE_MS 250
+/* How long the last replies wait for their clients to read them and hang
+ * up before the socket closes (server_wait_clients_gone). */
+#define DAEMON_LINGER_MS 200
 
 void daemon_options_init(struct daemon_options *o) {
   memset(o, 0, sizeof(*o));
@@ -261,6 +264,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   /* Every process group dies and every parked read is answered while the
    * server still runs; only then may it free its calls. */
   proc_table_shutdown(d.procs, DAEMON_KILL_GRACE_MS);
+  if (!server_wait_clients_gone(srv, DAEMON_LINGER_MS))
+    log_debug("closing with clients still connected");
   server_free(srv);
   proc_table_free(d.procs, 0);
   d.procs = NULL;
