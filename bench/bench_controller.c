@@ -34,7 +34,7 @@
 extern char **environ;
 
 #define DEFAULT_TURNS 200
-#define DEFAULT_RUNS 5
+#define DEFAULT_RUNS 9
 #define MAX_RUNS 15
 
 struct paths {
