@@ -166,15 +166,20 @@ static int run_sbx(const struct paths *p, const char *base_url, unsigned turns,
   char url_env[128], turns_arg[16];
   (void)snprintf(url_env, sizeof(url_env), "OPENAI_BASE_URL=%s", base_url);
   (void)snprintf(turns_arg, sizeof(turns_arg), "%u", turns + 1);
-  char sandboxd_env[PATH_MAX + 16];
+  char sandboxd_env[PATH_MAX + 16], state_env[96];
   (void)snprintf(sandboxd_env, sizeof(sandboxd_env), "SBX_SANDBOXD=%s",
                  p->sandboxd);
+  /* sbx keeps its run state under XDG_STATE_HOME: ours, removed at the
+   * end. */
+  (void)snprintf(state_env, sizeof(state_env), "XDG_STATE_HOME=%s/state",
+                 p->dir);
   char *envp[] = {url_env,
                   "OPENAI_API_KEY=bench-key",
                   sandboxd_env,
                   "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
                   "/sbin:/bin",
                   "TMPDIR=/tmp",
+                  state_env,
                   NULL};
   char *argv[] = {(char *)p->sbx,   "run",       "--max-turns", turns_arg,
                   (char *)p->agent, "Run true.", NULL};

@@ -1,25 +1,56 @@
 /* Archive transfers: export a subtree as a pax tar (optionally zstd) and
  * import a tar into a directory, both chunked by byte offset and resumable.
  *
- * Export spools the archive into an unlinked temporary file at start, then
- * serves ranges of it. Import spools received chunks, then at finish checks
- * the whole archive (members, sizes, paths, links, types, limits) before it
- * writes anything, and extracts beneath the destination with openat2 rules.
- * Refused: absolute paths, "..", links pointing outside, device nodes, fifos,
- * setuid/setgid bits (cleared), more than the limits. */
+ * Export walks the directory itself (openat/fstatat beneath the directory's
+ * fd, never following symlinks) in name order and spools the archive into an
+ * unlinked temporary file at start, then serves ranges of it. The same tree
+ * gives the same bytes: mtimes come from the files, owners are numeric, no
+ * user or group names, no atime/ctime. Kept: regular files, directories,
+ * symlinks (as symlinks), hard links; skipped: sockets, fifos, devices. An
+ * export the server would refuse to import (more than archive_max_members
+ * entries, archive_max_extracted_bytes of data or archive_max_input_bytes of
+ * archive) is refused with LIMIT_EXCEEDED.
+ *
+ * Import spools received chunks (offset must equal the bytes received; a
+ * repeated chunk is acknowledged, not appended), then at finish checks the
+ * whole archive before it writes anything: member count, the sum of sizes,
+ * paths (relative, no "..", no duplicates, nothing beneath a symlink or a
+ * file), types (no devices, fifos, sockets), symlink targets (resolved from
+ * the link's directory through the archive's own links, they must stay in
+ * the destination), hard links (to an earlier regular file). It then
+ * extracts with its own code beneath the destination (openat2 with
+ * RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS): setuid/setgid bits cleared, owners
+ * applied only when sandboxd is root, directory modes and times applied
+ * after their contents. A refused archive leaves the destination untouched;
+ * an I/O error during extraction may leave part of it written. Client limits
+ * lower the server's (archive_max_*) and never raise them (higher values are
+ * clamped).
+ *
+ * Transfers live in a table of at most limits.max_archives, under random
+ * 64-bit handles; one not used for 10 minutes is dropped (checked lazily).
+ * A transfer serves one call at a time: a second one gets CONFLICT.
+ * Every handler is thread-safe. */
 #ifndef SANDBOXD_ARCHIVE_H
 #define SANDBOXD_ARCHIVE_H
 
+#include <stdint.h>
+
 #include "rpc.h"
 
+/* A new, empty table for D (new; free with archive_table_free, which frees
+ * every open transfer; no handler may run then). 0 or -ENOMEM. */
 int archive_table_new(struct sandboxd *d, struct archive_table **out);
 void archive_table_free(struct archive_table *t);
+/* How long a transfer may stay idle before it is dropped (for tests). */
+void archive_table_set_idle_ms(struct archive_table *t, uint64_t ms);
 
 int rpc_archive_export_start(struct rpc_call *c);  /* blocking */
 int rpc_archive_export_read(struct rpc_call *c);   /* blocking */
 int rpc_archive_import_start(struct rpc_call *c);  /* blocking */
 int rpc_archive_import_write(struct rpc_call *c);  /* blocking */
 int rpc_archive_import_finish(struct rpc_call *c); /* blocking */
+/* Not blocking: the transfer's files are released by the next blocking
+ * archive call (or archive_table_free). */
 int rpc_archive_close(struct rpc_call *c);
 
 #endif

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "archive.h"
 #include "cleanup.h"
 #include "log.h"
 #include "proc.h"
@@ -221,6 +222,11 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
       r = sbx_error_set(e, SBX_OK, -r, "cannot start the process table: %s",
                         strerror(-r));
   }
+  if (r >= 0) {
+    r = archive_table_new(&d, &d.archives);
+    if (r < 0)
+      r = sbx_error_set(e, SBX_OK, -r, "cannot set up archive transfers");
+  }
   struct server *srv = NULL;
   if (r >= 0) {
     struct server_config sc = {
@@ -236,6 +242,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   }
   explicit_bzero(token, token_len);
   if (r < 0) {
+    archive_table_free(d.archives);
     proc_table_free(d.procs, 0);
     daemon_close_roots(&d);
     return r;
@@ -263,10 +270,13 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   }
   /* Every process group dies and every parked read is answered while the
    * server still runs; only then may it free its calls. */
-  proc_table_shutdown(d.procs, DAEMON_KILL_GRACE_MS);
+  proc_table_shutdown(d.procs, d.shutdown_grace_ms ? d.shutdown_grace_ms
+                                                   : DAEMON_KILL_GRACE_MS);
   if (!server_wait_clients_gone(srv, DAEMON_LINGER_MS))
     log_debug("closing with clients still connected");
   server_free(srv);
+  archive_table_free(d.archives);
+  d.archives = NULL;
   proc_table_free(d.procs, 0);
   d.procs = NULL;
   daemon_close_roots(&d);

@@ -1,5 +1,6 @@
 #include "dispatch.h"
 
+#include "archive.h"
 #include "files.h"
 #include "proc.h"
 
@@ -39,6 +40,23 @@ static const struct rpc_entry table[] = {
 
     [B(PATCH_APPLY)] = {rpc_patch_apply, RPC_BLOCKING | RPC_MUTATING,
                         "patch_apply"},
+
+    /* Import writes are idempotent by offset and not cached; export reads
+     * carry data and are plain reads. */
+    [B(ARCHIVE_EXPORT_START)] = {rpc_archive_export_start,
+                                 RPC_BLOCKING | RPC_MUTATING,
+                                 "archive_export_start"},
+    [B(ARCHIVE_EXPORT_READ)] = {rpc_archive_export_read, RPC_BLOCKING,
+                                "archive_export_read"},
+    [B(ARCHIVE_IMPORT_START)] = {rpc_archive_import_start,
+                                 RPC_BLOCKING | RPC_MUTATING,
+                                 "archive_import_start"},
+    [B(ARCHIVE_IMPORT_WRITE)] = {rpc_archive_import_write, RPC_BLOCKING,
+                                 "archive_import_write"},
+    [B(ARCHIVE_IMPORT_FINISH)] = {rpc_archive_import_finish,
+                                  RPC_BLOCKING | RPC_MUTATING,
+                                  "archive_import_finish"},
+    [B(ARCHIVE_CLOSE)] = {rpc_archive_close, RPC_MUTATING, "archive_close"},
 
     [B(USERS_ENSURE)] = {rpc_users_ensure, RPC_BLOCKING | RPC_MUTATING,
                          "users_ensure"},

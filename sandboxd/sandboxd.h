@@ -52,6 +52,11 @@ struct sandboxd {
   gid_t gid;
   bool is_root; /* may switch users, chown */
 
+  /* Set by a Shutdown request: how long processes get between TERM and
+   * KILL (0 until then). Written by one request, read after the server
+   * stops. */
+  unsigned shutdown_grace_ms;
+
   struct proc_table *procs;
   struct archive_table *archives;
   struct server *server;

@@ -820,6 +820,8 @@ int rpc_hello(struct rpc_call *c) {
 }
 
 int rpc_shutdown(struct rpc_call *c) {
-  log_info("shutdown requested");
+  unsigned grace = c->req->shutdown ? c->req->shutdown->grace_ms : 0;
+  c->d->shutdown_grace_ms = grace ? (grace > 60000 ? 60000 : grace) : 250;
+  log_info("shutdown requested (grace %u ms)", c->d->shutdown_grace_ms);
   return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_SHUTDOWN);
 }

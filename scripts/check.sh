@@ -3,6 +3,18 @@
 # prints one closing line: "tests: N passed, N failed[, N skipped]".
 set -uo pipefail
 build=${1:-build}
+src=$(cd "$(dirname "$0")/.." && pwd)
+# The docker backend's tests need a container engine: start podman's on a
+# private socket and build the images, and stop it when the tests are done.
+# When it cannot start, the reason is printed and those tests fail.
+if host=$(bash "$src/scripts/containers.sh" start); then
+  export DOCKER_HOST=$host
+else
+  unset DOCKER_HOST
+  echo "check: the container engine did not start (above): the docker" \
+    "backend's tests will fail" >&2
+fi
+trap 'bash "$src/scripts/containers.sh" stop' EXIT
 cd "$build" || exit 2
 ctest --output-on-failure --timeout 600 -j 2 >ctest.out 2>&1
 rc=$?

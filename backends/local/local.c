@@ -1,8 +1,18 @@
-/* The local backend: one sandboxd child process per sandbox session, on a
+/* The local backend: one sandboxd process per sandbox session, on a
  * private ipc:// socket in a 0700 runtime directory, with a fresh random
- * token passed by an inherited pipe and a fresh temporary workspace. */
+ * token and a fresh temporary workspace.
+ *
+ * An SDK-owned sandbox's sandboxd is our child: it gets the token by an
+ * inherited pipe and dies with us (PR_SET_PDEATHSIG). A developer-owned
+ * (detached) one must outlive us: it reads the token from a 0600 file in
+ * the state directory, writes its output to a log file there, runs in its
+ * own session and gets no parent-death signal; any later sbx process
+ * attaches to it from the saved state (pid, socket, token file, workspace).
+ * Grants become --grant options; a local bind mount is a symlink in the
+ * workspace to its source plus a grant of that source. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,24 +26,95 @@
 
 #include "cleanup.h"
 #include "clock.h"
+#include "fileio.h"
 #include "log.h"
 #include "rand.h"
 #include "sandbox.h"
 
+#define LOCAL_MAX_GRANTS 64
+
 struct local {
-  pid_t pid;
+  pid_t pid;                /* 0 when stopped */
+  unsigned long long start; /* the pid's start time, against pid reuse */
+  bool child;               /* ours to reap */
+  bool detached;
   char *workspace; /* owned: removed at close */
   char *rundir;    /* owned: holds the socket */
+  char *url;
+  char *sandboxd;
+  char *seccomp;
+  char *token_path;               /* detached */
+  char *log_path;                 /* detached */
+  char *grants[LOCAL_MAX_GRANTS]; /* "PATH" or "PATH:ro" */
+  size_t ngrants;
 };
 
-/* Waits up to TIMEOUT_MS for PID to exit; true when reaped. */
-static bool wait_exit(pid_t pid, unsigned timeout_ms) {
+static void local_free(struct local *l) {
+  if (!l)
+    return;
+  free(l->workspace);
+  free(l->rundir);
+  free(l->url);
+  free(l->sandboxd);
+  free(l->seccomp);
+  free(l->token_path);
+  free(l->log_path);
+  for (size_t i = 0; i < l->ngrants; i++)
+    free(l->grants[i]);
+  free(l);
+}
+
+/* Field 22 of /proc/PID/stat; 0 when the process is gone. */
+static unsigned long long proc_start(pid_t pid) {
+  char path[64], buf[1024];
+  (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ')
+    return 0;
+  if (p[2] == 'Z' || p[2] == 'X')
+    return 0; /* a zombie has stopped serving */
+  p += 2;
+  for (int field = 3; field < 22 && p; field++) {
+    p = strchr(p, ' ');
+    if (p)
+      p++;
+  }
+  return p ? strtoull(p, NULL, 10) : 0;
+}
+
+static bool alive(const struct local *l) {
+  if (l->pid <= 0)
+    return false;
+  if (l->child) {
+    int st;
+    pid_t w = waitpid(l->pid, &st, WNOHANG);
+    if (w == l->pid)
+      return false;
+  }
+  unsigned long long s = proc_start(l->pid);
+  return s != 0 && (l->start == 0 || s == l->start);
+}
+
+/* Waits up to TIMEOUT_MS for L's sandboxd to exit; true when gone. */
+static bool wait_exit(struct local *l, unsigned timeout_ms) {
   uint64_t end = sbx_now_ms() + timeout_ms;
   for (;;) {
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid || (w < 0 && errno == ECHILD))
+    if (l->child) {
+      int st;
+      pid_t w = waitpid(l->pid, &st, WNOHANG);
+      if (w == l->pid || (w < 0 && errno == ECHILD))
+        return true;
+    } else if (!alive(l)) {
       return true;
+    }
     if (sbx_now_ms() >= end)
       return false;
     struct timespec ts = {0, 5 * 1000 * 1000};
@@ -41,23 +122,35 @@ static bool wait_exit(pid_t pid, unsigned timeout_ms) {
   }
 }
 
+static int local_stop(struct sandbox *s, struct sbx_error *e) {
+  struct local *l = s->priv;
+  if (l && l->pid > 0) {
+    if (alive(l)) {
+      struct sbx_error ignored = {0};
+      if (s->client)
+        (void)sbx_shutdown(s->client, 250, &ignored);
+      /* Hang up now: sandboxd waits (a little) for its clients to go
+       * before it closes, so that none misses its last reply. */
+      s->client = sbx_client_free(s->client);
+      if (!wait_exit(l, 3000)) {
+        (void)kill(l->pid, SIGKILL);
+        (void)wait_exit(l, 2000);
+      }
+    } else if (l->child) {
+      (void)waitpid(l->pid, NULL, WNOHANG);
+    }
+    l->pid = 0;
+    l->start = 0;
+  }
+  s->client = sbx_client_free(s->client);
+  return 0;
+}
+
 static int local_close(struct sandbox *s, struct sbx_error *e) {
   if (!s)
     return 0;
   struct local *l = s->priv;
-  if (l && l->pid > 0) {
-    struct sbx_error ignored = {0};
-    if (s->client)
-      (void)sbx_shutdown(s->client, 250, &ignored);
-    /* Hang up now: sandboxd waits (a little) for its clients to go before
-     * it closes, so that none misses its last reply. */
-    s->client = sbx_client_free(s->client);
-    if (!wait_exit(l->pid, 3000)) {
-      (void)kill(l->pid, SIGKILL);
-      (void)wait_exit(l->pid, 2000);
-    }
-    l->pid = 0;
-  }
+  (void)local_stop(s, e);
   int r = 0;
   if (l) {
     if (l->workspace && sandbox_rm_rf(l->workspace) < 0)
@@ -65,13 +158,21 @@ static int local_close(struct sandbox *s, struct sbx_error *e) {
                         l->workspace);
     if (l->rundir)
       (void)sandbox_rm_rf(l->rundir);
-    free(l->workspace);
-    free(l->rundir);
-    free(l);
+    if (l->token_path)
+      (void)unlink(l->token_path);
+    local_free(l);
   }
   s->priv = NULL;
   sandbox_free(s);
   return r;
+}
+
+static void local_detach(struct sandbox *s) {
+  if (!s)
+    return;
+  local_free(s->priv);
+  s->priv = NULL;
+  sandbox_free(s);
 }
 
 static char *make_temp_dir(const char *base, const char *prefix) {
@@ -84,58 +185,92 @@ static char *make_temp_dir(const char *base, const char *prefix) {
   return strdup(path);
 }
 
-/* Starts sandboxd as a child and waits for its ready line. */
-static int spawn_sandboxd(struct local *l, const char *sandboxd,
-                          const char *url, const char *token,
-                          const struct backend_options *o,
+/* Starts sandboxd and waits for its ready line. TOKEN is passed by a pipe
+ * (child) or is already in l->token_path (detached). */
+static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
                           struct sbx_error *e) {
   int tokp[2] = {-1, -1}, readyp[2] = {-1, -1};
+  int logfd = -1;
   int r = 0;
-  if (pipe2(tokp, O_CLOEXEC) < 0 || pipe2(readyp, O_CLOEXEC) < 0) {
+  if ((!l->detached && pipe2(tokp, O_CLOEXEC) < 0) ||
+      pipe2(readyp, O_CLOEXEC) < 0) {
     r = sbx_error_set(e, SBX_OK, errno, "cannot create pipes: %m");
     goto out;
   }
-  /* The token fits in the pipe buffer; the child reads it at start. */
-  if (write(tokp[1], token, strlen(token)) != (ssize_t)strlen(token)) {
-    r = sbx_error_set(e, SBX_OK, errno, "cannot pass the token: %m");
-    goto out;
+  if (!l->detached) {
+    /* The token fits in the pipe buffer; the child reads it at start. */
+    if (write(tokp[1], token, strlen(token)) != (ssize_t)strlen(token)) {
+      r = sbx_error_set(e, SBX_OK, errno, "cannot pass the token: %m");
+      goto out;
+    }
+    close(tokp[1]);
+    tokp[1] = -1;
+  } else {
+    logfd = open(l->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd < 0) {
+      r = sbx_error_set(e, SBX_OK, errno, "cannot open \"%s\": %m",
+                        l->log_path);
+      goto out;
+    }
   }
-  close(tokp[1]);
-  tokp[1] = -1;
-
-  const char *seccomp = o && o->seccomp ? o->seccomp : "default";
-  const char *argv[] = {sandboxd,     "--listen",   url,     "--root",
-                        l->workspace, "--token-fd", "3",     "--ready-fd",
-                        "4",          "--seccomp",  seccomp, NULL};
+  const char *argv[16 + 2 * LOCAL_MAX_GRANTS];
+  size_t n = 0;
+  argv[n++] = l->sandboxd;
+  argv[n++] = "--listen";
+  argv[n++] = l->url;
+  argv[n++] = "--root";
+  argv[n++] = l->workspace;
+  if (l->detached) {
+    argv[n++] = "--token-file";
+    argv[n++] = l->token_path;
+  } else {
+    argv[n++] = "--token-fd";
+    argv[n++] = "3";
+  }
+  argv[n++] = "--ready-fd";
+  argv[n++] = "4";
+  argv[n++] = "--seccomp";
+  argv[n++] = l->seccomp;
+  for (size_t i = 0; i < l->ngrants; i++) {
+    argv[n++] = "--grant";
+    argv[n++] = l->grants[i];
+  }
+  argv[n] = NULL;
   pid_t parent = getpid();
+  bool detached = l->detached;
   pid_t pid = fork();
   if (pid < 0) {
     r = sbx_error_set(e, SBX_OK, errno, "cannot start sandboxd: %m");
     goto out;
   }
   if (pid == 0) {
-    /* Async-signal-safe only from here to exec. The sandbox dies with us
-     * and does not get our terminal's signals. */
+    /* Async-signal-safe only from here to exec. The sandbox does not get
+     * our terminal's signals; an owned one dies with us. */
     (void)setsid();
-    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent)
-      _exit(127);
+    if (!detached) {
+      (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent)
+        _exit(127);
+    }
     /* Move both above 4 first: either may already be fd 3 or 4. */
-    int tok = fcntl(tokp[0], F_DUPFD, 10);
+    int tok = detached ? -1 : fcntl(tokp[0], F_DUPFD, 10);
     int rdy = fcntl(readyp[1], F_DUPFD, 10);
-    if (tok < 0 || rdy < 0 || dup2(tok, 3) < 0 || dup2(rdy, 4) < 0)
+    if ((!detached && (tok < 0 || dup2(tok, 3) < 0)) || rdy < 0 ||
+        dup2(rdy, 4) < 0)
       _exit(127);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)
       (void)dup2(devnull, 0);
+    if (detached && (dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0))
+      _exit(127);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
   l->pid = pid;
+  l->child = true;
   close(readyp[1]);
   readyp[1] = -1;
 
-  unsigned tmo = o && o->ready_timeout_ms ? o->ready_timeout_ms : 10000;
   struct pollfd pfd = {.fd = readyp[0], .events = POLLIN};
   int pr;
   do
@@ -143,12 +278,23 @@ static int spawn_sandboxd(struct local *l, const char *sandboxd,
   while (pr < 0 && errno == EINTR);
   char line[256];
   ssize_t got = pr > 0 ? read(readyp[0], line, sizeof(line) - 1) : -1;
-  if (got <= 0 || strncmp(line, "ready ", 6) != 0)
-    r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
-                      pr == 0 ? "sandboxd \"%s\" did not become ready in %u ms"
-                              : "sandboxd \"%s\" failed to start (its error "
-                                "is above)",
-                      sandboxd, tmo);
+  if (got <= 0 || strncmp(line, "ready ", 6) != 0) {
+    if (pr == 0)
+      r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
+                        "sandboxd \"%s\" did not become ready in %u ms",
+                        l->sandboxd, tmo);
+    else if (l->detached)
+      r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
+                        "sandboxd \"%s\" failed to start (see \"%s\")",
+                        l->sandboxd, l->log_path);
+    else
+      r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
+                        "sandboxd \"%s\" failed to start (its error is "
+                        "above)",
+                        l->sandboxd);
+  }
+  if (r == 0)
+    l->start = proc_start(pid);
 out:
   for (int i = 0; i < 2; i++) {
     if (tokp[i] >= 0)
@@ -156,21 +302,104 @@ out:
     if (readyp[i] >= 0)
       close(readyp[i]);
   }
+  if (logfd >= 0)
+    close(logfd);
   return r;
 }
 
-static int local_create(const struct backend_options *o, struct sandbox **out,
-                        struct sbx_error *e) {
-  _cleanup_free_ char *sandboxd = NULL;
-  int r = sandbox_find_sandboxd(o, &sandboxd, e);
+static int connect_client(struct sandbox *s, const char *token,
+                          struct sbx_error *e) {
+  struct local *l = s->priv;
+  struct sbx_client_config cc = {
+      .url = l->url,
+      .token = (const uint8_t *)token,
+      .token_len = strlen(token),
+      .client_name = "sbx",
+  };
+  int r = sbx_client_new(&cc, &s->client, e);
+  if (r == 0)
+    r = sbx_hello(s->client, NULL, e);
+  return r;
+}
+
+static int read_token(const struct local *l, char *out, size_t n,
+                      struct sbx_error *e) {
+  char *t = NULL;
+  size_t len = 0;
+  int r = sbx_read_file(l->token_path, n - 1, &t, &len);
   if (r < 0)
-    return r;
+    return sbx_error_set(e, SBX_OK, -r, "cannot read the token file: %s",
+                         strerror(-r));
+  memcpy(out, t, len);
+  out[len] = '\0';
+  explicit_bzero(t, len);
+  free(t);
+  while (len > 0 && (out[len - 1] == '\n' || out[len - 1] == '\r'))
+    out[--len] = '\0';
+  return 0;
+}
+
+/* Checks a grant or bind source: an existing host directory. */
+static int check_host_dir(const char *what, const char *p,
+                          struct sbx_error *e) {
+  struct stat st;
+  if (stat(p, &st) < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, errno,
+                         "%s \"%s\" cannot be used on backend local: %m", what,
+                         p);
+  if (!S_ISDIR(st.st_mode))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOTDIR,
+                         "%s \"%s\" is not a directory on the host", what, p);
+  return 0;
+}
+
+static int add_grant(struct local *l, const char *path, bool ro) {
+  if (l->ngrants >= LOCAL_MAX_GRANTS)
+    return -E2BIG;
+  size_t n = strlen(path) + 4;
+  char *g = malloc(n);
+  if (!g)
+    return -ENOMEM;
+  (void)snprintf(g, n, "%s%s", path, ro ? ":ro" : "");
+  l->grants[l->ngrants++] = g;
+  return 0;
+}
+
+/* A local bind: a symlink at PATH beneath the workspace to SOURCE. */
+static int make_bind(const struct local *l, const struct sandbox_bind *b,
+                     struct sbx_error *e) {
+  char full[PATH_MAX];
+  int n = snprintf(full, sizeof(full), "%s/%s", l->workspace, b->path);
+  if (n < 0 || (size_t)n >= sizeof(full))
+    return -ENAMETOOLONG;
+  for (char *p = full + strlen(l->workspace) + 1; (p = strchr(p, '/')); p++) {
+    *p = '\0';
+    if (mkdir(full, 0755) < 0 && errno != EEXIST) {
+      *p = '/';
+      return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m", full);
+    }
+    *p = '/';
+  }
+  if (symlink(b->source, full) < 0)
+    return sbx_error_set(e, SBX_OK, errno, "cannot bind \"%s\" at \"%s\": %m",
+                         b->source, b->path);
+  return 0;
+}
+
+static int local_create_spec(const struct backend_options *o,
+                             const struct sandbox_spec *spec,
+                             struct sandbox **out, struct sbx_error *e) {
+  static const struct sandbox_spec none = {0};
+  if (!spec)
+    spec = &none;
   const char *base = o && o->workspace_base ? o->workspace_base : NULL;
   if (!base)
     base = getenv("TMPDIR");
   if (!base || !*base)
     base = "/tmp";
-
+  if (spec->detached && (!spec->token_path || !spec->log_path))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "a detached sandbox needs a token and a log path");
   struct sandbox *s = calloc(1, sizeof(*s));
   struct local *l = calloc(1, sizeof(*l));
   if (!s || !l) {
@@ -180,8 +409,38 @@ static int local_create(const struct backend_options *o, struct sandbox **out,
   }
   s->backend = &backend_local;
   s->priv = l;
+  l->detached = spec->detached;
   char token[SBX_TOKEN_HEX + 1];
   char url[600];
+  int r = sandbox_find_sandboxd(o, &l->sandboxd, e);
+  if (r < 0)
+    goto fail;
+  for (size_t i = 0; i < spec->ngrants && r == 0; i++) {
+    r = check_host_dir("extra path grant", spec->grants[i].path, e);
+    if (r == 0 &&
+        add_grant(l, spec->grants[i].path, spec->grants[i].read_only) < 0)
+      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                        "more than %d grants and bind mounts",
+                        LOCAL_MAX_GRANTS);
+  }
+  for (size_t i = 0; i < spec->nbinds && r == 0; i++) {
+    r = check_host_dir("local_bind source", spec->binds[i].source, e);
+    if (r == 0 && add_grant(l, spec->binds[i].source, false) < 0)
+      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                        "more than %d grants and bind mounts",
+                        LOCAL_MAX_GRANTS);
+  }
+  if (r < 0)
+    goto fail;
+  l->seccomp = strdup(o && o->seccomp ? o->seccomp : "default");
+  if (spec->detached) {
+    l->token_path = strdup(spec->token_path);
+    l->log_path = strdup(spec->log_path);
+  }
+  if (!l->seccomp || (spec->detached && (!l->token_path || !l->log_path))) {
+    r = -ENOMEM;
+    goto fail;
+  }
   if ((r = sbx_random_uuid(s->session_id)) < 0 ||
       (r = sbx_random_hex(token, SBX_TOKEN_BYTES)) < 0)
     goto fail;
@@ -194,24 +453,26 @@ static int local_create(const struct backend_options *o, struct sandbox **out,
     goto fail;
   }
   s->root = strdup(l->workspace);
-  if (!s->root) {
+  (void)snprintf(url, sizeof(url), "ipc://%s/sandboxd.sock", l->rundir);
+  l->url = strdup(url);
+  if (!s->root || !l->url) {
     r = -ENOMEM;
     goto fail;
   }
-  (void)snprintf(url, sizeof(url), "ipc://%s/sandboxd.sock", l->rundir);
-  r = spawn_sandboxd(l, sandboxd, url, token, o, e);
+  for (size_t i = 0; i < spec->nbinds && r == 0; i++)
+    r = make_bind(l, &spec->binds[i], e);
   if (r < 0)
     goto fail;
-  struct sbx_client_config cc = {
-      .url = url,
-      .token = (const uint8_t *)token,
-      .token_len = SBX_TOKEN_HEX,
-      .client_name = "sbx",
-  };
-  r = sbx_client_new(&cc, &s->client, e);
-  if (r < 0)
+  if (spec->detached && (r = sbx_write_file_atomic(l->token_path, token,
+                                                   strlen(token), 0600)) < 0) {
+    r = sbx_error_set(e, SBX_OK, -r, "cannot write the token file: %s",
+                      strerror(-r));
     goto fail;
-  r = sbx_hello(s->client, NULL, e);
+  }
+  unsigned tmo = o && o->ready_timeout_ms ? o->ready_timeout_ms : 10000;
+  r = spawn_sandboxd(l, token, tmo, e);
+  if (r == 0)
+    r = connect_client(s, token, e);
   if (r < 0)
     goto fail;
   explicit_bzero(token, sizeof(token));
@@ -224,8 +485,165 @@ fail:
   return r;
 }
 
+static int local_create(const struct backend_options *o, struct sandbox **out,
+                        struct sbx_error *e) {
+  return local_create_spec(o, NULL, out, e);
+}
+
+static int local_save(const struct sandbox *s, json_t *obj) {
+  const struct local *l = s->priv;
+  json_t *g = json_array();
+  for (size_t i = 0; g && i < l->ngrants; i++)
+    json_array_append_new(g, json_string(l->grants[i]));
+  json_t *o =
+      json_pack("{s:i, s:I, s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:o}", "pid",
+                (int)l->pid, "pid_start", (json_int_t)l->start, "socket",
+                l->url, "workspace", l->workspace, "rundir", l->rundir,
+                "sandboxd", l->sandboxd, "seccomp", l->seccomp, "token_file",
+                l->token_path, "log_file", l->log_path, "grants", g);
+  if (!o)
+    return -ENOMEM;
+  return json_object_update(obj, o) < 0 ? (json_decref(o), -ENOMEM)
+                                        : (json_decref(o), 0);
+}
+
+static int take_str(json_t *obj, const char *k, char **out, bool required,
+                    struct sbx_error *e) {
+  json_t *v = json_object_get(obj, k);
+  if (!v && !required)
+    return 0;
+  if (!json_is_string(v))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the sandbox state lacks \"%s\"", k);
+  *out = strdup(json_string_value(v));
+  return *out ? 0 : -ENOMEM;
+}
+
+static int local_attach(const struct backend_options *o, json_t *obj,
+                        struct sandbox **out, struct sbx_error *e) {
+  (void)o;
+  struct sandbox *s = calloc(1, sizeof(*s));
+  struct local *l = calloc(1, sizeof(*l));
+  if (!s || !l) {
+    free(s);
+    free(l);
+    return -ENOMEM;
+  }
+  s->backend = &backend_local;
+  s->priv = l;
+  l->detached = true;
+  int r;
+  if ((r = take_str(obj, "socket", &l->url, true, e)) < 0 ||
+      (r = take_str(obj, "workspace", &l->workspace, true, e)) < 0 ||
+      (r = take_str(obj, "rundir", &l->rundir, true, e)) < 0 ||
+      (r = take_str(obj, "sandboxd", &l->sandboxd, true, e)) < 0 ||
+      (r = take_str(obj, "seccomp", &l->seccomp, true, e)) < 0 ||
+      (r = take_str(obj, "token_file", &l->token_path, true, e)) < 0 ||
+      (r = take_str(obj, "log_file", &l->log_path, true, e)) < 0)
+    goto fail;
+  size_t i;
+  json_t *g;
+  json_array_foreach(json_object_get(obj, "grants"), i, g) {
+    if (!json_is_string(g) || l->ngrants >= LOCAL_MAX_GRANTS ||
+        !(l->grants[l->ngrants] = strdup(json_string_value(g)))) {
+      r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                        "the sandbox state has bad grants");
+      goto fail;
+    }
+    l->ngrants++;
+  }
+  l->pid = (pid_t)json_integer_value(json_object_get(obj, "pid"));
+  l->start =
+      (unsigned long long)json_integer_value(json_object_get(obj, "pid_start"));
+  if (!(s->root = strdup(l->workspace))) {
+    r = -ENOMEM;
+    goto fail;
+  }
+  if (!alive(l)) {
+    l->pid = 0;
+    l->start = 0;
+    *out = s;
+    return 0;
+  }
+  char token[SBX_TOKEN_HEX + 8];
+  r = read_token(l, token, sizeof(token), e);
+  if (r == 0)
+    r = connect_client(s, token, e);
+  explicit_bzero(token, sizeof(token));
+  if (r < 0)
+    goto fail;
+  *out = s;
+  return 0;
+fail:
+  local_detach(s);
+  return r;
+}
+
+static int local_start(struct sandbox *s, struct sbx_error *e) {
+  struct local *l = s->priv;
+  if (alive(l) && s->client)
+    return 0;
+  if (alive(l)) {
+    char token[SBX_TOKEN_HEX + 8];
+    int r = read_token(l, token, sizeof(token), e);
+    if (r == 0)
+      r = connect_client(s, token, e);
+    explicit_bzero(token, sizeof(token));
+    return r;
+  }
+  if (!l->detached)
+    return sbx_error_set(e, SBX_CONFLICT, ESRCH,
+                         "the sandbox's sandboxd has exited");
+  struct stat st;
+  if (stat(l->workspace, &st) < 0)
+    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
+                         "the sandbox's workspace \"%s\" is gone",
+                         l->workspace);
+  if (mkdir(l->rundir, 0700) < 0 && errno != EEXIST)
+    return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m",
+                         l->rundir);
+  char sock[PATH_MAX];
+  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", l->rundir);
+  (void)unlink(sock);
+  s->client = sbx_client_free(s->client);
+  int r = spawn_sandboxd(l, NULL, 10000, e);
+  if (r < 0) {
+    (void)local_stop(s, NULL);
+    return r;
+  }
+  char token[SBX_TOKEN_HEX + 8];
+  r = read_token(l, token, sizeof(token), e);
+  if (r == 0)
+    r = connect_client(s, token, e);
+  explicit_bzero(token, sizeof(token));
+  return r;
+}
+
+static bool local_running(const struct sandbox *s) {
+  return alive(s->priv);
+}
+
+static int local_resolve_port(const struct sandbox *s, unsigned port,
+                              char *host, size_t hostsz, unsigned *host_port,
+                              struct sbx_error *e) {
+  (void)s;
+  (void)e;
+  /* No forwarding: the sandbox's processes share the host's network. */
+  (void)snprintf(host, hostsz, "127.0.0.1");
+  *host_port = port;
+  return 0;
+}
+
 const struct backend backend_local = {
     .name = "local",
     .create = local_create,
     .close = local_close,
+    .create_spec = local_create_spec,
+    .save = local_save,
+    .attach = local_attach,
+    .detach = local_detach,
+    .stop = local_stop,
+    .start = local_start,
+    .running = local_running,
+    .resolve_port = local_resolve_port,
 };

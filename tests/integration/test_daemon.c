@@ -64,30 +64,11 @@ Test(daemon, socket_is_private) {
   test_daemon_stop(&t);
 }
 
-/* Sends raw bytes as a request and returns the decoded reply. */
-static Sbx__V1__Response *raw_call(const char *url, const void *buf,
-                                   size_t len) {
-  nng_socket s;
-  cr_assert_eq(nng_req0_open(&s), 0);
-  cr_assert_eq(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000), 0);
-  cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
-  cr_assert_eq(nng_send(s, (void *)buf, len, 0), 0);
-  char *reply = NULL;
-  size_t rlen = 0;
-  cr_assert_eq(nng_recv(s, &reply, &rlen, NNG_FLAG_ALLOC), 0);
-  Sbx__V1__Response *r =
-      sbx__v1__response__unpack(NULL, rlen, (uint8_t *)reply);
-  nng_free(reply, rlen);
-  nng_close(s);
-  cr_assert_not_null(r);
-  return r;
-}
-
 Test(daemon, malformed_requests_get_clear_errors) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);
   /* Garbage bytes. */
-  Sbx__V1__Response *r = raw_call(t.url, "\xff\xff\xff\xff", 4);
+  Sbx__V1__Response *r = test_daemon_raw_call(t.url, "\xff\xff\xff\xff", 4);
   cr_expect_eq(r->error->code, SBX__V1__CODE__INVALID_ARGUMENT);
   sbx__v1__response__free_unpacked(r, NULL);
 
@@ -102,7 +83,7 @@ Test(daemon, malformed_requests_get_clear_errors) {
   req.id = "bad id!";
   uint8_t buf[512];
   size_t n = sbx__v1__request__pack(&req, buf);
-  r = raw_call(t.url, buf, n);
+  r = test_daemon_raw_call(t.url, buf, n);
   cr_expect_eq(r->error->code, SBX__V1__CODE__INVALID_ARGUMENT);
   cr_expect(strstr(r->error->message, "request id") != NULL);
   sbx__v1__response__free_unpacked(r, NULL);
@@ -110,7 +91,7 @@ Test(daemon, malformed_requests_get_clear_errors) {
   req.id = "v2";
   req.version = 2;
   n = sbx__v1__request__pack(&req, buf);
-  r = raw_call(t.url, buf, n);
+  r = test_daemon_raw_call(t.url, buf, n);
   cr_expect_eq(r->error->code, SBX__V1__CODE__VERSION_MISMATCH);
   cr_expect_str_eq(r->id, "v2");
   sbx__v1__response__free_unpacked(r, NULL);
@@ -119,7 +100,7 @@ Test(daemon, malformed_requests_get_clear_errors) {
   req.id = "nobody";
   req.body_case = SBX__V1__REQUEST__BODY__NOT_SET;
   n = sbx__v1__request__pack(&req, buf);
-  r = raw_call(t.url, buf, n);
+  r = test_daemon_raw_call(t.url, buf, n);
   cr_expect_eq(r->error->code, SBX__V1__CODE__NOT_SUPPORTED);
   sbx__v1__response__free_unpacked(r, NULL);
   test_daemon_stop(&t);
@@ -172,8 +153,8 @@ Test(daemon, repeated_mutating_request_runs_once) {
   req.id = "append-1";
   uint8_t buf[512];
   size_t n = sbx__v1__request__pack(&req, buf);
-  Sbx__V1__Response *a = raw_call(t.url, buf, n);
-  Sbx__V1__Response *b = raw_call(t.url, buf, n);
+  Sbx__V1__Response *a = test_daemon_raw_call(t.url, buf, n);
+  Sbx__V1__Response *b = test_daemon_raw_call(t.url, buf, n);
   cr_assert_eq(a->body_case, SBX__V1__RESPONSE__BODY_FILE_WRITE);
   cr_assert_eq(b->body_case, SBX__V1__RESPONSE__BODY_FILE_WRITE);
   cr_expect_eq(a->file_write->size, 5);
@@ -183,7 +164,7 @@ Test(daemon, repeated_mutating_request_runs_once) {
   /* A new id appends again. */
   req.id = "append-2";
   n = sbx__v1__request__pack(&req, buf);
-  Sbx__V1__Response *c = raw_call(t.url, buf, n);
+  Sbx__V1__Response *c = test_daemon_raw_call(t.url, buf, n);
   cr_expect_eq(c->file_write->size, 10);
   sbx__v1__response__free_unpacked(c, NULL);
   char path[256];
@@ -191,5 +172,39 @@ Test(daemon, repeated_mutating_request_runs_once) {
   struct stat st;
   cr_assert_eq(stat(path, &st), 0);
   cr_expect_eq(st.st_size, 10, "two appends for three requests");
+  test_daemon_stop(&t);
+}
+
+Test(daemon, tagged_requests_from_a_restarted_client_run_once) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint64_t ids[2];
+  for (int round = 0; round < 2; round++) {
+    /* A fresh client each round, as after a controller restart. */
+    struct sbx_client *c = test_daemon_client(&t, NULL);
+    sbx_client_set_tag("run42-call_7");
+    Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+    st.command = "echo x >> count";
+    Sbx__V1__Response *r = NULL;
+    struct sbx_error e = {0};
+    cr_assert_eq(sbx_exec_start(c, &st, &r, &e), 0, "%s", e.msg);
+    ids[round] = r->exec_start->exec_id;
+    sbx_client_reply_free(r);
+    /* Reads are not tagged: the wait below does not shift the ids. */
+    Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
+    rd.exec_id = ids[round];
+    rd.until_exit = true;
+    rd.wait_ms = 5000;
+    cr_assert_eq(sbx_exec_read(c, &rd, &r, &e), 0, "%s", e.msg);
+    sbx_client_reply_free(r);
+    sbx_client_set_tag(NULL);
+    sbx_client_free(c);
+  }
+  cr_expect_eq(ids[0], ids[1], "the repeat got the first start's exec id");
+  char path[256];
+  (void)snprintf(path, sizeof(path), "%s/count", t.root);
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0);
+  cr_expect_eq(st.st_size, 2, "the command ran once");
   test_daemon_stop(&t);
 }

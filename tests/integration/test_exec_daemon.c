@@ -443,24 +443,6 @@ Test(exec_daemon, many_parked_reads_need_no_threads) {
   test_daemon_stop(&t);
 }
 
-static Sbx__V1__Response *raw_call(const char *url, const void *buf,
-                                   size_t len) {
-  nng_socket s;
-  cr_assert_eq(nng_req0_open(&s), 0);
-  cr_assert_eq(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000), 0);
-  cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
-  cr_assert_eq(nng_send(s, (void *)buf, len, 0), 0);
-  char *reply = NULL;
-  size_t rlen = 0;
-  cr_assert_eq(nng_recv(s, &reply, &rlen, NNG_FLAG_ALLOC), 0);
-  Sbx__V1__Response *r =
-      sbx__v1__response__unpack(NULL, rlen, (uint8_t *)reply);
-  nng_free(reply, rlen);
-  nng_close(s);
-  cr_assert_not_null(r);
-  return r;
-}
-
 Test(exec_daemon, retried_start_runs_once) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);
@@ -475,8 +457,8 @@ Test(exec_daemon, retried_start_runs_once) {
   req.id = "start-1";
   uint8_t buf[512];
   size_t n = sbx__v1__request__pack(&req, buf);
-  Sbx__V1__Response *a = raw_call(t.url, buf, n);
-  Sbx__V1__Response *b = raw_call(t.url, buf, n);
+  Sbx__V1__Response *a = test_daemon_raw_call(t.url, buf, n);
+  Sbx__V1__Response *b = test_daemon_raw_call(t.url, buf, n);
   cr_assert_eq(a->body_case, SBX__V1__RESPONSE__BODY_EXEC_START);
   cr_assert_eq(b->body_case, SBX__V1__RESPONSE__BODY_EXEC_START);
   cr_expect_eq(a->exec_start->exec_id, b->exec_start->exec_id);

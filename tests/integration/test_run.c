@@ -92,6 +92,16 @@ static void run_script(struct fixture *f, const char *script,
   const char *argv[32];
   size_t n = 0;
   argv[n++] = "run";
+  /* The same runs on another backend (ctest registers this file twice). */
+  const char *backend = getenv("SBX_TEST_BACKEND");
+  if (backend && *backend) {
+    if (strcmp(backend, "docker") == 0 && !getenv("DOCKER_HOST"))
+      cr_assert_fail("DOCKER_HOST is unset: the docker runs need a container "
+                     "engine; run `scripts/containers.sh` and export the "
+                     "DOCKER_HOST it prints (`make check` does both)");
+    argv[n++] = "--backend";
+    argv[n++] = backend;
+  }
   for (size_t i = 0; extra && extra[i]; i++)
     argv[n++] = extra[i];
   argv[n++] = agent_path;
@@ -529,4 +539,66 @@ Test(run, cwd_must_exist_and_anchors_relative_paths) {
                               "exist") != NULL,
             "%s", g.out.err);
   fixture_free(&g);
+}
+
+/* The content of the tool message answering CALL_ID in chat request N. */
+static const char *chat_tool_output(json_t *reqs, size_t n,
+                                    const char *call_id) {
+  json_t *msgs = json_object_get(
+      json_object_get(json_array_get(reqs, n), "body"), "messages");
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const char *c = json_string_value(json_object_get(m, "tool_call_id"));
+    if (role && c && strcmp(role, "tool") == 0 && strcmp(c, call_id) == 0)
+      return json_string_value(json_object_get(m, "content"));
+  }
+  return NULL;
+}
+
+Test(run, chat_completions_uses_the_function_apply_patch) {
+  const char *a = agent(
+      "c.json",
+      "{\"name\": \"C\", \"api\": \"chat_completions\", \"default_manifest\": "
+      "{\"entries\": {\"notes.txt\": {\"type\": \"file\", \"content\": "
+      "\"alpha\\nbeta\\n\"}, \"pic.gif\": {\"type\": \"file\", \"content\": "
+      "\"GIF89a\"}}}}");
+  struct fixture f = {0};
+  run_script(&f,
+             "[{\"tool_calls\": [{\"name\": \"apply_patch\", \"call_id\": "
+             "\"p1\", \"arguments\": {\"patch\": \"*** Begin Patch\\n*** "
+             "Update File: notes.txt\\n@@\\n alpha\\n-beta\\n+gamma\\n*** End "
+             "Patch\\n\"}},"
+             " {\"name\": \"apply_patch\", \"call_id\": \"p2\", \"arguments\": "
+             "{\"type\": \"delete_file\", \"path\": \"missing.txt\"}},"
+             " {\"name\": \"view_image\", \"call_id\": \"v1\", \"arguments\": "
+             "{\"path\": \"pic.gif\"}}]},"
+             " {\"text\": \"done\"}]",
+             a, NULL);
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  cr_assert_eq(json_array_size(f.reqs), 2);
+  cr_expect_str_eq(
+      json_string_value(json_object_get(json_array_get(f.reqs, 0), "path")),
+      "/v1/chat/completions");
+  /* apply_patch is a function tool here, not the hosted one. */
+  json_t *tools = json_object_get(
+      json_object_get(json_array_get(f.reqs, 0), "body"), "tools");
+  bool found = false;
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    const char *n = json_string_value(
+        json_object_get(json_object_get(t, "function"), "name"));
+    found |= n && strcmp(n, "apply_patch") == 0;
+  }
+  cr_expect(found, "apply_patch function tool is offered");
+  cr_expect_str_eq(chat_tool_output(f.reqs, 1, "p1"), "Updated notes.txt");
+  const char *p2 = chat_tool_output(f.reqs, 1, "p2");
+  cr_assert_not_null(p2);
+  cr_expect(strncmp(p2, "Failed to apply patch: ", 23) == 0, "%s", p2);
+  cr_expect(strstr(p2, "missing.txt") != NULL, "%s", p2);
+  cr_expect_str_eq(chat_tool_output(f.reqs, 1, "v1"),
+                   "data:image/gif;base64,R0lGODlh");
+  fixture_free(&f);
 }

@@ -15,6 +15,9 @@
 
 #include "rand.h"
 
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
 const char *test_sandboxd_path(void) {
   const char *p = getenv("SBX_SANDBOXD");
   return p ? p : SBX_BUILD_DIR "/sandboxd";
@@ -127,4 +130,22 @@ int test_daemon_stop(struct test_daemon *t) {
   (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", t->dir);
   (void)!system(cmd);
   return status;
+}
+
+Sbx__V1__Response *test_daemon_raw_call(const char *url, const void *buf,
+                                        size_t len) {
+  nng_socket s;
+  cr_assert_eq(nng_req0_open(&s), 0);
+  cr_assert_eq(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000), 0);
+  cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
+  cr_assert_eq(nng_send(s, (void *)buf, len, 0), 0);
+  char *reply = NULL;
+  size_t rlen = 0;
+  cr_assert_eq(nng_recv(s, &reply, &rlen, NNG_FLAG_ALLOC), 0);
+  Sbx__V1__Response *r =
+      sbx__v1__response__unpack(NULL, rlen, (uint8_t *)reply);
+  nng_free(reply, rlen);
+  nng_close(s);
+  cr_assert_not_null(r);
+  return r;
 }

@@ -26,6 +26,11 @@ void test_daemon_start(struct test_daemon *t, const char *const *args);
 int test_daemon_stop(struct test_daemon *t);
 /* A second client to the same daemon with TOKEN (NULL: the right one). */
 struct sbx_client *test_daemon_client(struct test_daemon *t, const char *token);
+/* Sends BUF (LEN bytes, an encoded Request or anything else) on a fresh
+ * REQ socket to URL and returns the decoded reply (new; free with
+ * sbx__v1__response__free_unpacked). Asserts on transport errors. */
+Sbx__V1__Response *test_daemon_raw_call(const char *url, const void *buf,
+                                        size_t len);
 /* Path of the built sandboxd. */
 const char *test_sandboxd_path(void);
 

@@ -1,0 +1,82 @@
+/* The docker backend: sandboxes are containers made through the Docker
+ * Engine API (Docker, or Podman's compatible service), with sandboxd as the
+ * container's entrypoint.
+ *
+ * The controller reaches sandboxd over ipc:// through a host runtime
+ * directory (0700, owned by the controller) bind-mounted at DOCKER_RUN_DIR,
+ * so it works with network_mode "none". The token is a file there (0400)
+ * that sandboxd reads at start. The workspace lives inside the container
+ * (not a host bind), so snapshots go through sandboxd. Containers carry the
+ * labels sbx.session=<session id> and sbx.managed=true.
+ *
+ * Beyond struct backend (backend_docker, in controller/sandbox.h) this
+ * header offers what the session lifecycle needs: the published endpoint of
+ * an exposed port, detaching from a live container and resuming it.
+ * Functions taking a struct sandbox require one made by this backend. */
+#ifndef SBX_DOCKER_H
+#define SBX_DOCKER_H
+
+#include "sandbox.h"
+
+#define DOCKER_DEFAULT_IMAGE "sbx-debian:latest"
+#define DOCKER_DEFAULT_ROOT "/workspace"
+#define DOCKER_RUN_DIR "/run/sbx"
+#define DOCKER_SANDBOXD_PATH "/usr/local/bin/sandboxd"
+#define DOCKER_IMAGE_LABEL "io.sbx.sandboxd"
+#define DOCKER_LABEL_SESSION "sbx.session"
+#define DOCKER_LABEL_MANAGED "sbx.managed"
+#define DOCKER_LABEL_ROOT "sbx.root"
+
+/* Lays RUN over CLIENT into OUT, as the SDK's per-run options replace the
+ * client's: each field RUN sets (non-NULL, non-zero, true) replaces
+ * CLIENT's; arrays are replaced whole. Either may be NULL. OUT borrows from
+ * both. */
+void docker_options_merge(const struct docker_options *client,
+                          const struct docker_options *run,
+                          struct docker_options *out);
+
+/* Checks O without contacting the engine: network_mode, exposed ports
+ * (none with network_mode "none"), label keys (sbx.* reserved), env names,
+ * user, limits and mounts. -EINVAL with a message naming the field. */
+int docker_options_check(const struct docker_options *o, struct sbx_error *e);
+
+struct docker_endpoint {
+  char host[64]; /* "127.0.0.1" or "::1" */
+  unsigned port;
+};
+
+/* Where the container's PORT is published on the host. -ENOENT when PORT
+ * was not among the sandbox's exposed ports. */
+int docker_exposed_port(const struct sandbox *s, unsigned port,
+                        struct docker_endpoint *out, struct sbx_error *e);
+
+/* The container's id and the token sandboxd accepts (borrowed; valid while
+ * S lives). The token is what a later docker_resume() must present: keep it
+ * only in trusted, controller-side state. */
+const char *docker_container_id(const struct sandbox *s);
+const char *docker_token(const struct sandbox *s);
+
+struct docker_resume_args {
+  const char *session_id; /* the session the container must belong to */
+  const char *container;  /* its id or name */
+  const char *token;      /* the token given to its sandboxd (hex) */
+};
+
+/* Reconnects to a live container made by this backend for A's session:
+ * its labels must say sbx.managed=true and sbx.session=A->session_id, it
+ * must be running, its runtime directory must be ours (0700, our uid), and
+ * its sandboxd must accept A->token (Hello). Options in O other than the
+ * engine endpoint are not applied: the container keeps its own.
+ * Errors: -ENOENT the container is gone (restore from a snapshot), -ESRCH it
+ * is not running, -EPERM it belongs to another session or is not sbx's,
+ * -EACCES sandboxd refused the token; each with a message. */
+int docker_resume(const struct backend_options *o,
+                  const struct docker_resume_args *a, struct sandbox **out,
+                  struct sbx_error *e);
+
+/* Frees the controller's side of S (client, engine connection) and leaves
+ * the container and its runtime directory as they are, for a later
+ * docker_resume(). Accepts NULL. */
+void docker_detach(struct sandbox *s);
+
+#endif

@@ -1,0 +1,388 @@
+/* The docker backend's options: merging a run's over a client's, checking
+ * them before anything is created, and the container they describe. */
+#include "options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cleanup.h"
+
+#define LABEL_KEY_MAX 256
+#define LABEL_VALUE_MAX 4096
+
+void docker_options_merge(const struct docker_options *client,
+                          const struct docker_options *run,
+                          struct docker_options *out) {
+  static const struct docker_options none = {0};
+  const struct docker_options *c = client ? client : &none;
+  const struct docker_options *r = run ? run : &none;
+  *out = *c;
+#define TAKE(f)                                                                \
+  do {                                                                         \
+    if (r->f)                                                                  \
+      out->f = r->f;                                                           \
+  } while (0)
+#define TAKE_ARRAY(f, n)                                                       \
+  do {                                                                         \
+    if (r->n) {                                                                \
+      out->f = r->f;                                                           \
+      out->n = r->n;                                                           \
+    }                                                                          \
+  } while (0)
+  TAKE(host);
+  TAKE(image);
+  TAKE(sandboxd_mode);
+  TAKE(sandboxd_static);
+  TAKE(root);
+  TAKE(network_mode);
+  TAKE_ARRAY(exposed_ports, n_exposed_ports);
+  TAKE_ARRAY(labels, n_labels);
+  TAKE_ARRAY(env, n_env);
+  TAKE(user);
+  TAKE(memory_bytes);
+  TAKE(cpus);
+  TAKE(pids_limit);
+  TAKE_ARRAY(mounts, n_mounts);
+  TAKE(read_only_rootfs);
+  TAKE(never_pull);
+#undef TAKE
+#undef TAKE_ARRAY
+}
+
+static bool printable(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f)
+      return false;
+  return true;
+}
+
+/* An absolute container path other than "/", without "." or ".." parts. */
+static bool good_container_path(const char *p) {
+  if (!p || p[0] != '/' || strcmp(p, "/") == 0 || strlen(p) > 1024 ||
+      !printable(p))
+    return false;
+  for (const char *s = p; *s;) {
+    while (*s == '/')
+      s++;
+    const char *end = strchrnul(s, '/');
+    size_t n = (size_t)(end - s);
+    if ((n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+      return false;
+    s = end;
+  }
+  return true;
+}
+
+/* True when P is DIR or beneath it (both absolute, P clean). */
+static bool at_or_under(const char *p, const char *dir) {
+  size_t n = strlen(dir);
+  return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+static bool good_env_name(const char *s, size_t n) {
+  if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+          (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+      return false;
+  return true;
+}
+
+static bool all_digits(const char *s, size_t n) {
+  if (n == 0 || n > 10)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (s[i] < '0' || s[i] > '9')
+      return false;
+  return true;
+}
+
+static bool good_volume_name(const char *s) {
+  if (!*s || strlen(s) > 255)
+    return false;
+  for (const char *p = s; *p; p++) {
+    bool alnum = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                 (*p >= '0' && *p <= '9');
+    if (!alnum && (p == s || (*p != '_' && *p != '.' && *p != '-')))
+      return false;
+  }
+  return true;
+}
+
+static int check_mount(const struct docker_mount *m, size_t i, const char *root,
+                       struct sbx_error *e) {
+  const char *type = m->type ? m->type : "(none)";
+  if (strcmp(type, "bind") && strcmp(type, "volume"))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "mounts[%zu]: type \"%s\": expected \"bind\" or "
+                         "\"volume\"",
+                         i, type);
+  if (!good_container_path(m->target))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "mounts[%zu]: target must be an absolute path other "
+                         "than \"/\", without \".\" or \"..\"",
+                         i);
+  if (at_or_under(m->target, DOCKER_RUN_DIR) ||
+      at_or_under(DOCKER_RUN_DIR, m->target) ||
+      strcmp(m->target, DOCKER_SANDBOXD_PATH) == 0 ||
+      at_or_under(DOCKER_SANDBOXD_PATH, m->target))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "mounts[%zu]: target \"%s\" would cover sbx's own "
+                         "%s or %s",
+                         i, m->target, DOCKER_RUN_DIR, DOCKER_SANDBOXD_PATH);
+  if (at_or_under(root, m->target))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "mounts[%zu]: target \"%s\" would cover the "
+                         "workspace \"%s\"",
+                         i, m->target, root);
+  if (strcmp(type, "bind") == 0) {
+    if (!m->source || m->source[0] != '/' || !printable(m->source) ||
+        strchr(m->source, ','))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "mounts[%zu]: a bind mount needs an absolute host "
+                           "source path",
+                           i);
+  } else if (m->source && !good_volume_name(m->source)) {
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "mounts[%zu]: volume name \"%s\" is not valid "
+                         "([a-zA-Z0-9][a-zA-Z0-9_.-]*)",
+                         i, m->source);
+  }
+  return 0;
+}
+
+int docker_options_check(const struct docker_options *o, struct sbx_error *e) {
+  static const struct docker_options none = {0};
+  if (!o)
+    o = &none;
+  if (o->image && (!*o->image || !printable(o->image) ||
+                   strpbrk(o->image, " \t") || strlen(o->image) > 512))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "image \"%s\" is not an image reference", o->image);
+  if (o->sandboxd_mode != DOCKER_SANDBOXD_AUTO &&
+      o->sandboxd_mode != DOCKER_SANDBOXD_BAKED &&
+      o->sandboxd_mode != DOCKER_SANDBOXD_INJECT)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "unknown sandboxd mode %d", (int)o->sandboxd_mode);
+  const char *root = o->root ? o->root : DOCKER_DEFAULT_ROOT;
+  if (!good_container_path(root) || at_or_under(root, DOCKER_RUN_DIR) ||
+      at_or_under(DOCKER_RUN_DIR, root))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "root \"%s\" must be an absolute path other than "
+                         "\"/\" and outside %s",
+                         root, DOCKER_RUN_DIR);
+  if (o->network_mode && strcmp(o->network_mode, "none") != 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "network_mode \"%s\" is not supported: use \"none\" "
+                         "or leave it unset for the engine's default network",
+                         o->network_mode);
+  if (o->n_exposed_ports && !o->exposed_ports)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "exposed_ports is missing its array");
+  for (size_t i = 0; i < o->n_exposed_ports; i++) {
+    if (o->exposed_ports[i] == 0)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "Exposed ports must be integers between 1 and "
+                           "65535.");
+    for (size_t j = 0; j < i; j++)
+      if (o->exposed_ports[j] == o->exposed_ports[i])
+        return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                             "exposed port %u is listed twice",
+                             o->exposed_ports[i]);
+  }
+  if (o->network_mode && o->n_exposed_ports)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "network_mode \"none\" cannot be combined with "
+                         "exposed_ports (port %u): a container without a "
+                         "network publishes nothing",
+                         o->exposed_ports[0]);
+  if (o->n_labels && !o->labels)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "labels is missing its array");
+  for (size_t i = 0; i < o->n_labels; i++) {
+    const char *k = o->labels[i].key, *v = o->labels[i].value;
+    if (!k || !*k || !printable(k) || strlen(k) > LABEL_KEY_MAX)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "labels[%zu]: a label key must be a non-empty "
+                           "printable string of at most %d bytes",
+                           i, LABEL_KEY_MAX);
+    if (strcmp(k, "sbx") == 0 || strncmp(k, "sbx.", 4) == 0)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "label \"%s\" is reserved: sbx.* labels are set "
+                           "by sbx itself",
+                           k);
+    if (!v || !printable(v) || strlen(v) > LABEL_VALUE_MAX)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "label \"%s\": its value must be a printable "
+                           "string of at most %d bytes",
+                           k, LABEL_VALUE_MAX);
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(o->labels[j].key, k) == 0)
+        return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                             "label \"%s\" is given twice", k);
+  }
+  if (o->n_env && !o->env)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "env is missing its array");
+  for (size_t i = 0; i < o->n_env; i++) {
+    const char *kv = o->env[i];
+    const char *eq = kv ? strchr(kv, '=') : NULL;
+    if (!eq || !good_env_name(kv, (size_t)(eq - kv)))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "env[%zu]: expected NAME=value with NAME made of "
+                           "letters, digits and _",
+                           i);
+  }
+  if (o->user) {
+    const char *colon = strchr(o->user, ':');
+    size_t ul = colon ? (size_t)(colon - o->user) : strlen(o->user);
+    if (!all_digits(o->user, ul) ||
+        (colon && !all_digits(colon + 1, strlen(colon + 1))))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "user \"%s\": expected a numeric uid or uid:gid "
+                           "(sandboxd's token file is handed to it)",
+                           o->user);
+  }
+  if (o->memory_bytes < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "memory must not be negative");
+  if (o->cpus < 0 || !isfinite(o->cpus) || o->cpus > 4096)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "cpus must be a number from 0 (no limit) to 4096");
+  if (o->pids_limit < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "pids_limit must not be negative");
+  if (o->n_mounts && !o->mounts)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "mounts is missing its array");
+  for (size_t i = 0; i < o->n_mounts; i++) {
+    int r = check_mount(&o->mounts[i], i, root, e);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+/* Sets K on OBJ to V (stolen); false when V is NULL or OBJ refuses. */
+static bool put(json_t *obj, const char *k, json_t *v) {
+  return v && json_object_set_new(obj, k, v) == 0;
+}
+
+static bool push(json_t *arr, json_t *v) {
+  return v && json_array_append_new(arr, v) == 0;
+}
+
+static json_t *mount_json(const char *type, const char *source,
+                          const char *target, bool read_only) {
+  json_t *m = json_object();
+  if (!m)
+    return NULL;
+  bool ok = put(m, "Type", json_string(type)) &&
+            (!source || put(m, "Source", json_string(source))) &&
+            put(m, "Target", json_string(target)) &&
+            put(m, "ReadOnly", json_boolean(read_only));
+  if (!ok) {
+    json_decref(m);
+    return NULL;
+  }
+  return m;
+}
+
+static json_t *string_array(const char *const *v, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++)
+    if (!push(a, json_string(v[i]))) {
+      json_decref(a);
+      return NULL;
+    }
+  return a;
+}
+
+int docker_spec_json(const struct docker_options *o,
+                     const struct docker_spec *sp, json_t **out,
+                     struct sbx_error *e) {
+  *out = NULL;
+  char listen[64], token[64];
+  (void)snprintf(listen, sizeof(listen), "ipc://%s/sandboxd.sock",
+                 DOCKER_RUN_DIR);
+  (void)snprintf(token, sizeof(token), "%s/token", DOCKER_RUN_DIR);
+  const char *cmd[] = {"--listen",     listen, "--root",    sp->root,
+                       "--token-file", token,  "--seccomp", sp->seccomp};
+
+  _cleanup_json_ json_t *c = json_object();
+  json_t *host, *labels, *mounts, *entry;
+  /* Each value is made as it is put, so a failure leaks nothing. */
+  if (!c || !put(c, "HostConfig", host = json_object()) ||
+      !put(c, "Labels", labels = json_object()) ||
+      !put(host, "Mounts", mounts = json_array()))
+    goto oom;
+  if (!put(c, "Entrypoint", entry = json_array()) ||
+      !push(entry, json_string(sp->sandboxd)))
+    goto oom;
+  if (!put(c, "Image", json_string(sp->image)) ||
+      !put(c, "Cmd", string_array(cmd, SBX_ARRAY_SIZE(cmd))) ||
+      !put(c, "WorkingDir", json_string(sp->root)) ||
+      !put(c, "Env", string_array(o->env, o->n_env)) ||
+      (o->user && !put(c, "User", json_string(o->user))) ||
+      !put(c, "StopTimeout", json_integer(2)))
+    goto oom;
+
+  for (size_t i = 0; i < o->n_labels; i++)
+    if (!put(labels, o->labels[i].key, json_string(o->labels[i].value)))
+      goto oom;
+  if (!put(labels, DOCKER_LABEL_SESSION, json_string(sp->session_id)) ||
+      !put(labels, DOCKER_LABEL_MANAGED, json_string("true")) ||
+      !put(labels, DOCKER_LABEL_ROOT, json_string(sp->root)))
+    goto oom;
+
+  if (!push(mounts, mount_json("bind", sp->rundir, DOCKER_RUN_DIR, false)))
+    goto oom;
+  if (sp->inject &&
+      !push(mounts, mount_json("bind", sp->inject, sp->sandboxd, true)))
+    goto oom;
+  /* A read-only root filesystem still needs a writable workspace. */
+  if (o->read_only_rootfs &&
+      !push(mounts, mount_json("volume", NULL, sp->root, false)))
+    goto oom;
+  for (size_t i = 0; i < o->n_mounts; i++) {
+    const struct docker_mount *m = &o->mounts[i];
+    if (!push(mounts, mount_json(m->type, m->source, m->target, m->read_only)))
+      goto oom;
+  }
+
+  if (o->network_mode && !put(host, "NetworkMode", json_string("none")))
+    goto oom;
+  if (o->n_exposed_ports) {
+    json_t *exposed, *bindings;
+    if (!put(c, "ExposedPorts", exposed = json_object()) ||
+        !put(host, "PortBindings", bindings = json_object()))
+      goto oom;
+    for (size_t i = 0; i < o->n_exposed_ports; i++) {
+      char key[16];
+      (void)snprintf(key, sizeof(key), "%u/tcp", o->exposed_ports[i]);
+      json_t *list, *b;
+      if (!put(exposed, key, json_object()) ||
+          !put(bindings, key, list = json_array()) ||
+          !push(list, b = json_object()) ||
+          !put(b, "HostIp", json_string("127.0.0.1")) ||
+          !put(b, "HostPort", json_string("")))
+        goto oom;
+    }
+  }
+  if ((o->memory_bytes &&
+       !put(host, "Memory", json_integer(o->memory_bytes))) ||
+      (o->cpus > 0 && !put(host, "NanoCpus",
+                           json_integer((json_int_t)(o->cpus * 1e9 + 0.5)))) ||
+      (o->pids_limit && !put(host, "PidsLimit", json_integer(o->pids_limit))) ||
+      (o->read_only_rootfs && !put(host, "ReadonlyRootfs", json_true())))
+    goto oom;
+  *out = TAKE_PTR(c);
+  return 0;
+oom:
+  return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
+                       "cannot build the container's description: out of "
+                       "memory");
+}

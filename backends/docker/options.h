@@ -1,0 +1,26 @@
+/* The docker backend's options turned into a container: the body of
+ * POST /containers/create. Private to backends/docker/. */
+#ifndef SBX_DOCKER_OPTIONS_H
+#define SBX_DOCKER_OPTIONS_H
+
+#include <jansson.h>
+
+#include "docker.h"
+
+/* What the backend decided besides the options. All borrowed. */
+struct docker_spec {
+  const char *session_id;
+  const char *image;
+  const char *sandboxd; /* its path inside the container */
+  const char *inject;   /* host path of the static sandboxd to bind, or NULL */
+  const char *rundir;   /* host runtime directory, mounted at DOCKER_RUN_DIR */
+  const char *root;     /* the workspace inside the container */
+  const char *seccomp;  /* sandboxd's --seccomp */
+};
+
+/* The create body for O (already checked) and SP. *OUT is new. */
+int docker_spec_json(const struct docker_options *o,
+                     const struct docker_spec *sp, json_t **out,
+                     struct sbx_error *e);
+
+#endif

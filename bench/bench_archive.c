@@ -1,0 +1,451 @@
+/* Archive export and import through sandboxd's handlers, against GNU tar on
+ * the same tree in the same run.
+ *
+ *   bench_archive [-v] [DIR]
+ *
+ * Builds a 200 MiB tree (a few thousand files of mixed sizes) in a temporary
+ * directory under DIR (default $TMPDIR or /tmp), then measures, best of 3:
+ *   export: ArchiveExportStart + ArchiveExportRead of every chunk into a
+ *           file + ArchiveClose, against `tar -cf FILE -C TREE .`;
+ *   import: ArchiveImportStart + ArchiveImportWrite of the file in chunks +
+ *           ArchiveImportFinish + ArchiveClose, against `tar -xf FILE -C D`
+ *           of the same (pax) file.
+ * Every timed run starts after sync(2) so earlier runs' writeback does not
+ * land in it; the temporary tree is removed at the end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "archive.h"
+#include "clock.h"
+
+#define TREE_BYTES (200ull << 20)
+#define RUNS 3
+
+extern char **environ;
+
+static struct sandboxd d;
+static bool verbose;   /* -v: time the phases of each of our runs */
+static char base[256]; /* the temp dir; ws/ inside is the root */
+static char root[300];
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_archive: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+/* ---- the tree ---- */
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+#define POOL_BYTES (16u << 20)
+static unsigned char *pool;
+
+static void write_file(const char *path, size_t size) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    die(path);
+  size_t left = size;
+  while (left > 0) {
+    size_t off = next_rand() % (POOL_BYTES / 2);
+    size_t n = left < POOL_BYTES / 2 ? left : POOL_BYTES / 2;
+    ssize_t w = write(fd, pool + off, n);
+    if (w < 0)
+      die(path);
+    left -= (size_t)w;
+  }
+  if (close(fd) < 0)
+    die(path);
+}
+
+struct tree_stats {
+  unsigned files, dirs;
+  uint64_t bytes;
+};
+
+/* 40 directories of 4 subdirectories each; 2400 small files (1-32 KiB),
+ * 500 medium ones (64-448 KiB), then 4-8 MiB files up to 200 MiB. Half of
+ * the pool is random bytes, half text, so zstd has something to do. */
+static void build_tree(const char *top, struct tree_stats *st) {
+  pool = malloc(POOL_BYTES);
+  if (!pool)
+    die("malloc");
+  for (size_t i = 0; i < POOL_BYTES / 2; i += 8) {
+    uint64_t r = next_rand();
+    memcpy(pool + i, &r, 8);
+  }
+  static const char text[] = "the quick brown fox jumps over the lazy dog\n";
+  for (size_t i = POOL_BYTES / 2; i < POOL_BYTES; i++)
+    pool[i] = (unsigned char)text[i % (sizeof(text) - 1)];
+
+  char p[512];
+  if (mkdir(top, 0755) < 0)
+    die(top);
+  st->dirs = 1;
+  for (int i = 0; i < 40; i++) {
+    (void)snprintf(p, sizeof(p), "%s/d%02d", top, i);
+    if (mkdir(p, 0755) < 0)
+      die(p);
+    st->dirs++;
+    for (int j = 0; j < 4; j++) {
+      (void)snprintf(p, sizeof(p), "%s/d%02d/s%d", top, i, j);
+      if (mkdir(p, 0755) < 0)
+        die(p);
+      st->dirs++;
+    }
+  }
+  unsigned n = 0;
+  for (; n < 2900 || st->bytes < TREE_BYTES; n++) {
+    size_t size;
+    if (n < 2400)
+      size = 1024 + next_rand() % (31 * 1024);
+    else if (n < 2900)
+      size = (64 << 10) + next_rand() % (384 << 10);
+    else
+      size = (4u << 20) + next_rand() % (4u << 20);
+    if (n >= 2900 && st->bytes + size > TREE_BYTES)
+      size = (size_t)(TREE_BYTES - st->bytes);
+    (void)snprintf(p, sizeof(p), "%s/d%02u/s%u/f%04u.dat", top, n % 40,
+                   (n / 40) % 4, n);
+    write_file(p, size);
+    st->bytes += size;
+  }
+  st->files = n;
+  (void)snprintf(p, sizeof(p), "%s/d00/link", top);
+  if (symlink("s0/f0000.dat", p) < 0)
+    die(p);
+  (void)snprintf(p, sizeof(p), "%s/empty", top);
+  if (mkdir(p, 0755) < 0)
+    die(p);
+  free(pool);
+}
+
+/* ---- calling the handlers ---- */
+
+static double now_s(void) {
+  return (double)sbx_now_ns() / 1e9;
+}
+
+static void never_pending(struct rpc_call *c, int r) {
+  (void)c;
+  (void)r;
+}
+
+/* Runs HANDLER on REQ; the reply stays in *C until call_done. */
+static int call(struct rpc_call *c, Sbx__V1__Response *resp,
+                Sbx__V1__Request *req, int (*handler)(struct rpc_call *)) {
+  memset(c, 0, sizeof(*c));
+  sbx__v1__response__init(resp);
+  c->d = &d;
+  c->req = req;
+  c->resp = resp;
+  c->complete = never_pending;
+  return handler(c);
+}
+
+static void call_done(struct rpc_call *c) {
+  sbx_arena_reset(&c->arena);
+}
+
+static void fail(struct rpc_call *c, const char *what) {
+  fprintf(stderr, "bench_archive: %s: %s\n", what, c->err.msg);
+  exit(1);
+}
+
+static void close_handle(uint64_t handle) {
+  Sbx__V1__Request req;
+  sbx__v1__request__init(&req);
+  Sbx__V1__ArchiveClose b = SBX__V1__ARCHIVE_CLOSE__INIT;
+  b.handle = handle;
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_CLOSE;
+  req.archive_close = &b;
+  struct rpc_call c;
+  Sbx__V1__Response resp;
+  if (call(&c, &resp, &req, rpc_archive_close) < 0)
+    fail(&c, "close");
+  call_done(&c);
+  /* A closed transfer's spool is freed by the next blocking call: make one
+   * now, so that cost is counted here and not in the next run. */
+  Sbx__V1__ArchiveExportRead r = SBX__V1__ARCHIVE_EXPORT_READ__INIT;
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_READ;
+  req.archive_export_read = &r;
+  (void)call(&c, &resp, &req, rpc_archive_export_read);
+  call_done(&c);
+}
+
+static void write_out(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      die("write");
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* Exports "tree" into OUT; returns the archive's size. */
+static uint64_t sbx_export(const char *out) {
+  Sbx__V1__Request req;
+  sbx__v1__request__init(&req);
+  Sbx__V1__ArchiveExportStart s = SBX__V1__ARCHIVE_EXPORT_START__INIT;
+  s.path = "tree";
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_START;
+  req.archive_export_start = &s;
+  struct rpc_call c;
+  Sbx__V1__Response resp;
+  double t0 = now_s();
+  if (call(&c, &resp, &req, rpc_archive_export_start) < 0)
+    fail(&c, "export start");
+  double t1 = now_s();
+  uint64_t handle = resp.archive_export_start->handle;
+  uint64_t total = resp.archive_export_start->total_bytes;
+  call_done(&c);
+  int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    die(out);
+  Sbx__V1__ArchiveExportRead r = SBX__V1__ARCHIVE_EXPORT_READ__INIT;
+  r.handle = handle;
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_READ;
+  req.archive_export_read = &r;
+  for (;;) {
+    if (call(&c, &resp, &req, rpc_archive_export_read) < 0)
+      fail(&c, "export read");
+    Sbx__V1__ArchiveExportReadReply *x = resp.archive_export_read;
+    write_out(fd, x->data.data, x->data.len);
+    r.offset += x->data.len;
+    bool eof = x->eof;
+    call_done(&c);
+    if (eof)
+      break;
+  }
+  if (close(fd) < 0)
+    die(out);
+  double t2 = now_s();
+  close_handle(handle);
+  if (verbose)
+    printf("  export: start %.3f s, reads %.3f s, close %.3f s\n", t1 - t0,
+           t2 - t1, now_s() - t2);
+  if (r.offset != total) {
+    fprintf(stderr, "bench_archive: read %" PRIu64 " of %" PRIu64 " bytes\n",
+            r.offset, total);
+    exit(1);
+  }
+  return total;
+}
+
+/* Imports the archive IN into DEST (workspace-relative); returns the bytes
+ * extracted. */
+static uint64_t sbx_import(const char *in, const char *dest) {
+  Sbx__V1__Request req;
+  sbx__v1__request__init(&req);
+  Sbx__V1__ArchiveImportStart s = SBX__V1__ARCHIVE_IMPORT_START__INIT;
+  s.path = (char *)dest;
+  s.compression = SBX__V1__COMPRESSION__COMPRESSION_AUTO;
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_START;
+  req.archive_import_start = &s;
+  struct rpc_call c;
+  Sbx__V1__Response resp;
+  double t0 = now_s();
+  if (call(&c, &resp, &req, rpc_archive_import_start) < 0)
+    fail(&c, "import start");
+  uint64_t handle = resp.archive_import_start->handle;
+  call_done(&c);
+  int fd = open(in, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    die(in);
+  size_t chunk = d.limits.max_read_bytes;
+  unsigned char *buf = malloc(chunk);
+  if (!buf)
+    die("malloc");
+  Sbx__V1__ArchiveImportWrite w = SBX__V1__ARCHIVE_IMPORT_WRITE__INIT;
+  w.handle = handle;
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_WRITE;
+  req.archive_import_write = &w;
+  for (;;) {
+    ssize_t n = read(fd, buf, chunk);
+    if (n < 0)
+      die(in);
+    if (n == 0)
+      break;
+    w.data.data = buf;
+    w.data.len = (size_t)n;
+    if (call(&c, &resp, &req, rpc_archive_import_write) < 0)
+      fail(&c, "import write");
+    call_done(&c);
+    w.offset += (uint64_t)n;
+  }
+  free(buf);
+  (void)close(fd);
+  double t1 = now_s();
+  Sbx__V1__ArchiveImportFinish f = SBX__V1__ARCHIVE_IMPORT_FINISH__INIT;
+  f.handle = handle;
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_FINISH;
+  req.archive_import_finish = &f;
+  if (call(&c, &resp, &req, rpc_archive_import_finish) < 0)
+    fail(&c, "import finish");
+  uint64_t bytes = resp.archive_import_finish->extracted_bytes;
+  call_done(&c);
+  double t2 = now_s();
+  close_handle(handle);
+  if (verbose)
+    printf("  import: start+writes %.3f s, finish %.3f s, close %.3f s\n",
+           t1 - t0, t2 - t1, now_s() - t2);
+  return bytes;
+}
+
+/* ---- the baseline ---- */
+
+static void run(char *const argv[]) {
+  pid_t pid;
+  int r = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+  if (r != 0) {
+    errno = r;
+    die(argv[0]);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) < 0)
+    die("waitpid");
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    fprintf(stderr, "bench_archive: %s failed (status %d)\n", argv[0], st);
+    exit(1);
+  }
+}
+
+static void rm_rf(const char *path) {
+  char *argv[] = {"rm", "-rf", "--", (char *)path, NULL};
+  run(argv);
+}
+
+static double best(const double *v) {
+  double b = v[0];
+  for (int i = 1; i < RUNS; i++)
+    if (v[i] < b)
+      b = v[i];
+  return b;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "-v") == 0) {
+    verbose = true;
+    argc--;
+    argv++;
+  }
+  const char *dir = argc > 1 ? argv[1] : getenv("TMPDIR");
+  if (!dir || !*dir)
+    dir = "/tmp";
+  (void)snprintf(base, sizeof(base), "%s/sbx-bench-archive-XXXXXX", dir);
+  if (!mkdtemp(base))
+    die(base);
+  (void)snprintf(root, sizeof(root), "%s/ws", base);
+  if (mkdir(root, 0755) < 0)
+    die(root);
+
+  sandboxd_limits_default(&d.limits);
+  d.root = root;
+  d.root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (d.root_fd < 0)
+    die(root);
+  d.uid = geteuid();
+  d.gid = getegid();
+  d.is_root = d.uid == 0;
+  if (archive_table_new(&d, &d.archives) < 0)
+    die("archive_table_new");
+
+  char tree[400], ours[400], theirs[400], tdest[400];
+  (void)snprintf(tree, sizeof(tree), "%s/tree", root);
+  (void)snprintf(ours, sizeof(ours), "%s/sbx.tar", base);
+  (void)snprintf(theirs, sizeof(theirs), "%s/gnu.tar", base);
+  struct tree_stats ts = {0};
+  build_tree(tree, &ts);
+  printf("tree: %u files, %u directories, %.1f MiB in %s\n", ts.files, ts.dirs,
+         (double)ts.bytes / (1 << 20), base);
+
+  /* Warm the page cache the same way for both. */
+  uint64_t size = sbx_export(ours);
+  char *tar_c[] = {"tar", "-cf", theirs, "-C", tree, ".", NULL};
+  run(tar_c);
+
+  /* Ours and tar take turns going first: ext4 makes whoever creates inodes
+   * first in a group pay for skipping recently freed ones (other processes'
+   * deletions on the same filesystem), and that must not favour one side. */
+  double ex[RUNS], tx[RUNS], im[RUNS], ti[RUNS];
+  for (int i = 0; i < RUNS; i++) {
+    for (int k = 0; k < 2; k++) {
+      bool mine = (k == 0) == (i % 2 == 0);
+      unlink(mine ? ours : theirs);
+      sync();
+      double t0 = now_s();
+      if (mine)
+        (void)sbx_export(ours);
+      else
+        run(tar_c);
+      (mine ? ex : tx)[i] = now_s() - t0;
+    }
+  }
+  struct stat st;
+  if (stat(theirs, &st) < 0)
+    die(theirs);
+  printf("archive: ours %.1f MiB (pax), GNU tar's %.1f MiB\n",
+         (double)size / (1 << 20), (double)st.st_size / (1 << 20));
+
+  /* Each import goes to a new directory, for the same reason: removing the
+   * previous one first would charge its freed inodes to the next run. */
+  char *tar_x[] = {"tar", "-xf", ours, "-C", tdest, NULL};
+  for (int i = 0; i < RUNS; i++) {
+    for (int k = 0; k < 2; k++) {
+      bool mine = (k == 0) == (i % 2 == 0);
+      char dest[32];
+      (void)snprintf(dest, sizeof(dest), "imp%d", i);
+      (void)snprintf(tdest, sizeof(tdest), "%s/tar-x%d", base, i);
+      if (!mine && mkdir(tdest, 0755) < 0)
+        die(tdest);
+      sync();
+      double t0 = now_s();
+      if (mine) {
+        uint64_t bytes = sbx_import(ours, dest);
+        if (bytes != ts.bytes) {
+          fprintf(stderr,
+                  "bench_archive: extracted %" PRIu64 " of %" PRIu64 "\n",
+                  bytes, ts.bytes);
+          return 1;
+        }
+      } else {
+        run(tar_x);
+      }
+      (mine ? im : ti)[i] = now_s() - t0;
+    }
+  }
+
+  for (int i = 0; i < RUNS; i++)
+    printf("run %d: export %.3f s, tar -cf %.3f s; import %.3f s, tar -xf "
+           "%.3f s\n",
+           i + 1, ex[i], tx[i], im[i], ti[i]);
+  printf("export: sbx %.3f s, tar -cf %.3f s, ratio %.2f\n", best(ex), best(tx),
+         best(ex) / best(tx));
+  printf("import: sbx %.3f s, tar -xf %.3f s, ratio %.2f\n", best(im), best(ti),
+         best(im) / best(ti));
+
+  archive_table_free(d.archives);
+  (void)close(d.root_fd);
+  rm_rf(base);
+  return 0;
+}
