@@ -300,6 +300,10 @@ def chat_chunks(comp, include_usage, cut):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "model_server/1"
+    # Headers and body go out in separate writes: with Nagle's algorithm the
+    # body waits for the client's delayed ACK of the headers, 40 ms a reply
+    # on a kept-alive connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):
         pass
