@@ -219,7 +219,7 @@ static int cmd_decide(const char *verb, int argc, char **argv) {
   json_error_t je;
   _cleanup_json_ json_t *rs = json_loadb(text, len, 0, &je);
   const char *status = json_string_value(json_object_get(rs, "status"));
-  if (!status || !json_is_array(json_object_get(rs, "items"))) {
+  if (!status || !json_is_integer(json_object_get(rs, "items_count"))) {
     fprintf(stderr, "sbx %s: \"%s\" is not a run state\n", verb, pos[0]);
     return 2;
   }

@@ -1,6 +1,7 @@
 #include "runner.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ struct shared {
   char run_id[33];
   json_t *rs;         /* the run state (root run only), or NULL */
   char rs_path[4200]; /* where it is written */
+  size_t rs_items;    /* conversation items already in the journal */
 };
 
 /* Per agent of one run: its sandbox, manifest and tools. */
@@ -717,7 +719,39 @@ static int rs_save(struct run *run, const struct agent *a, const char *status,
   json_object_set_new(rs, "status", json_string(status));
   json_object_set_new(rs, "agent", json_integer((json_int_t)a->index));
   json_object_set_new(rs, "turn", json_integer(run->turn));
-  json_object_set(rs, "items", run->items);
+  /* The conversation goes to an append-only journal beside the state, one
+   * item a line, so a save costs the new items, not the whole run. The
+   * state names how many lines count: lines a crash left beyond that are
+   * ignored, and are overwritten by the next append from that count. */
+  size_t n = json_array_size(run->items);
+  if (sh->rs_items < n) {
+    char jpath[4300];
+    (void)snprintf(jpath, sizeof(jpath), "%s.items", sh->rs_path);
+    int jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (jfd < 0) {
+      log_warn("cannot write the run journal \"%s\": %m", jpath);
+      return -errno;
+    }
+    int jr = 0;
+    for (size_t i = sh->rs_items; i < n && jr == 0; i++) {
+      char *line = json_dumps(json_array_get(run->items, i),
+                              JSON_COMPACT | JSON_ENSURE_ASCII);
+      if (!line) {
+        jr = -ENOMEM;
+        break;
+      }
+      size_t l = strlen(line);
+      line[l] = '\n'; /* replaces the NUL; written with its length */
+      if (write(jfd, line, l + 1) != (ssize_t)(l + 1))
+        jr = -EIO;
+      free(line);
+    }
+    close(jfd);
+    if (jr < 0)
+      return jr;
+    sh->rs_items = n;
+  }
+  json_object_set_new(rs, "items_count", json_integer((json_int_t)n));
   json_object_set_new(rs, "pending",
                       pending ? json_incref(pending) : json_null());
   json_object_set_new(
@@ -746,7 +780,7 @@ static int rs_save(struct run *run, const struct agent *a, const char *status,
   char *text = json_dumps(rs, JSON_COMPACT);
   if (!text)
     return -ENOMEM;
-  int r = sbx_write_file_atomic(sh->rs_path, text, strlen(text), 0600);
+  int r = sbx_write_file_replace(sh->rs_path, text, strlen(text), 0600);
   free(text);
   if (r < 0)
     log_warn("cannot write the run state \"%s\": %s", sh->rs_path,
@@ -1184,6 +1218,59 @@ static int rs_begin(struct run *run, struct sbx_error *e) {
   return sh->rs ? 0 : -ENOMEM;
 }
 
+/* The conversation from PATH's journal: its first items_count lines
+ * (new reference), or NULL when they are not all there. */
+static json_t *rs_read_journal(const char *path, json_t *rs) {
+  json_t *cnt = json_object_get(rs, "items_count");
+  if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
+    return NULL;
+  size_t want = (size_t)json_integer_value(cnt);
+  char jpath[4300];
+  (void)snprintf(jpath, sizeof(jpath), "%s.items", path);
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  if (sbx_read_file(jpath, 1u << 30, &text, &len) < 0)
+    return NULL;
+  json_t *items = json_array();
+  char *p = text, *end = text + len;
+  while (items && json_array_size(items) < want && p < end) {
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl)
+      break;
+    json_error_t je;
+    json_t *it = json_loadb(p, (size_t)(nl - p), 0, &je);
+    if (!json_is_object(it)) {
+      json_decref(it);
+      break;
+    }
+    json_array_append_new(items, it);
+    p = nl + 1;
+  }
+  if (json_array_size(items) != want) {
+    json_decref(items);
+    return NULL;
+  }
+  return items;
+}
+
+/* Cuts the journal at PATH to its first N lines. */
+static int truncate_journal(const char *path, size_t n) {
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  int r = sbx_read_file(path, 1u << 30, &text, &len);
+  if (r < 0)
+    return r;
+  size_t off = 0, lines = 0;
+  while (off < len && lines < n) {
+    char *nl = memchr(text + off, '\n', len - off);
+    if (!nl)
+      break;
+    off = (size_t)(nl - text) + 1;
+    lines++;
+  }
+  return truncate(path, (off_t)off) < 0 ? -errno : 0;
+}
+
 /* Loads the run state at o->resume_path: conversation, agent, turn,
  * usage, pending calls, and re-attaches the recorded sandboxes. */
 static int rs_resume(struct run *run, const struct agent **start,
@@ -1200,7 +1287,7 @@ static int rs_resume(struct run *run, const struct agent **start,
   }
   json_error_t je;
   json_t *rs = json_loadb(text, len, 0, &je);
-  json_t *items = json_object_get(rs, "items");
+  json_t *items = rs_read_journal(o->resume_path, rs);
   json_t *agent = json_object_get(rs, "agent");
   const char *id = json_string_value(json_object_get(rs, "run_id"));
   const char *status = json_string_value(json_object_get(rs, "status"));
@@ -1209,6 +1296,7 @@ static int rs_resume(struct run *run, const struct agent **start,
       strlen(id) != 32 || !json_is_array(items) || !json_is_integer(agent) ||
       json_integer_value(agent) < 0 ||
       (size_t)json_integer_value(agent) >= o->agents->n || !status) {
+    json_decref(items);
     json_decref(rs);
     run->res->config_error = true;
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
@@ -1216,6 +1304,7 @@ static int rs_resume(struct run *run, const struct agent **start,
                          o->resume_path);
   }
   if (strcmp(status, "finished") == 0) {
+    json_decref(items);
     json_decref(rs);
     run->res->config_error = true;
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
@@ -1224,7 +1313,12 @@ static int rs_resume(struct run *run, const struct agent **start,
   sh->rs = rs;
   memcpy(sh->run_id, id, 33);
   (void)snprintf(sh->rs_path, sizeof(sh->rs_path), "%s", o->resume_path);
-  run->items = json_incref(items);
+  run->items = items;
+  sh->rs_items = json_array_size(items);
+  /* Lines beyond the count (a crash between journal and state) go. */
+  char jpath[4300];
+  (void)snprintf(jpath, sizeof(jpath), "%s.items", o->resume_path);
+  (void)truncate_journal(jpath, sh->rs_items);
   *start = o->agents->agents[json_integer_value(agent)];
   json_t *turn = json_object_get(rs, "turn");
   run->first_turn = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
@@ -1375,6 +1469,9 @@ int runner_run(const struct run_options *o, struct run_result *res,
      * sandboxes, so there is nothing to resume. */
     if (r != RUNNER_PAUSED) {
       (void)unlink(sh.rs_path);
+      char jpath[4300];
+      (void)snprintf(jpath, sizeof(jpath), "%s.items", sh.rs_path);
+      (void)unlink(jpath);
       res->state_path[0] = '\0';
     }
   }
