@@ -25,15 +25,18 @@
 #include "resolve.h"
 
 #define XFER_IDLE_MS_DEFAULT (10u * 60u * 1000u)
-#define COPY_BUF_BYTES (1u << 20)   /* file reads while exporting */
-#define OUT_BUF_BYTES (1u << 20)    /* coalesced archive writes */
-#define DIRECT_WRITE (64u << 10)    /* larger writes bypass the buffer */
-#define READ_BLOCK_BYTES (1u << 20) /* libarchive's reads of the spool */
-#define EXPORT_MAX_DEPTH 512        /* directory levels (fds held) */
-#define NAME_POOL_MAX (64u << 20)   /* member names and link targets */
-#define LINK_HOPS_MAX 40            /* symbolic links in one resolution */
-#define LINK_STEPS_MAX (16u << 20)  /* components walked for all links */
-#define NAME_SHOWN 200              /* bytes of a name quoted in messages */
+/* Data is copied through 64 KiB buffers: a read(2) and the write(2) that
+ * follows stay in the CPU's cache, where 1 MiB ones went through memory
+ * (export 8%, extraction 10-15% slower on tmpfs). */
+#define COPY_BUF_BYTES (64u << 10)   /* file reads while exporting */
+#define OUT_BUF_BYTES (1u << 20)     /* coalesced small archive writes */
+#define DIRECT_WRITE (64u << 10)     /* larger writes bypass that buffer */
+#define READ_BLOCK_BYTES (64u << 10) /* libarchive's reads of the spool */
+#define EXPORT_MAX_DEPTH 512         /* directory levels (fds held) */
+#define NAME_POOL_MAX (64u << 20)    /* member names and link targets */
+#define LINK_HOPS_MAX 40             /* symbolic links in one resolution */
+#define LINK_STEPS_MAX (16u << 20)   /* components walked for all links */
+#define NAME_SHOWN 200               /* bytes of a name quoted in messages */
 #define HEADER_ALLOWANCE                                                       \
   (16u << 10) /* tar stream bytes per member beyond                            \
                  its data: headers, pax records */
