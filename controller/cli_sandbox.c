@@ -1792,10 +1792,16 @@ static int cmd_save(struct common *c, int argc, char **argv) {
   trace_set_str(sp, "sandbox.session_id", sb->session_id);
   trace_set_str(sp, "sandbox.backend", sb->backend->name);
   trace_set_str(sp, "sandbox.snapshot.type", snapshot_type_name(spec.type));
+  /* Ephemeral entries and mounts stay out of the snapshot. */
+  json_t *skip = json_object_get(rec.rec, "snapshot_excludes");
+  size_t nskip = json_array_size(skip);
+  _cleanup_free_ const char **excludes = calloc(nskip + 1, sizeof(char *));
+  for (size_t i = 0; excludes && i < nskip; i++)
+    excludes[i] = json_string_value(json_array_get(skip, i));
   struct snapshot_record snap = {0};
-  int r = snapshot_save(&spec, sb, sb->session_id, NULL, &snap,
-                        progress_enabled(c->json) ? progress_snapshot : NULL,
-                        NULL, &e);
+  int r = snapshot_save(
+      &spec, sb, sb->session_id, excludes && nskip ? excludes : NULL, &snap,
+      progress_enabled(c->json) ? progress_snapshot : NULL, NULL, &e);
   if (r < 0)
     trace_set_error(sp, "%s", e.msg);
   else
@@ -1919,6 +1925,15 @@ int cli_session_resume(const char *state_dir, const char *path,
   struct sbx_error ie = {0};
   if (r == 0)
     r = lifecycle_create(&lo, m, true, tok, logp, &sb, &ie);
+  /* What the trusted manifest made ephemeral or mounted is kept, not
+   * replaced by the snapshot. */
+  _cleanup_free_ const char **keep = calloc(m->nentries + 1, sizeof(char *));
+  size_t nkeep = 0;
+  for (size_t i = 0; keep && i < m->nentries; i++)
+    if (m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
+        m->entries[i].type == MANIFEST_CLOUD_MOUNT)
+      keep[nkeep++] = m->entries[i].path;
+  spec.excludes = nkeep ? keep : NULL;
   struct snapshot_restore_result rr = {0};
   if (r == 0)
     r = snapshot_restore(&spec, &snap, sb, NULL, NULL, &rr,

@@ -89,6 +89,14 @@ int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
       "manifest", manifest_to_json(m), "exposed_ports", p);
   if (!rec)
     return -ENOMEM;
+  /* The paths a snapshot leaves out: ephemeral entries (their contents are
+   * not in the saved manifest) and mounts. Paths only. */
+  json_t *skip = json_array();
+  for (size_t i = 0; skip && i < m->nentries; i++)
+    if (m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
+        m->entries[i].type == MANIFEST_CLOUD_MOUNT)
+      json_array_append_new(skip, json_string(m->entries[i].path));
+  json_object_set_new(rec, "snapshot_excludes", skip ? skip : json_array());
   json_t *b = json_object();
   if (!b)
     return -ENOMEM;

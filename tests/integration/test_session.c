@@ -292,3 +292,42 @@ Test(session, save_is_traced_as_sandbox_snapshot) {
   free(st);
   free(id);
 }
+
+Test(session, ephemeral_entries_stay_out_of_the_snapshot) {
+  const char *m = test_write_file(
+      dir, "e.json",
+      "{\"entries\": {\"keep.txt\": {\"type\": \"file\", \"content\": \"k\"},"
+      " \"scratch.txt\": {\"type\": \"file\", \"content\": \"s\", "
+      "\"ephemeral\": true}}}");
+  char mp[256];
+  (void)snprintf(mp, sizeof(mp), "%s", m);
+  struct sbx_run_out r;
+  const char *args[] = {"create", "--manifest", mp, NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *id = strndup(r.out, strcspn(r.out, "\n"));
+  sbx_run_free(&r);
+  char *st = save(id);
+  json_t *j = json_load_file(st, 0, NULL);
+  const char *loc = json_string_value(
+      json_object_get(json_object_get(j, "snapshot"), "location"));
+  cr_assert_not_null(loc);
+  char cmd[600];
+  (void)snprintf(cmd, sizeof(cmd), "tar -I zstd -tf %s > %s/list.txt", loc,
+                 dir);
+  cr_assert_eq(system(cmd), 0);
+  char lp[160];
+  (void)snprintf(lp, sizeof(lp), "%s/list.txt", dir);
+  FILE *f = fopen(lp, "r");
+  cr_assert_not_null(f);
+  char *text = NULL;
+  size_t cap = 0;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_expect(text && strstr(text, "keep.txt"), "%s", text);
+  cr_expect(text && !strstr(text, "scratch.txt"), "%s", text);
+  free(text);
+  json_decref(j);
+  free(st);
+  free(id);
+}
