@@ -1825,6 +1825,11 @@ static int cmd_save(struct common *c, int argc, char **argv) {
   for (size_t i = 0; i < rec.nports; i++)
     json_array_append_new(ports, json_integer(rec.ports[i]));
   json_object_set_new(st, "exposed_ports", ports);
+  /* Backend fields, as the Python SDK's DockerSandboxSessionState has. */
+  const char *cid = json_string_value(
+      json_object_get(json_object_get(rec.rec, "docker"), "container"));
+  if (cid)
+    json_object_set_new(st, "container_id", json_string(cid));
   print_json(st);
   json_decref(st);
   snapshot_record_clear(&snap);

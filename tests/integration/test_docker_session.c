@@ -111,6 +111,11 @@ Test(docker_session, runs_attach_to_a_developer_owned_container) {
 Test(docker_session, resume_live_removed_and_neither) {
   char *id = create();
   char *st = save(id);
+  json_t *sj = json_load_file(st, 0, NULL);
+  cr_expect_str_eq(json_string_value(json_object_get(sj, "type")), "docker");
+  cr_expect_eq(strlen(json_string_value(json_object_get(sj, "container_id"))),
+               64, "the container id is in the state");
+  json_decref(sj);
   struct sbx_run_out r;
   const char *res[] = {"resume", st, NULL};
   sbx(&r, res);
