@@ -335,6 +335,32 @@ static int signal_code(bool tty, int sig) {
   return sig == SIGINT ? 130 : 1;
 }
 
+/* Adds the read X to C and moves *OFFSET past it; whether the process has
+ * exited and its output is drained. */
+static int absorb(const Sbx__V1__ExecReadReply *x, bool tty, uint64_t *offset,
+                  struct collected *c, bool *done) {
+  c->dropped += x->gap;
+  size_t n = x->data.len;
+  const uint8_t *p = x->data.data;
+  if (n > COLLECT_MAX) {
+    c->dropped += n - COLLECT_MAX;
+    p += n - COLLECT_MAX;
+    n = COLLECT_MAX;
+  }
+  if (c->text.len + n > COLLECT_MAX) {
+    size_t drop = c->text.len + n - COLLECT_MAX;
+    c->dropped += drop;
+    sbx_buf_consume(&c->text, drop);
+  }
+  *offset = x->next_offset;
+  *done = x->exited && x->eof;
+  if (*done) {
+    c->exited = true;
+    c->code = x->signal ? signal_code(tty, x->signal) : x->exit_code;
+  }
+  return sbx_buf_append(&c->text, p, n);
+}
+
 /* Reads EXEC_ID's output from *OFFSET until the process has exited and its
  * output is drained, or DEADLINE (monotonic ms) passes. */
 static int collect(struct toolbox *t, uint64_t exec_id, bool tty,
@@ -354,27 +380,8 @@ static int collect(struct toolbox *t, uint64_t exec_id, bool tty,
     int ret = sbx_exec_read(t->sb->client, &rd, &r, e);
     if (ret < 0)
       return ret;
-    Sbx__V1__ExecReadReply *x = r->exec_read;
-    c->dropped += x->gap;
-    size_t n = x->data.len;
-    const uint8_t *p = x->data.data;
-    if (n > COLLECT_MAX) {
-      c->dropped += n - COLLECT_MAX;
-      p += n - COLLECT_MAX;
-      n = COLLECT_MAX;
-    }
-    if (c->text.len + n > COLLECT_MAX) {
-      size_t drop = c->text.len + n - COLLECT_MAX;
-      c->dropped += drop;
-      sbx_buf_consume(&c->text, drop);
-    }
-    ret = sbx_buf_append(&c->text, p, n);
-    *offset = x->next_offset;
-    bool done = x->exited && x->eof;
-    if (done) {
-      c->exited = true;
-      c->code = x->signal ? signal_code(tty, x->signal) : x->exit_code;
-    }
+    bool done;
+    ret = absorb(r->exec_read, tty, offset, c, &done);
     sbx_client_reply_free(r);
     if (ret < 0)
       return ret;
@@ -503,6 +510,11 @@ static json_t *exec_command(struct toolbox *t, json_t *args, struct op *op) {
   }
   st.env = pvars;
   st.n_env = t->sb->nenv;
+  /* The start waits for a quick command's exit and brings its output. */
+  uint64_t deadline = start / 1000000 + (uint64_t)clamp_yield(yield);
+  uint64_t now = sbx_now_ms();
+  st.wait_ms = deadline > now ? (uint32_t)(deadline - now) : 1;
+  st.max_bytes = COLLECT_MAX;
   Sbx__V1__Response *r = NULL;
   struct sbx_error e = {0};
   int ret = sbx_exec_start(t->sb->client, &st, &r, &e);
@@ -523,10 +535,12 @@ static json_t *exec_command(struct toolbox *t, json_t *args, struct op *op) {
                    e.msg);
   }
   uint64_t exec_id = r->exec_start->exec_id;
-  sbx_client_reply_free(r);
   uint64_t offset = 0;
-  uint64_t deadline = start / 1000000 + (uint64_t)clamp_yield(yield);
-  ret = collect(t, exec_id, tty, &offset, deadline, &c, &e);
+  bool done;
+  ret = absorb(r->exec_start->output, tty, &offset, &c, &done);
+  sbx_client_reply_free(r);
+  if (ret == 0 && !done && sbx_now_ms() < deadline)
+    ret = collect(t, exec_id, tty, &offset, deadline, &c, &e);
   if (ret < 0) {
     log_warn("exec_command: %s", e.msg);
     sbx_buf_free(&c.text);

@@ -74,6 +74,8 @@ struct waiter {
   bool until_exit;
   bool saw_running; /* the process ran when the read came */
   uint64_t deadline_ms;
+  /* An ExecStart that waits: the read goes into this reply's output. */
+  Sbx__V1__ExecStartReply *start;
   int rc; /* the result, once filled */
 };
 
@@ -129,6 +131,10 @@ struct proc_table {
   bool thread_started;
   bool closing; /* proc_table_shutdown: no new starts or parked reads */
   bool stop;    /* the thread is to end */
+  /* The thread is answering reads it took off the table: the server must
+   * not free its calls until it is done (idle_cv). */
+  bool completing;
+  pthread_cond_t idle_cv;
   /* When the sleeping thread wakes up by itself (monotonic ms; UINT64_MAX:
    * only for an event; 0: it is awake and looks at the table before it
    * sleeps again). Work due earlier must wake it (wake_by). */
@@ -381,8 +387,14 @@ static int fill_read(const struct proc *p, const struct waiter *w,
     }
   }
   r->timed_out = p->timed_out;
-  c->resp->body_case = SBX__V1__RESPONSE__BODY_EXEC_READ;
-  c->resp->exec_read = r;
+  if (w->start) {
+    w->start->output = r;
+    c->resp->body_case = SBX__V1__RESPONSE__BODY_EXEC_START;
+    c->resp->exec_start = w->start;
+  } else {
+    c->resp->body_case = SBX__V1__RESPONSE__BODY_EXEC_READ;
+    c->resp->exec_read = r;
+  }
   return 0;
 }
 
@@ -632,9 +644,12 @@ static void *proc_thread(void *arg) {
       if (t->procs[i]->waiters)
         service_waiters(t->procs[i], now, false, &done);
     if (done) {
+      t->completing = true;
       pthread_mutex_unlock(&t->mu);
       complete_waiters(done);
       pthread_mutex_lock(&t->mu);
+      t->completing = false;
+      pthread_cond_broadcast(&t->idle_cv);
     }
   }
   pthread_mutex_unlock(&t->mu);
@@ -654,6 +669,7 @@ static void table_close(struct proc_table *t) {
   free(t->procs);
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->reaped_cv);
+  pthread_cond_destroy(&t->idle_cv);
   free(t);
 }
 
@@ -679,6 +695,7 @@ int proc_table_new(struct sandboxd *d, struct proc_table **out) {
   t->next_id = 1;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->reaped_cv, NULL);
+  pthread_cond_init(&t->idle_cv, NULL);
   int r = 0;
   t->cap = d->limits.max_processes;
   if (t->cap > 0 && !(t->procs = calloc(t->cap, sizeof(t->procs[0])))) {
@@ -784,6 +801,9 @@ void proc_table_shutdown(struct proc_table *t, unsigned grace_ms) {
   pthread_mutex_lock(&t->mu);
   for (size_t i = 0; i < t->nprocs; i++)
     service_waiters(t->procs[i], 0, true, &done);
+  /* Reads the thread took off the table before are answered too. */
+  while (t->completing)
+    pthread_cond_wait(&t->idle_cv, &t->mu);
   pthread_mutex_unlock(&t->mu);
   complete_waiters(done);
 }
@@ -1316,6 +1336,40 @@ static struct proc *insert(struct proc_table *t, struct rpc_call *c,
   return p;
 }
 
+/* The largest data chunk a read may return. */
+static uint32_t read_cap(const struct sandboxd *d, uint32_t asked) {
+  uint64_t cap = d->limits.max_read_bytes;
+  /* Room for the rest of the reply within a message. */
+  if (d->limits.max_message_bytes > 4096)
+    cap = min_u64(cap, d->limits.max_message_bytes - 4096);
+  if (asked > 0)
+    cap = min_u64(cap, asked);
+  return (uint32_t)(cap > 0 ? cap : 1);
+}
+
+/* Answers W's read of P at once when it is ready or WAIT_MS is 0, else
+ * parks it: RPC_PENDING, and W's call is the process thread's. */
+static int read_or_park(struct proc_table *t, struct proc *p,
+                        const struct waiter *w, uint32_t wait_ms) {
+  struct rpc_call *c = w->c;
+  if (wait_ms == 0 || read_ready(p, w) || t->closing)
+    return fill_read(p, w, c);
+  if (p->nwaiters >= PROC_MAX_WAITERS)
+    return rpc_fail(c, SBX_LIMIT_EXCEEDED, EAGAIN,
+                    "too many reads are waiting on exec %" PRIu64 " (%u)",
+                    p->id, PROC_MAX_WAITERS);
+  struct waiter *wp = malloc(sizeof(*wp));
+  if (!wp)
+    return rpc_fail(c, SBX_INTERNAL, ENOMEM, "out of memory");
+  *wp = *w;
+  wp->next = p->waiters;
+  p->waiters = wp;
+  p->nwaiters++;
+  /* Data, exit and closed output wake the thread; the deadline may not. */
+  wake_by(t, wp->deadline_ms);
+  return RPC_PENDING;
+}
+
 int rpc_exec_start(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
@@ -1392,14 +1446,32 @@ int rpc_exec_start(struct rpc_call *c) {
     if (p->term_at_ms)
       due = min_u64(due, p->term_at_ms);
     wake_by(t, due);
+    log_debug("exec %" PRIu64 ": started \"%s\" as pid %d", p->id, sp.argv[0],
+              (int)pid);
+    if (st->wait_ms > 0) {
+      /* The reply, output and all, must stay small enough to be kept for
+       * a retry: a retried start must not run the command twice. */
+      struct waiter w = {
+          .c = c,
+          .stream = K_STDOUT,
+          .max = (uint32_t)min_u64(read_cap(c->d, st->max_bytes),
+                                   RPC_CACHE_REPLY_MAX - 4096),
+          .until_exit = true,
+          .saw_running = true,
+          .deadline_ms = sbx_now_ms() + st->wait_ms,
+          .start = reply,
+      };
+      /* Once parked, C is the thread's: touch nothing after unlocking. */
+      r = read_or_park(t, p, &w, st->wait_ms);
+      pthread_mutex_unlock(&t->mu);
+      return r;
+    }
   }
   pthread_mutex_unlock(&t->mu);
   if (r < 0)
     return r;
   if (!p)
     return -EIO;
-  log_debug("exec %" PRIu64 ": started \"%s\" as pid %d", reply->exec_id,
-            sp.argv[0], (int)pid);
   c->resp->body_case = SBX__V1__RESPONSE__BODY_EXEC_START;
   c->resp->exec_start = reply;
   return 0;
@@ -1422,17 +1494,6 @@ static int no_body(struct rpc_call *c) {
 
 static int not_found(struct rpc_call *c, uint64_t id) {
   return rpc_fail(c, SBX_NOT_FOUND, ENOENT, "exec %" PRIu64 " not found", id);
-}
-
-/* The largest data chunk a read may return. */
-static uint32_t read_cap(const struct sandboxd *d, uint32_t asked) {
-  uint64_t cap = d->limits.max_read_bytes;
-  /* Room for the rest of the reply within a message. */
-  if (d->limits.max_message_bytes > 4096)
-    cap = min_u64(cap, d->limits.max_message_bytes - 4096);
-  if (asked > 0)
-    cap = min_u64(cap, asked);
-  return (uint32_t)(cap > 0 ? cap : 1);
 }
 
 /* Locked part of ExecRead: answers, or parks C (RPC_PENDING). */
@@ -1468,22 +1529,7 @@ static int exec_read_locked(struct proc_table *t, struct rpc_call *c,
       .saw_running = p->running,
       .deadline_ms = sbx_now_ms() + rq->wait_ms,
   };
-  if (rq->wait_ms == 0 || read_ready(p, &w) || t->closing)
-    return fill_read(p, &w, c);
-  if (p->nwaiters >= PROC_MAX_WAITERS)
-    return rpc_fail(c, SBX_LIMIT_EXCEEDED, EAGAIN,
-                    "too many reads are waiting on exec %" PRIu64 " (%u)",
-                    p->id, PROC_MAX_WAITERS);
-  struct waiter *wp = malloc(sizeof(*wp));
-  if (!wp)
-    return rpc_fail(c, SBX_INTERNAL, ENOMEM, "out of memory");
-  *wp = w;
-  wp->next = p->waiters;
-  p->waiters = wp;
-  p->nwaiters++;
-  /* Data, exit and closed output wake the thread; the deadline may not. */
-  wake_by(t, wp->deadline_ms);
-  return RPC_PENDING;
+  return read_or_park(t, p, &w, rq->wait_ms);
 }
 
 int rpc_exec_read(struct rpc_call *c) {

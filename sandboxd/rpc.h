@@ -22,6 +22,10 @@
 
 #define RPC_PENDING 1
 
+/* A mutating request's reply is kept for retries when it packs to at most
+ * this; a larger one is not, and a retry runs the request again. */
+#define RPC_CACHE_REPLY_MAX (256u << 10)
+
 struct rpc_call {
   struct sandboxd *d;
   const Sbx__V1__Request *req; /* borrowed until the reply is sent */

@@ -20,7 +20,6 @@
 #include "version.h"
 
 #define ID_MAX 64
-#define CACHE_REPLY_MAX (256u << 10) /* larger replies are not cached */
 
 enum work_state { W_RECV, W_BUSY, W_SEND };
 
@@ -226,7 +225,7 @@ static void finish(struct work *w, int r) {
     struct cache_entry *c = w->cache;
     followers = c->followers;
     c->followers = NULL;
-    if (m && nng_msg_len(m) <= CACHE_REPLY_MAX) {
+    if (m && nng_msg_len(m) <= RPC_CACHE_REPLY_MAX) {
       c->reply = malloc(nng_msg_len(m));
       if (c->reply) {
         memcpy(c->reply, nng_msg_body(m), nng_msg_len(m));
@@ -670,14 +669,16 @@ fail:
 void server_free(struct server *s) {
   if (!s)
     return;
-  if (nng_socket_id(s->sock) > 0)
-    (void)nng_close(s->sock);
+  /* The workers first: one that finishes a request sends on its context,
+   * which must not race with closing the socket (nng 1.5 panics). */
   pthread_mutex_lock(&s->qmu);
   s->qstop = true;
   pthread_cond_broadcast(&s->qcv);
   pthread_mutex_unlock(&s->qmu);
   for (size_t i = 0; i < s->nthreads; i++)
     (void)pthread_join(s->threads[i], NULL);
+  if (nng_socket_id(s->sock) > 0)
+    (void)nng_close(s->sock);
   for (size_t i = 0; s->works && i < s->nworks; i++) {
     struct work *w = s->works[i];
     if (!w)

@@ -432,9 +432,30 @@ int sbx_shutdown(struct sbx_client *c, unsigned grace_ms, struct sbx_error *e) {
   return call_body(c, SBX__V1__REQUEST__BODY_SHUTDOWN, &s, 0, NULL, e);
 }
 
+/* A hostile sandbox may lie about offsets and sizes: whether X answers a
+ * read from OFFSET of at most MAX bytes (0: any) consistently. */
+static bool read_reply_ok(const Sbx__V1__ExecReadReply *x, uint64_t offset,
+                          uint32_t max) {
+  return (!max || x->data.len <= max) && x->offset >= offset &&
+         x->next_offset == x->offset + x->data.len &&
+         x->gap == x->offset - offset && x->end_offset >= x->next_offset;
+}
+
 int sbx_exec_start(struct sbx_client *c, Sbx__V1__ExecStart *a,
                    Sbx__V1__Response **out, struct sbx_error *e) {
-  return call_body(c, SBX__V1__REQUEST__BODY_EXEC_START, a, 0, out, e);
+  Sbx__V1__Response *r = NULL;
+  int ret = call_body(c, SBX__V1__REQUEST__BODY_EXEC_START, a,
+                      a->wait_ms + c->timeout_ms, &r, e);
+  if (ret < 0)
+    return ret;
+  const Sbx__V1__ExecReadReply *x = r->exec_start->output;
+  if (a->wait_ms ? !x || !read_reply_ok(x, 0, a->max_bytes) : x != NULL) {
+    sbx_client_reply_free(r);
+    return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                         "sandboxd sent an inconsistent exec start reply");
+  }
+  *out = r;
+  return 0;
 }
 
 int sbx_exec_read(struct sbx_client *c, Sbx__V1__ExecRead *a,
@@ -444,11 +465,7 @@ int sbx_exec_read(struct sbx_client *c, Sbx__V1__ExecRead *a,
                       a->wait_ms + c->timeout_ms, &r, e);
   if (ret < 0)
     return ret;
-  Sbx__V1__ExecReadReply *x = r->exec_read;
-  /* A hostile sandbox may lie about offsets and sizes. */
-  if ((a->max_bytes && x->data.len > a->max_bytes) || x->offset < a->offset ||
-      x->next_offset != x->offset + x->data.len ||
-      x->gap != x->offset - a->offset || x->end_offset < x->next_offset) {
+  if (!read_reply_ok(r->exec_read, a->offset, a->max_bytes)) {
     sbx_client_reply_free(r);
     return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                          "sandboxd sent an inconsistent exec read reply");

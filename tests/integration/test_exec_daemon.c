@@ -474,6 +474,131 @@ Test(exec_daemon, retried_start_runs_once) {
   test_daemon_stop(&t);
 }
 
+/* An ExecStart with wait_ms: its reply carries the read. */
+static Sbx__V1__Response *start_waiting(struct sbx_client *c, const char *cmd,
+                                        uint32_t wait_ms, uint32_t max) {
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = (char *)cmd;
+  st.stderr_to_stdout = true;
+  st.wait_ms = wait_ms;
+  st.max_bytes = max;
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_start(c, &st, &r, &e), 0, "start: %s", e.msg);
+  cr_assert_not_null(r->exec_start->output);
+  return r;
+}
+
+Test(exec_daemon, start_that_waits_brings_a_quick_commands_output) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  Sbx__V1__Response *r =
+      start_waiting(t.client, "echo out; echo err >&2; exit 3", 10000, 0);
+  Sbx__V1__ExecReadReply *x = r->exec_start->output;
+  cr_expect_eq(x->data.len, 8);
+  cr_expect_eq(memcmp(x->data.data, "out\nerr\n", 8), 0);
+  cr_expect(x->exited && x->eof);
+  cr_expect_eq(x->exit_code, 3);
+  cr_expect_eq(x->offset, 0);
+  cr_expect_eq(x->next_offset, 8);
+  /* The process is there as after a plain start: readable, listed. */
+  struct chunk k;
+  free(read_all(t.client, r->exec_start->exec_id, 0, &k));
+  cr_expect_eq(k.code, 3);
+  sbx_client_reply_free(r);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, start_that_waits_answers_at_its_deadline) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint64_t t0 = sbx_now_ms();
+  Sbx__V1__Response *r =
+      start_waiting(t.client, "echo begun; sleep 1; echo done", 300, 0);
+  uint64_t took = sbx_now_ms() - t0;
+  Sbx__V1__ExecReadReply *x = r->exec_start->output;
+  cr_expect_geq(took, 300);
+  cr_expect_lt(took, 950, "answered after %llu ms", (unsigned long long)took);
+  cr_expect_not(x->exited);
+  cr_expect_not(x->eof);
+  cr_expect_eq(x->data.len, 6);
+  cr_expect_eq(memcmp(x->data.data, "begun\n", 6), 0);
+  /* The rest follows from where the start's read ended. */
+  char *acc = calloc(1, 1);
+  size_t len = 0;
+  uint64_t off = x->next_offset;
+  struct chunk k;
+  do {
+    k = read_once(t.client, r->exec_start->exec_id, 0, off, 0, 20000, true,
+                  &acc, &len);
+    off = k.next;
+  } while (!(k.eof && k.exited));
+  cr_expect_str_eq(acc, "done\n");
+  free(acc);
+  sbx_client_reply_free(r);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, start_that_waits_keeps_its_reply_cacheable) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  /* 1 MiB of output: the start's read stops short of what a retry cache
+   * keeps (256 KiB); the rest is read as usual, with no gap. */
+  Sbx__V1__Response *r =
+      start_waiting(t.client, "head -c 1048576 /dev/zero", 10000, 0);
+  Sbx__V1__ExecReadReply *x = r->exec_start->output;
+  cr_expect_gt(x->data.len, 0);
+  cr_expect_lt(x->data.len, 256u << 10, "%zu bytes", x->data.len);
+  uint64_t off = x->next_offset, total = x->data.len;
+  struct chunk k;
+  do {
+    size_t len = 0;
+    char *acc = NULL;
+    k = read_once(t.client, r->exec_start->exec_id, 0, off, 0, 20000, true,
+                  &acc, &len);
+    cr_assert_eq(k.gap, 0);
+    total += len;
+    off = k.next;
+    free(acc);
+  } while (!(k.eof && k.exited));
+  cr_expect_eq(total, 1048576);
+  sbx_client_reply_free(r);
+  /* A smaller max_bytes is honoured. */
+  r = start_waiting(t.client, "head -c 5000 /dev/zero", 10000, 100);
+  cr_expect_eq(r->exec_start->output->data.len, 100);
+  sbx_client_reply_free(r);
+  test_daemon_stop(&t);
+}
+
+Test(exec_daemon, retried_start_that_waits_runs_once) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  Sbx__V1__Request req = SBX__V1__REQUEST__INIT;
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = "echo x >> count; wc -l < count";
+  st.wait_ms = 10000;
+  req.body_case = SBX__V1__REQUEST__BODY_EXEC_START;
+  req.exec_start = &st;
+  req.token.data = (uint8_t *)t.token;
+  req.token.len = strlen(t.token);
+  req.version = 1;
+  req.id = "start-wait-1";
+  uint8_t buf[512];
+  size_t n = sbx__v1__request__pack(&req, buf);
+  Sbx__V1__Response *a = test_daemon_raw_call(t.url, buf, n);
+  Sbx__V1__Response *b = test_daemon_raw_call(t.url, buf, n);
+  cr_assert_eq(a->body_case, SBX__V1__RESPONSE__BODY_EXEC_START);
+  cr_assert_eq(b->body_case, SBX__V1__RESPONSE__BODY_EXEC_START);
+  cr_assert_not_null(a->exec_start->output);
+  cr_assert_not_null(b->exec_start->output);
+  cr_expect_eq(a->exec_start->exec_id, b->exec_start->exec_id);
+  cr_expect_eq(b->exec_start->output->data.len, 2);
+  cr_expect_eq(memcmp(b->exec_start->output->data.data, "1\n", 2), 0);
+  sbx__v1__response__free_unpacked(a, NULL);
+  sbx__v1__response__free_unpacked(b, NULL);
+  test_daemon_stop(&t);
+}
+
 Test(exec_daemon, shutdown_kills_every_process_group) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);

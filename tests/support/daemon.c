@@ -125,6 +125,9 @@ int test_daemon_stop(struct test_daemon *t) {
       }
     }
     t->pid = 0;
+    /* An abort at shutdown (a race, an nng panic) is a failure too. */
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "sandboxd ended with status %#x", (unsigned)status);
   }
   char cmd[160];
   (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", t->dir);
