@@ -1,10 +1,11 @@
 /* Archive export and import through sandboxd's handlers, against GNU tar on
  * the same tree in the same run.
  *
- *   bench_archive [-v] [DIR]
+ *   bench_archive [-v] [-n RUNS] [DIR]
  *
  * Builds a 200 MiB tree (a few thousand files of mixed sizes) in a temporary
- * directory under DIR (default $TMPDIR or /tmp), then measures, best of 3:
+ * directory under DIR (default $TMPDIR or /tmp), then measures, best of
+ * RUNS (default 3):
  *   export: ArchiveExportStart + ArchiveExportRead of every chunk into a
  *           file + ArchiveClose, against `tar -cf FILE -C TREE .`;
  *   import: ArchiveImportStart + ArchiveImportWrite of the file in chunks +
@@ -31,12 +32,13 @@
 #include "clock.h"
 
 #define TREE_BYTES (200ull << 20)
-#define RUNS 3
+#define RUNS_MAX 20
 
 extern char **environ;
 
 static struct sandboxd d;
 static bool verbose;   /* -v: time the phases of each of our runs */
+static int runs = 3;   /* -n: timed runs of each side, best counts */
 static char base[256]; /* the temp dir; ws/ inside is the root */
 static char root[300];
 
@@ -357,17 +359,30 @@ static void spread_dirs(const char *dir) {
 
 static double best(const double *v) {
   double b = v[0];
-  for (int i = 1; i < RUNS; i++)
+  for (int i = 1; i < runs; i++)
     if (v[i] < b)
       b = v[i];
   return b;
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "-v") == 0) {
-    verbose = true;
-    argc--;
-    argv++;
+  for (; argc > 1 && argv[1][0] == '-'; argc--, argv++) {
+    if (strcmp(argv[1], "-v") == 0) {
+      verbose = true;
+    } else if (strcmp(argv[1], "-n") == 0 && argc > 2) {
+      char *end;
+      long n = strtol(argv[2], &end, 10);
+      if (*end || n < 1 || n > RUNS_MAX) {
+        fprintf(stderr, "bench_archive: -n takes 1 to %d\n", RUNS_MAX);
+        return 2;
+      }
+      runs = (int)n;
+      argc--;
+      argv++;
+    } else {
+      fprintf(stderr, "usage: bench_archive [-v] [-n RUNS] [DIR]\n");
+      return 2;
+    }
   }
   const char *dir = argc > 1 ? argv[1] : getenv("TMPDIR");
   if (!dir || !*dir)
@@ -408,8 +423,8 @@ int main(int argc, char **argv) {
   /* Ours and tar take turns going first: ext4 makes whoever creates inodes
    * first in a group pay for skipping recently freed ones (other processes'
    * deletions on the same filesystem), and that must not favour one side. */
-  double ex[RUNS], tx[RUNS], im[RUNS], ti[RUNS];
-  for (int i = 0; i < RUNS; i++) {
+  double ex[RUNS_MAX], tx[RUNS_MAX], im[RUNS_MAX], ti[RUNS_MAX];
+  for (int i = 0; i < runs; i++) {
     for (int k = 0; k < 2; k++) {
       bool mine = (k == 0) == (i % 2 == 0);
       unlink(mine ? ours : theirs);
@@ -431,7 +446,7 @@ int main(int argc, char **argv) {
   /* Each import goes to a new directory, for the same reason: removing the
    * previous one first would charge its freed inodes to the next run. */
   char *tar_x[] = {"tar", "-xf", ours, "-C", tdest, NULL};
-  for (int i = 0; i < RUNS; i++) {
+  for (int i = 0; i < runs; i++) {
     for (int k = 0; k < 2; k++) {
       bool mine = (k == 0) == (i % 2 == 0);
       char dest[32];
@@ -456,7 +471,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  for (int i = 0; i < RUNS; i++)
+  for (int i = 0; i < runs; i++)
     printf("run %d: export %.3f s, tar -cf %.3f s; import %.3f s, tar -xf "
            "%.3f s\n",
            i + 1, ex[i], tx[i], im[i], ti[i]);
