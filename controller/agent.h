@@ -151,6 +151,10 @@ struct agent {
   size_t ntools;
   enum agent_api api;
   char *base_url;
+  /* "run_config": defaults for `sbx run` that its flags replace. */
+  char *run_backend;                /* "local" or "docker", or NULL */
+  char *run_image;                  /* docker image, or NULL */
+  char *run_network_mode;           /* "none", or NULL */
   struct agent_approval *approvals; /* in file order */
   size_t napprovals;
 };

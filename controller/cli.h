@@ -4,6 +4,8 @@
 #ifndef SBX_CLI_H
 #define SBX_CLI_H
 
+#include <stdbool.h>
+
 int cli_main(int argc, char **argv);
 
 /* `sbx sandbox ...` (cli_sandbox.c); ARGV[0] is "sandbox". */
@@ -18,5 +20,15 @@ struct sbx_error;
 int cli_attach(const char *state_dir, const char *id,
                struct lifecycle_record *rec, struct sandbox **out,
                struct sbx_error *e);
+
+/* Resumes a saved session state (sbx sandbox save): the live sandbox when
+ * it still runs under the same session id and accepts this controller's
+ * token, else a new sandbox from the trusted manifest (TRUSTED, else the
+ * state's) with the snapshot restored. ID_OUT gets the sandbox id. Returns
+ * 0 or a negative errno with E saying which step failed (-EINVAL: the
+ * state or manifest file is unusable). */
+int cli_session_resume(const char *state_dir, const char *path,
+                       const char *trusted, bool progress, char id_out[13],
+                       bool *reconnected, struct sbx_error *e);
 
 #endif

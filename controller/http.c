@@ -18,6 +18,7 @@
 
 #define HTTP_DEFAULT_MAX_RESPONSE ((size_t)64 << 20)
 #define HTTP_MAX_HEADER_LINE 8192
+#define HTTP_MAX_ERROR_BODY ((size_t)64 << 10) /* kept of a non-2xx body */
 
 struct http_client {
   CURL *curl;
@@ -35,7 +36,9 @@ struct xfer {
   bool stream;
   bool toobig;
   bool nomem;
-  int cb_err; /* on_data's failure */
+  int cb_err;             /* on_data's or upload's failure */
+  unsigned long long put; /* upload bytes handed to curl */
+  bool short_upload;      /* the upload source ended early */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -193,8 +196,21 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud) {
     long status = 0;
     (void)curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &status);
     x->stream = x->req->on_data && status >= 200 && status < 300 &&
-                is_event_stream(x->resp->content_type);
+                (x->req->stream_body || is_event_stream(x->resp->content_type));
     x->decided = true;
+  }
+  if (!x->stream && x->req->stream_body) {
+    /* An error page: keep its start for the message, drop the rest. */
+    size_t room = x->body.len < HTTP_MAX_ERROR_BODY
+                      ? HTTP_MAX_ERROR_BODY - x->body.len
+                      : 0;
+    if (len > room)
+      len = room;
+    if (len > 0 && sbx_buf_append(&x->body, p, len) < 0) {
+      x->nomem = true;
+      return 0;
+    }
+    return size * nmemb;
   }
   if (x->stream) {
     int r = x->req->on_data(x->req->data_arg, p, len);
@@ -215,8 +231,29 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud) {
   return len;
 }
 
+static size_t on_read(char *buf, size_t size, size_t nitems, void *ud) {
+  struct xfer *x = ud;
+  size_t max = size * nitems;
+  unsigned long long left = x->req->upload_len - x->put;
+  if (max > left)
+    max = (size_t)left;
+  if (max == 0)
+    return 0;
+  size_t got = 0;
+  int r = x->req->upload(x->req->upload_arg, buf, max, &got);
+  if (r < 0 || got > max || got == 0) {
+    /* A source that ends early would leave the request short: an error. */
+    x->cb_err = r < 0 ? r : -EIO;
+    x->short_upload = r >= 0;
+    return CURL_READFUNC_ABORT;
+  }
+  x->put += got;
+  return got;
+}
+
 /* Sets the options of one transfer on a reset handle. */
-static int setup(struct xfer *x, struct curl_slist *headers, char *errbuf) {
+static int setup(struct xfer *x, const char *method, struct curl_slist *headers,
+                 char *errbuf) {
   const struct http_request *req = x->req;
   CURL *h = x->curl;
   CURLcode rc = CURLE_OK;
@@ -228,9 +265,29 @@ static int setup(struct xfer *x, struct curl_slist *headers, char *errbuf) {
   SET(CURLOPT_ERRORBUFFER, errbuf);
   SET(CURLOPT_URL, req->url);
   SET(CURLOPT_NOSIGNAL, 1L);
-  SET(CURLOPT_POST, 1L);
-  SET(CURLOPT_POSTFIELDS, req->body ? req->body : "");
-  SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(req->body ? req->body_len : 0));
+  if (strcmp(method, "POST") == 0) {
+    SET(CURLOPT_POST, 1L);
+    SET(CURLOPT_POSTFIELDS, req->body ? req->body : "");
+    SET(CURLOPT_POSTFIELDSIZE_LARGE,
+        (curl_off_t)(req->body ? req->body_len : 0));
+  } else if (strcmp(method, "GET") == 0) {
+    SET(CURLOPT_HTTPGET, 1L);
+  } else if (strcmp(method, "HEAD") == 0) {
+    SET(CURLOPT_NOBODY, 1L);
+  } else if (strcmp(method, "DELETE") == 0) {
+    SET(CURLOPT_CUSTOMREQUEST, "DELETE");
+  } else if (strcmp(method, "PUT") == 0 && req->upload) {
+    SET(CURLOPT_UPLOAD, 1L);
+    SET(CURLOPT_READFUNCTION, on_read);
+    SET(CURLOPT_READDATA, x);
+    SET(CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->upload_len);
+  } else {
+    return -EINVAL;
+  }
+  if (req->stall_timeout_ms) {
+    SET(CURLOPT_LOW_SPEED_LIMIT, 1L);
+    SET(CURLOPT_LOW_SPEED_TIME, (long)((req->stall_timeout_ms + 999) / 1000));
+  }
   SET(CURLOPT_HTTPHEADER, headers);
   SET(CURLOPT_FOLLOWLOCATION, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -278,8 +335,10 @@ static void free_headers(struct curl_slist *l) {
   curl_slist_free_all(l);
 }
 
-int http_post(struct http_client *c, const struct http_request *req,
-              struct http_response *out, struct sbx_error *e) {
+/* One request with METHOD; see http_post and http_send. */
+static int perform(struct http_client *c, const char *method,
+                   const struct http_request *req, struct http_response *out,
+                   struct sbx_error *e) {
   memset(out, 0, sizeof(*out));
   out->retry_after_ms = -1;
   out->should_retry = -1;
@@ -292,7 +351,7 @@ int http_post(struct http_client *c, const struct http_request *req,
       .max = req->max_response_bytes ? req->max_response_bytes
                                      : HTTP_DEFAULT_MAX_RESPONSE,
   };
-  sbx_buf_init(&x.body, x.max);
+  sbx_buf_init(&x.body, req->stream_body ? HTTP_MAX_ERROR_BODY : x.max);
   char errbuf[CURL_ERROR_SIZE] = {0};
 
   struct curl_slist *headers = make_headers(req->headers);
@@ -301,7 +360,7 @@ int http_post(struct http_client *c, const struct http_request *req,
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
   }
   curl_easy_reset(c->curl);
-  int r = setup(&x, headers, errbuf);
+  int r = setup(&x, method, headers, errbuf);
   CURLcode rc = CURLE_OK;
   if (r == 0)
     rc = curl_easy_perform(c->curl);
@@ -315,12 +374,16 @@ int http_post(struct http_client *c, const struct http_request *req,
   const char *cmsg = errbuf[0] ? errbuf : curl_easy_strerror(rc);
   if (r < 0) {
     r = sbx_error_set(e, SBX_INTERNAL, EINVAL,
-                      "cannot set up the request to %s", shown);
+                      "cannot set up the %s request to %s", method, shown);
   } else if (x.toobig) {
     char sz[32];
     http_format_size(x.max, sz, sizeof(sz));
     r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
                       "response from %s exceeds %s", shown, sz);
+  } else if (x.short_upload) {
+    r = sbx_error_set(e, SBX_INTERNAL, EIO,
+                      "upload to %s ended after %llu of %llu bytes", shown,
+                      x.put, req->upload_len);
   } else if (x.cb_err < 0) {
     r = x.cb_err;
   } else if (x.nomem) {
@@ -368,7 +431,55 @@ int http_post(struct http_client *c, const struct http_request *req,
     http_response_clear(out);
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
   }
-  log_debug("http: POST %s: %ld, %zu bytes%s", shown, status, x.total,
+  log_debug("http: %s %s: %ld, %zu bytes%s", method, shown, status, x.total,
             x.stream ? " streamed" : "");
   return 0;
+}
+
+int http_post(struct http_client *c, const struct http_request *req,
+              struct http_response *out, struct sbx_error *e) {
+  return perform(c, "POST", req, out, e);
+}
+
+int http_send(struct http_client *c, const struct http_request *req,
+              struct http_response *out, struct sbx_error *e) {
+  if (!req->method) {
+    memset(out, 0, sizeof(*out));
+    http_response_clear(out);
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "no HTTP method for %s",
+                         req->url_display ? req->url_display : req->url);
+  }
+  return perform(c, req->method, req, out, e);
+}
+
+int http_url_redact(const char *url, char **out) {
+  *out = NULL;
+  CURLU *u = curl_url();
+  if (!u)
+    return -ENOMEM;
+  int r = 0;
+  char *scheme = NULL, *s = NULL;
+  if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+      (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
+    r = -EINVAL;
+    goto out;
+  }
+  if (curl_url_set(u, CURLUPART_USER, NULL, 0) != CURLUE_OK ||
+      curl_url_set(u, CURLUPART_PASSWORD, NULL, 0) != CURLUE_OK ||
+      curl_url_set(u, CURLUPART_QUERY, NULL, 0) != CURLUE_OK ||
+      curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_URL, &s, 0) != CURLUE_OK) {
+    r = -ENOMEM;
+    goto out;
+  }
+  *out = strdup(s);
+  if (!*out)
+    r = -ENOMEM;
+out:
+  curl_free(scheme);
+  curl_free(s);
+  curl_url_cleanup(u);
+  return r;
 }

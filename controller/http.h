@@ -1,21 +1,23 @@
-/* HTTP POST of JSON bodies over libcurl, for the model clients.
+/* HTTP over libcurl: POSTs of JSON bodies for the model clients, and
+ * GET/HEAD/PUT/DELETE of whole objects (snapshots) with streamed bodies.
  *
  * One http_client wraps one curl easy handle, so connections are kept alive
  * between calls. Responses are bounded: the body (buffered or streamed) may
  * not exceed max_response_bytes, and the transfer is aborted past it.
  * Redirects are not followed; only http:// and https:// are allowed.
  *
- * http_post returns 0 whenever the server answered with a status, whatever
- * the status; the caller decides what a 4xx or 5xx means. Transport failures
- * are negative errnos with a message for a person that names the URL
- * (CURLcode never leaves this module):
+ * http_post and http_send return 0 whenever the server answered with a
+ * status, whatever the status; the caller decides what a 4xx or 5xx means.
+ * Transport failures are negative errnos with a message for a person that
+ * names the URL (CURLcode never leaves this module):
  *   -ECONNREFUSED  "cannot connect to URL: <curl message>" (also DNS)
  *   -ETIMEDOUT     "request to URL timed out: <curl message>"
  *   -ECONNRESET    "connection to URL failed: <curl message>" (send/receive
  *                  errors, an empty or cut-off reply); worth a retry
  *   -E2BIG         "response from URL exceeds 64 MiB"
- *   -EIO           other curl failures (TLS, bad URL, ...), not worth a retry
- *   the on_data callback's own negative value, with E untouched
+ *   -EIO           other curl failures (TLS, bad URL, ...), not worth a retry;
+ *                  also "upload to URL ended after N of M bytes"
+ *   the on_data or upload callback's own negative value, with E untouched
  * Messages never contain request headers (the API key lives there).
  *
  * Thread-safety: an http_client is used by one thread at a time. */
@@ -30,6 +32,9 @@
 /* Receives streamed body bytes. Return 0 to go on, a negative errno to abort
  * the transfer (http_post then returns that value). */
 typedef int (*http_data_fn)(void *arg, const char *data, size_t len);
+/* Supplies upload bytes: fills BUF with up to MAX bytes and sets *GOT (0 at
+ * the end). Return 0, or a negative errno to abort (returned by http_send). */
+typedef int (*http_read_fn)(void *arg, char *buf, size_t max, size_t *got);
 
 struct http_request {
   const char *url;
@@ -46,6 +51,15 @@ struct http_request {
    * JSON) are still buffered into the response body. */
   http_data_fn on_data;
   void *data_arg;
+  /* http_send only. */
+  const char *method;  /* "GET", "HEAD", "PUT", "DELETE" or "POST" */
+  bool stream_body;    /* any 2xx body goes to on_data, not only SSE; other
+                          bodies are buffered up to 64 KiB, the rest dropped */
+  http_read_fn upload; /* PUT: the body, upload_len bytes (exactly) */
+  void *upload_arg;
+  unsigned long long upload_len;
+  unsigned stall_timeout_ms; /* abort when under 1 byte/s for this long
+                                (-ETIMEDOUT); 0: never */
 };
 
 struct http_response {
@@ -71,6 +85,15 @@ struct http_client *http_client_free(struct http_client *c);
 int http_post(struct http_client *c, const struct http_request *req,
               struct http_response *out, struct sbx_error *e);
 void http_response_clear(struct http_response *r);
+
+/* Like http_post with REQ->method (required). A HEAD reply has no body. */
+int http_send(struct http_client *c, const struct http_request *req,
+              struct http_response *out, struct sbx_error *e);
+
+/* URL without user, password, query and fragment, for messages and for
+ * state that must not hold credentials (presigned URLs sign in the query).
+ * *OUT is new. -EINVAL when URL is not an absolute http(s) URL, -ENOMEM. */
+int http_url_redact(const char *url, char **out);
 
 /* Formats a byte count for messages: "64 MiB", "4 KiB" or "1000 bytes". */
 void http_format_size(size_t n, char *out, size_t out_size);

@@ -89,6 +89,14 @@ int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
       "manifest", manifest_to_json(m), "exposed_ports", p);
   if (!rec)
     return -ENOMEM;
+  /* The paths a snapshot leaves out: ephemeral entries (their contents are
+   * not in the saved manifest) and mounts. Paths only. */
+  json_t *skip = json_array();
+  for (size_t i = 0; skip && i < m->nentries; i++)
+    if (m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
+        m->entries[i].type == MANIFEST_CLOUD_MOUNT)
+      json_array_append_new(skip, json_string(m->entries[i].path));
+  json_object_set_new(rec, "snapshot_excludes", skip ? skip : json_array());
   json_t *b = json_object();
   if (!b)
     return -ENOMEM;
@@ -323,9 +331,13 @@ static bool is_config_error(const struct sbx_error *e) {
 }
 
 int lifecycle_agent_sandbox(const struct run_options *o, const struct agent *a,
-                            bool starting, struct sandbox **sb,
-                            struct manifest **m, bool *borrowed,
-                            bool *config_error, struct sbx_error *e) {
+                            bool starting, const char *persist_dir,
+                            char record_id[STATE_ID_LEN + 1],
+                            struct sandbox **sb, struct manifest **m,
+                            bool *borrowed, bool *config_error,
+                            struct sbx_error *e) {
+  if (record_id)
+    record_id[0] = '\0';
   struct sbx_error le = {0};
   struct lifecycle_options lo = {
       .backend = o->backend,
@@ -357,8 +369,34 @@ int lifecycle_agent_sandbox(const struct run_options *o, const struct agent *a,
     }
   } else {
     r = lifecycle_agent_manifest(a, m, &le);
-    if (r == 0)
+    if (r == 0 && persist_dir) {
+      /* A sandbox that outlives this process until the run ends, so that a
+       * paused or crashed run can be resumed in it: recorded in the state
+       * directory like a developer-owned one. */
+      char tok[4200], logp[4200], created[32];
+      r = state_dir_ensure(persist_dir, &le);
+      if (r == 0 &&
+          ((r = state_new_id(record_id)) < 0 ||
+           state_path(persist_dir, record_id, "token", tok, sizeof(tok)) < 0 ||
+           state_path(persist_dir, record_id, "log", logp, sizeof(logp)) < 0))
+        r = r < 0 ? r : -ENAMETOOLONG;
+      if (r == 0)
+        r = lifecycle_create(&lo, *m, true, tok, logp, sb, &le);
+      if (r == 0) {
+        state_now(created);
+        r = lifecycle_save(persist_dir, record_id, *sb, *m, lo.ports, lo.nports,
+                           created, (long)getpid(), &le);
+        if (r < 0) {
+          struct sbx_error ce = {0};
+          (void)(*sb)->backend->close(*sb, &ce);
+          *sb = NULL;
+        }
+      }
+      if (r < 0 && record_id[0])
+        state_remove(persist_dir, record_id);
+    } else if (r == 0) {
       r = lifecycle_create(&lo, *m, false, NULL, NULL, sb, &le);
+    }
   }
   if (r == 0 && o->cwd)
     r = lifecycle_check_cwd(*sb, o->cwd, a->run_as, &le);

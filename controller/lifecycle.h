@@ -102,6 +102,8 @@ int lifecycle_apply_to_live(const struct lifecycle_options *o,
                             struct manifest **out, struct sbx_error *e);
 
 struct run_options;
+/* With PERSIST_DIR, a new sandbox is created detached and recorded there
+ * under RECORD_ID (a run's sandbox that survives pauses and crashes). */
 
 /* For the runner: the sandbox of agent A in a run with options O. The
  * starting agent of a --sandbox run (STARTING and o->sandbox) gets that
@@ -112,8 +114,10 @@ struct run_options;
  * 2) from a failure (exit 1). On failure *SB may be set: the caller closes
  * it unless borrowed. */
 int lifecycle_agent_sandbox(const struct run_options *o, const struct agent *a,
-                            bool starting, struct sandbox **sb,
-                            struct manifest **m, bool *borrowed,
-                            bool *config_error, struct sbx_error *e);
+                            bool starting, const char *persist_dir,
+                            char record_id[STATE_ID_LEN + 1],
+                            struct sandbox **sb, struct manifest **m,
+                            bool *borrowed, bool *config_error,
+                            struct sbx_error *e);
 
 #endif

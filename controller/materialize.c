@@ -1,5 +1,7 @@
 #include "materialize.h"
 
+#include "progress.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -202,7 +204,7 @@ static int put_bytes(struct sbx_client *c, const char *path, const char *data,
 
 /* Streams FD (SIZE bytes expected) to PATH; hashes it into SH if given. */
 static int put_fd(struct sbx_client *c, const char *path, int fd, uint64_t size,
-                  unsigned perm, struct sha256 *sh, struct sbx_error *e) {
+                  unsigned perm, struct sbx_sha256 *sh, struct sbx_error *e) {
   size_t cap = size < TARBALL_CHUNK ? (size_t)size + 1 : TARBALL_CHUNK;
   _cleanup_free_ char *buf = malloc(cap);
   if (!buf)
@@ -227,7 +229,7 @@ static int put_fd(struct sbx_client *c, const char *path, int fd, uint64_t size,
     if (got == 0 && !first)
       break;
     if (sh)
-      sha256_update(sh, buf, got);
+      sbx_sha256_update(sh, buf, got);
     int r = put_chunk(c, path, buf, got, off, first, first && off + got == size,
                       perm, e);
     if (r < 0)
@@ -246,8 +248,8 @@ static int put_fd(struct sbx_client *c, const char *path, int fd, uint64_t size,
 /* The SHA-256 of a sandbox file, read back. */
 static int sandbox_sha256(struct sbx_client *c, const char *path, char out[65],
                           struct sbx_error *e) {
-  struct sha256 sh;
-  sha256_init(&sh);
+  struct sbx_sha256 sh;
+  sbx_sha256_init(&sh);
   uint64_t off = 0;
   for (;;) {
     Sbx__V1__FileRead rd = SBX__V1__FILE_READ__INIT;
@@ -260,13 +262,13 @@ static int sandbox_sha256(struct sbx_client *c, const char *path, char out[65],
       return r;
     size_t n = resp->file_read->data.len;
     bool eof = resp->file_read->eof;
-    sha256_update(&sh, resp->file_read->data.data, n);
+    sbx_sha256_update(&sh, resp->file_read->data.data, n);
     sbx_client_reply_free(resp);
     off += n;
     if (eof || n == 0)
       break;
   }
-  sha256_final_hex(&sh, out);
+  sbx_sha256_final_hex(&sh, out);
   return 0;
 }
 
@@ -382,14 +384,14 @@ static int do_local_file(struct mat *x, const struct manifest_entry *en,
                          "regular file",
                          en->path, en->src);
   (void)fcntl(fd, F_SETFL, 0);
-  struct sha256 sh;
-  sha256_init(&sh);
+  struct sbx_sha256 sh;
+  sbx_sha256_init(&sh);
   int r = put_fd(x->sb->client, en->path, fd, (uint64_t)st.st_size,
                  st.st_mode & 0777, &sh, e);
   if (r < 0)
     return r;
   char got[65], back[65];
-  sha256_final_hex(&sh, got);
+  sbx_sha256_final_hex(&sh, got);
   if (en->sha256 && strcmp(got, en->sha256) != 0) {
     struct sbx_error ignored = {0};
     (void)sbx_file_remove(x->sb->client, en->path, false, true, &ignored);
@@ -450,7 +452,10 @@ static int copy_tree(struct mat *x, const struct manifest_entry *en,
     int r = tarball_build(t, x->uid, x->gid, en->path, &fd, &size, e);
     if (r < 0)
       return r;
-    r = tarball_push(x->sb->client, fd, size, dest, e);
+    struct progress_meter pm;
+    progress_meter_start(&pm, x->o->progress ? progress_snapshot : NULL, NULL,
+                         "materializing");
+    r = tarball_push(x->sb->client, fd, size, dest, &pm, e);
     if (!tarball_unsupported(r, e))
       return r;
     atomic_store(&x->archive_ok, false);

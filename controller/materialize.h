@@ -40,6 +40,7 @@ struct materialize_options {
   struct materialize_limits limits;
   const char *base_dir; /* local sources; NULL: the current directory */
   bool no_archive;      /* copy trees file by file even with archive RPCs */
+  bool progress;        /* show large copies' progress on stderr */
 };
 
 /* The SDK's defaults: 4 and 4. */

@@ -10,6 +10,7 @@
 #define SBX_RUNNER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "agent.h"
@@ -17,6 +18,8 @@
 #include "lifecycle.h"
 #include "model.h"
 #include "sandbox.h"
+
+struct tracer;
 
 #define RUNNER_DEFAULT_MAX_TURNS 10
 
@@ -29,7 +32,9 @@ struct run_options {
   const struct backend *backend;
   struct backend_options backend_opts;
   struct model_config model_cfg; /* base settings: stream, record, replay */
-  FILE *events;                  /* --stream: JSON lines; NULL for none */
+  FILE *events;                  /* --stream: JSON lines (docs/events.md);
+                                    NULL for none */
+  struct tracer *tracer;         /* borrowed: spans (trace.h), or NULL */
   /* Materialization limits and the base directory of local sources (NULL:
    * each agent file's directory). */
   struct materialize_options materialize;
@@ -41,7 +46,21 @@ struct run_options {
   struct sandbox *sandbox;
   const struct manifest *sandbox_manifest;
   struct lifecycle_record *sandbox_record;
+  /* Run state: with STATE_DIR set, the run's state is written atomically
+   * to STATE_DIR/runs/<run id>.json after every step, and its sandboxes
+   * are recorded in STATE_DIR so a paused or crashed run can be resumed.
+   * RESUME_PATH continues the run saved there (agents and prompt come
+   * from it). APPROVE_ASK asks on ASK_TTY for calls that need approval
+   * instead of pausing. */
+  const char *state_dir;
+  const char *resume_path;
+  bool approve_ask;
+  FILE *ask_tty;
 };
+
+/* runner_run's result for a run that stopped to wait for approvals; the
+ * run state is at run_result.state_path. */
+#define RUNNER_PAUSED 1
 
 struct run_result {
   char *final_output; /* new: text, or the JSON text for output_type */
@@ -50,9 +69,11 @@ struct run_result {
   int turns;
   const char *last_agent; /* borrowed from the agent set */
   bool config_error;      /* the failure is the configuration's (exit 2) */
+  char state_path[4200];  /* the run state file, "" without one */
 };
 
-/* Runs to completion. Returns 0, or a negative errno with E saying why;
+/* Runs to completion or to a pause for approval (RUNNER_PAUSED). Returns
+ * 0, RUNNER_PAUSED, or a negative errno with E saying why;
  * res->config_error tells a configuration error (a bad manifest, a missing
  * cwd: exit 2) from a failed run (model or tool error: exit 1). */
 int runner_run(const struct run_options *o, struct run_result *res,

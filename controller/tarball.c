@@ -1,5 +1,7 @@
 #include "tarball.h"
 
+#include "progress.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -16,8 +18,9 @@
 #include "path.h"
 
 #define TREE_MAX_DEPTH 256
-#define PULL_MAX_BYTES (64ull << 30) /* archive bytes accepted from a sandbox  \
-                                      */
+#define PULL_MAX_BYTES                                                         \
+  (64ull << 30) /* archive bytes accepted from a sandbox                       \
+                 */
 
 static int openat2_beneath(int dfd, const char *path, int flags) {
   struct open_how how = {
@@ -331,7 +334,7 @@ bool tarball_unsupported(int r, const struct sbx_error *e) {
 }
 
 int tarball_push(struct sbx_client *c, int fd, uint64_t size, const char *dest,
-                 struct sbx_error *e) {
+                 struct progress_meter *progress, struct sbx_error *e) {
   Sbx__V1__ArchiveImportStart st = SBX__V1__ARCHIVE_IMPORT_START__INIT;
   st.path = (char *)dest;
   st.compression = SBX__V1__COMPRESSION__COMPRESSION_NONE;
@@ -362,9 +365,13 @@ int tarball_push(struct sbx_client *c, int fd, uint64_t size, const char *dest,
           e, SBX_INTERNAL, EPROTO, "sandboxd acknowledged %llu bytes, not %llu",
           (unsigned long long)got, (unsigned long long)(off + (uint64_t)k));
     off += (uint64_t)k;
+    if (progress)
+      progress_meter_update(progress, off, size, false);
   }
   if (r == 0) {
     r = sbx_archive_import_finish(c, handle, &resp, e);
+    if (r == 0 && progress)
+      progress_meter_update(progress, size, size, true);
     sbx_client_reply_free(resp);
   }
 out:
@@ -388,7 +395,8 @@ static int check_member(const char *name, char *out, size_t n) {
 }
 
 int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
-                 uint64_t *files, struct sbx_error *e) {
+                 struct progress_meter *progress, uint64_t *files,
+                 struct sbx_error *e) {
   Sbx__V1__ArchiveExportStart st = SBX__V1__ARCHIVE_EXPORT_START__INIT;
   st.path = (char *)src;
   Sbx__V1__Response *resp = NULL;
@@ -432,6 +440,8 @@ int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
     off += d->len;
     sbx_client_reply_free(resp);
     resp = NULL;
+    if (progress)
+      progress_meter_update(progress, off, total, off == total);
     if (eof && off < total) {
       r = sbx_error_set(e, SBX_INTERNAL, EPROTO,
                         "sandboxd ended the archive early");

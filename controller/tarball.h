@@ -64,15 +64,18 @@ int tarball_build(const struct host_tree *t, uint32_t uid, uint32_t gid,
 
 /* Sends the archive in FD (SIZE bytes) to sandboxd and extracts it into the
  * sandbox directory DEST (created if missing). */
+struct progress_meter;
+/* PROGRESS (may be NULL) hears of the bytes sent or received. */
 int tarball_push(struct sbx_client *c, int fd, uint64_t size, const char *dest,
-                 struct sbx_error *e);
+                 struct progress_meter *progress, struct sbx_error *e);
 
 /* Exports the sandbox directory SRC and extracts its contents into the host
  * directory HOST_DEST (which must exist), keeping modes, times and
  * symlinks, not owners. Member names, types and sizes are checked first:
  * the sandbox is not trusted. *FILES counts regular files (may be NULL). */
 int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
-                 uint64_t *files, struct sbx_error *e);
+                 struct progress_meter *progress, uint64_t *files,
+                 struct sbx_error *e);
 
 /* True when E says sandboxd does not serve the archive RPCs. */
 bool tarball_unsupported(int r, const struct sbx_error *e);

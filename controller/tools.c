@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "encode.h"
 #include "log.h"
 #include "output.h"
+#include "trace.h"
 
 const char tools_generic_error[] =
     "An error occurred while running the tool. Please try again.";
@@ -20,6 +22,29 @@ const char tools_generic_error[] =
 #define YIELD_MIN_MS 250
 #define YIELD_MAX_MS 30000
 #define EMPTY_POLL_MIN_MS 5000
+
+/* One tool invocation: the sandbox.* span around it and how it ended. */
+struct op {
+  struct trace_span *sp;     /* may be NULL */
+  struct sbx_error *failure; /* never NULL; the first failure is kept */
+};
+
+/* Records that the tool failed (its output tells the model why) and
+ * returns OUT. */
+__attribute__((format(printf, 3, 4))) static json_t *
+op_fail(struct op *op, json_t *out, const char *fmt, ...) {
+  if (op->failure->code == SBX_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    (void)sbx_error_setv(op->failure, SBX_INTERNAL, EIO, fmt, ap);
+    va_end(ap);
+  }
+  return out;
+}
+
+static json_t *op_invalid(struct op *op) {
+  return op_fail(op, json_string(tools_generic_error), "invalid arguments");
+}
 
 void toolbox_init(struct toolbox *t, struct sandbox *sb, const char *cwd,
                   const char *run_as, bool text_images) {
@@ -42,6 +67,53 @@ void toolbox_fini(struct toolbox *t) {
   t->nsessions = 0;
   pthread_mutex_unlock(&t->mu);
   pthread_mutex_destroy(&t->mu);
+}
+
+void toolbox_detach(struct toolbox *t) {
+  pthread_mutex_lock(&t->mu);
+  t->nsessions = 0;
+  pthread_mutex_unlock(&t->mu);
+  pthread_mutex_destroy(&t->mu);
+}
+
+json_t *toolbox_save(struct toolbox *t) {
+  json_t *arr = json_array();
+  pthread_mutex_lock(&t->mu);
+  for (size_t i = 0; arr && i < t->nsessions; i++) {
+    const struct tool_exec_session *s = &t->sessions[i];
+    json_array_append_new(arr,
+                          json_pack("{s:i, s:I, s:I, s:b}", "id", s->id,
+                                    "exec_id", (json_int_t)s->exec_id, "offset",
+                                    (json_int_t)s->offset, "tty", s->tty));
+  }
+  int next = t->next_id;
+  pthread_mutex_unlock(&t->mu);
+  return json_pack("{s:i, s:o}", "next_id", next, "sessions", arr);
+}
+
+void toolbox_load(struct toolbox *t, json_t *j) {
+  pthread_mutex_lock(&t->mu);
+  json_t *n = json_object_get(j, "next_id");
+  if (json_is_integer(n) && json_integer_value(n) > 0 &&
+      json_integer_value(n) < 1000000)
+    t->next_id = (int)json_integer_value(n);
+  size_t i;
+  json_t *x;
+  json_array_foreach(json_object_get(j, "sessions"), i, x) {
+    if (t->nsessions == TOOLS_MAX_EXEC_SESSIONS)
+      break;
+    json_t *id = json_object_get(x, "id"), *ex = json_object_get(x, "exec_id"),
+           *off = json_object_get(x, "offset");
+    if (!json_is_integer(id) || !json_is_integer(ex) || !json_is_integer(off))
+      continue;
+    struct tool_exec_session *s = &t->sessions[t->nsessions++];
+    s->id = (int)json_integer_value(id);
+    s->exec_id = (uint64_t)json_integer_value(ex);
+    s->offset = (uint64_t)json_integer_value(off);
+    s->tty = json_is_true(json_object_get(x, "tty"));
+    s->last_used = sbx_now_ns();
+  }
+  pthread_mutex_unlock(&t->mu);
 }
 
 /* ---- schemas ----------------------------------------------------------- */
@@ -378,7 +450,19 @@ static int64_t clamp_yield(int64_t ms) {
   return ms;
 }
 
-static json_t *exec_command(struct toolbox *t, json_t *args) {
+/* The attributes of an exec or write_stdin result. */
+static void trace_exec_result(struct op *op, const struct collected *c,
+                              int session_id) {
+  trace_set_bool(op->sp, "sandbox.exec.running", !c->exited);
+  if (c->exited)
+    trace_set_int(op->sp, "sandbox.exec.exit_code", c->code);
+  else
+    trace_set_int(op->sp, "sandbox.exec.session_id", session_id);
+  trace_set_int(op->sp, "sandbox.exec.output_bytes",
+                (int64_t)(c->text.len + c->dropped));
+}
+
+static json_t *exec_command(struct toolbox *t, json_t *args, struct op *op) {
   const char *cmd, *workdir, *shell;
   bool login, tty;
   int64_t yield, max_tokens;
@@ -389,7 +473,9 @@ static json_t *exec_command(struct toolbox *t, json_t *args) {
       !opt_int(args, "yield_time_ms", 0, 10000, &yield) ||
       !opt_int(args, "max_output_tokens", 1, OUTPUT_TOKENS_UNLIMITED,
                &max_tokens))
-    return json_string(tools_generic_error);
+    return op_invalid(op);
+  trace_set_str(op->sp, "sandbox.exec.command", cmd);
+  trace_set_bool(op->sp, "sandbox.exec.tty", tty);
   uint64_t start = sbx_now_ns();
   _cleanup_free_ char *cwd = anchor(t, workdir);
   if (!cwd)
@@ -433,7 +519,8 @@ static json_t *exec_command(struct toolbox *t, json_t *args) {
     (void)sbx_buf_printf(&c.text, "%s\n", e.msg);
     (void)format_result(&c, start, false, 0, max_tokens, &out);
     sbx_buf_free(&c.text);
-    return text_output(&out);
+    return op_fail(op, text_output(&out), "cannot start the command: %s",
+                   e.msg);
   }
   uint64_t exec_id = r->exec_start->exec_id;
   sbx_client_reply_free(r);
@@ -443,13 +530,14 @@ static json_t *exec_command(struct toolbox *t, json_t *args) {
   if (ret < 0) {
     log_warn("exec_command: %s", e.msg);
     sbx_buf_free(&c.text);
-    return json_string(tools_generic_error);
+    return op_fail(op, json_string(tools_generic_error), "%s", e.msg);
   }
   int sid = 0;
   if (c.exited)
     release_exec(t, exec_id);
   else
     sid = add_session(t, exec_id, offset, tty);
+  trace_exec_result(op, &c, sid);
   ret = format_result(&c, start, !c.exited, sid, max_tokens, &out);
   sbx_buf_free(&c.text);
   if (ret < 0)
@@ -457,7 +545,7 @@ static json_t *exec_command(struct toolbox *t, json_t *args) {
   return text_output(&out);
 }
 
-static json_t *write_stdin(struct toolbox *t, json_t *args) {
+static json_t *write_stdin(struct toolbox *t, json_t *args, struct op *op) {
   int64_t sid, yield, max_tokens;
   const char *chars;
   json_t *sv = json_object_get(args, "session_id");
@@ -466,9 +554,11 @@ static json_t *write_stdin(struct toolbox *t, json_t *args) {
       !opt_int(args, "yield_time_ms", 0, 250, &yield) ||
       !opt_int(args, "max_output_tokens", 1, OUTPUT_TOKENS_UNLIMITED,
                &max_tokens))
-    return json_string(tools_generic_error);
+    return op_invalid(op);
   if (!chars)
     chars = "";
+  trace_set_int(op->sp, "sandbox.exec.session_id", sid);
+  trace_set_int(op->sp, "sandbox.write_stdin.bytes", (int64_t)strlen(chars));
   uint64_t start = sbx_now_ns();
   _cleanup_buf_ struct sbx_buf out;
   sbx_buf_init(&out, COLLECT_MAX * 4 + 4096);
@@ -492,7 +582,8 @@ static json_t *write_stdin(struct toolbox *t, json_t *args) {
                          (long long)sid);
     (void)format_result(&c, sbx_now_ns(), false, 0, max_tokens, &out);
     sbx_buf_free(&c.text);
-    return text_output(&out);
+    return op_fail(op, text_output(&out), "session not found: %lld",
+                   (long long)sid);
   }
   struct sbx_error e = {0};
   int ret = 0;
@@ -521,7 +612,7 @@ static json_t *write_stdin(struct toolbox *t, json_t *args) {
   if (ret < 0 && e.code != SBX_CONFLICT) {
     log_warn("write_stdin: %s", e.msg);
     sbx_buf_free(&c.text);
-    return json_string(tools_generic_error);
+    return op_fail(op, json_string(tools_generic_error), "%s", e.msg);
   }
   int64_t wait = clamp_yield(yield);
   if (n == 0 && wait < EMPTY_POLL_MIN_MS)
@@ -532,7 +623,7 @@ static json_t *write_stdin(struct toolbox *t, json_t *args) {
   if (ret < 0) {
     log_warn("write_stdin: %s", e.msg);
     sbx_buf_free(&c.text);
-    return json_string(tools_generic_error);
+    return op_fail(op, json_string(tools_generic_error), "%s", e.msg);
   }
   pthread_mutex_lock(&t->mu);
   for (size_t i = 0; i < t->nsessions; i++)
@@ -546,6 +637,7 @@ static json_t *write_stdin(struct toolbox *t, json_t *args) {
   pthread_mutex_unlock(&t->mu);
   if (c.exited)
     release_exec(t, s.exec_id);
+  trace_exec_result(op, &c, (int)sid);
   ret = format_result(&c, start, !c.exited, (int)sid, max_tokens, &out);
   sbx_buf_free(&c.text);
   if (ret < 0)
@@ -597,7 +689,7 @@ enum image_err {
 };
 
 /* The SDK's view_image error texts; PATH is the path as the model gave it. */
-static json_t *image_error(enum image_err kind, const char *path,
+static json_t *image_error(struct op *op, enum image_err kind, const char *path,
                            const char *detail) {
   char msg[1200];
   switch (kind) {
@@ -622,13 +714,14 @@ static json_t *image_error(enum image_err kind, const char *path,
                    detail);
     break;
   }
-  return json_string(msg);
+  return op_fail(op, json_string(msg), "%s", msg);
 }
 
-static json_t *view_image(struct toolbox *t, json_t *args) {
+static json_t *view_image(struct toolbox *t, json_t *args, struct op *op) {
   const char *path;
   if (!opt_str(args, "path", &path) || !path)
-    return json_string(tools_generic_error);
+    return op_invalid(op);
+  trace_set_str(op->sp, "sandbox.path", path);
   _cleanup_free_ char *p = anchor(t, path);
   if (!p)
     return NULL;
@@ -637,8 +730,8 @@ static json_t *view_image(struct toolbox *t, json_t *args) {
   int ret = sbx_file_stat(t->sb->client, p, &r, &e);
   if (ret < 0) {
     if (e.code == SBX_NOT_FOUND)
-      return image_error(IMG_NOT_FOUND, path, NULL);
-    return image_error(IMG_OTHER, path,
+      return image_error(op, IMG_NOT_FOUND, path, NULL);
+    return image_error(op, IMG_OTHER, path,
                        e.code == SBX_PERMISSION_DENIED
                            ? "SandboxInvalidManifestPathError"
                            : "SandboxError");
@@ -653,9 +746,9 @@ static json_t *view_image(struct toolbox *t, json_t *args) {
     size = 0;
   }
   if (type != SBX__V1__FILE_TYPE__FILE_TYPE_REGULAR)
-    return image_error(IMG_NOT_FILE, path, NULL);
+    return image_error(op, IMG_NOT_FILE, path, NULL);
   if (size > TOOLS_VIEW_IMAGE_MAX)
-    return image_error(IMG_TOO_BIG, path, NULL);
+    return image_error(op, IMG_TOO_BIG, path, NULL);
   _cleanup_buf_ struct sbx_buf data;
   sbx_buf_init(&data, TOOLS_VIEW_IMAGE_MAX + 1);
   for (;;) {
@@ -666,17 +759,17 @@ static json_t *view_image(struct toolbox *t, json_t *args) {
     ret = sbx_file_read(t->sb->client, &fr, &r, &e);
     if (ret < 0) {
       if (e.code == SBX_NOT_FOUND)
-        return image_error(IMG_NOT_FOUND, path, NULL);
+        return image_error(op, IMG_NOT_FOUND, path, NULL);
       if (e.code == SBX_INVALID_ARGUMENT)
-        return image_error(IMG_NOT_FILE, path, NULL);
-      return image_error(IMG_OTHER, path, "SandboxError");
+        return image_error(op, IMG_NOT_FILE, path, NULL);
+      return image_error(op, IMG_OTHER, path, "SandboxError");
     }
     Sbx__V1__FileReadReply *x = r->file_read;
     bool eof = x->eof || x->data.len == 0;
     ret = sbx_buf_append(&data, x->data.data, x->data.len);
     sbx_client_reply_free(r);
     if (ret == -E2BIG || data.len > TOOLS_VIEW_IMAGE_MAX)
-      return image_error(IMG_TOO_BIG, path, NULL);
+      return image_error(op, IMG_TOO_BIG, path, NULL);
     if (ret < 0)
       return NULL;
     if (eof)
@@ -685,7 +778,9 @@ static json_t *view_image(struct toolbox *t, json_t *args) {
   const char *mime = sniff_image((const uint8_t *)(data.data ? data.data : ""),
                                  data.len, path);
   if (!mime)
-    return image_error(IMG_FORMAT, path, NULL);
+    return image_error(op, IMG_FORMAT, path, NULL);
+  trace_set_str(op->sp, "sandbox.view_image.mime_type", mime);
+  trace_set_int(op->sp, "sandbox.view_image.bytes", (int64_t)data.len);
   size_t prefix = strlen("data:;base64,") + strlen(mime);
   _cleanup_free_ char *url =
       malloc(prefix + sbx_base64_encoded_size(data.len) + 1);
@@ -753,16 +848,18 @@ static int operation_to_patch(json_t *op, struct sbx_buf *b, const char **why) {
 /* Applies PATCH atomically; fills OUT with the per-file results or the
  * error. Returns 0 when applied. */
 static int apply_patch_text(struct toolbox *t, const char *patch,
-                            struct sbx_buf *out) {
+                            struct sbx_buf *out, struct op *op) {
   struct sbx_error e = {0};
   Sbx__V1__Response *r = NULL;
   int ret = sbx_patch_apply(t->sb->client, patch, t->cwd ? t->cwd : "", false,
                             &r, &e);
   if (ret < 0) {
     (void)sbx_buf_append_str(out, e.msg);
+    (void)op_fail(op, NULL, "%s", e.msg);
     return ret;
   }
   Sbx__V1__PatchApplyReply *x = r->patch_apply;
+  trace_set_int(op->sp, "sandbox.apply_patch.files", (int64_t)x->n_results);
   for (size_t i = 0; i < x->n_results; i++) {
     if (i)
       (void)sbx_buf_append_str(out, "\n");
@@ -772,7 +869,8 @@ static int apply_patch_text(struct toolbox *t, const char *patch,
   return 0;
 }
 
-static json_t *apply_patch_function(struct toolbox *t, const char *raw) {
+static json_t *apply_patch_function(struct toolbox *t, const char *raw,
+                                    struct op *op) {
   _cleanup_buf_ struct sbx_buf patch;
   sbx_buf_init(&patch, 32u << 20);
   _cleanup_buf_ struct sbx_buf out;
@@ -788,7 +886,7 @@ static json_t *apply_patch_function(struct toolbox *t, const char *raw) {
     _cleanup_json_ json_t *in = json_loads(raw, JSON_DECODE_ANY, &je);
     if (!in) {
       (void)sbx_buf_printf(&out, "Invalid apply_patch JSON: %s", je.text);
-      return text_output(&out);
+      return op_fail(op, text_output(&out), "%s", out.data);
     }
     json_t *ops = NULL;
     json_t *one = NULL;
@@ -798,7 +896,9 @@ static json_t *apply_patch_function(struct toolbox *t, const char *raw) {
     } else if (json_is_array(in)) {
       ops = in;
     } else if (!json_is_object(in)) {
-      return json_string("apply_patch input must be an object or array.");
+      return op_fail(
+          op, json_string("apply_patch input must be an object or array."),
+          "apply_patch input must be an object or array.");
     } else if (json_is_string(json_object_get(in, "patch"))) {
       text = json_string_value(json_object_get(in, "patch"));
     } else if (json_is_array(json_object_get(in, "command")) &&
@@ -820,15 +920,18 @@ static json_t *apply_patch_function(struct toolbox *t, const char *raw) {
     } else {
       size_t n = ops ? json_array_size(ops) : 1;
       if (n == 0)
-        return json_string("apply_patch input must include an operation.");
+        return op_fail(
+            op, json_string("apply_patch input must include an operation."),
+            "apply_patch input must include an operation.");
       (void)sbx_buf_append_str(&patch, "*** Begin Patch\n");
       for (size_t i = 0; i < n; i++) {
-        json_t *op = ops ? json_array_get(ops, i) : one;
+        json_t *item = ops ? json_array_get(ops, i) : one;
         const char *why = NULL;
-        if (!json_is_object(op) || operation_to_patch(op, &patch, &why) < 0) {
+        if (!json_is_object(item) ||
+            operation_to_patch(item, &patch, &why) < 0) {
           (void)sbx_buf_printf(&out, "Invalid apply_patch operation: %s",
                                why ? why : "not an object");
-          return text_output(&out);
+          return op_fail(op, text_output(&out), "%s", out.data);
         }
       }
       (void)sbx_buf_append_str(&patch, "*** End Patch\n");
@@ -836,7 +939,7 @@ static json_t *apply_patch_function(struct toolbox *t, const char *raw) {
   }
   _cleanup_buf_ struct sbx_buf res;
   sbx_buf_init(&res, 1u << 20);
-  if (apply_patch_text(t, patch.data, &res) < 0)
+  if (apply_patch_text(t, patch.data, &res, op) < 0)
     (void)sbx_buf_printf(&out, "Failed to apply patch: %s",
                          res.data ? res.data : "");
   else
@@ -844,54 +947,82 @@ static json_t *apply_patch_function(struct toolbox *t, const char *raw) {
   return text_output(&out);
 }
 
+/* Starts the span of one tool invocation under CTX's span. */
+static void op_begin(struct op *op, struct tool_ctx *ctx,
+                     struct sbx_error *scratch, const char *span_name,
+                     const struct toolbox *t) {
+  op->failure = ctx ? &ctx->failure : scratch;
+  sbx_error_clear(op->failure);
+  op->sp = trace_child(ctx ? ctx->span : NULL, span_name);
+  trace_set_str(op->sp, "sandbox.session_id", t->sb->session_id);
+}
+
+static void op_end(struct op *op) {
+  if (op->failure->code != SBX_OK)
+    trace_set_error(op->sp, "%s", op->failure->msg);
+  trace_end(op->sp);
+}
+
 int tools_apply_patch_operation(struct toolbox *t, json_t *operation,
-                                const char **status, char **output) {
+                                const char **status, char **output,
+                                struct tool_ctx *ctx) {
+  struct sbx_error scratch;
+  struct op op;
+  op_begin(&op, ctx, &scratch, TRACE_SANDBOX_APPLY_PATCH, t);
   _cleanup_buf_ struct sbx_buf patch;
   sbx_buf_init(&patch, 32u << 20);
   _cleanup_buf_ struct sbx_buf out;
   sbx_buf_init(&out, 1u << 20);
   const char *why = NULL;
   *output = NULL;
+  *status = "failed";
   (void)sbx_buf_append_str(&patch, "*** Begin Patch\n");
   if (!json_is_object(operation) ||
       operation_to_patch(operation, &patch, &why) < 0) {
-    *status = "failed";
     (void)sbx_buf_printf(&out, "Invalid apply_patch operation: %s",
                          why ? why : "not an object");
-    *output = sbx_buf_steal(&out, NULL);
-    return 0;
+    (void)op_fail(&op, NULL, "%s", out.data);
+  } else {
+    (void)sbx_buf_append_str(&patch, "*** End Patch\n");
+    if (apply_patch_text(t, patch.data, &out, &op) == 0)
+      *status = "completed";
   }
-  (void)sbx_buf_append_str(&patch, "*** End Patch\n");
-  if (apply_patch_text(t, patch.data, &out) < 0) {
-    *status = "failed";
+  if (strcmp(*status, "failed") == 0)
     *output = sbx_buf_steal(&out, NULL);
-    return 0;
-  }
-  *status = "completed";
+  op_end(&op);
   return 0;
 }
 
 int tools_call(struct toolbox *t, const char *name, const char *args,
-               json_t **output) {
+               json_t **output, struct tool_ctx *ctx) {
+  json_t *(*fn)(struct toolbox *, json_t *, struct op *) = NULL;
+  const char *span_name = TRACE_SANDBOX_APPLY_PATCH;
   if (strcmp(name, "apply_patch") == 0) {
-    *output = apply_patch_function(t, args ? args : "");
-    return *output ? 0 : -ENOMEM;
-  }
-  json_t *(*fn)(struct toolbox *, json_t *) = NULL;
-  if (strcmp(name, "exec_command") == 0)
+    fn = NULL;
+  } else if (strcmp(name, "exec_command") == 0) {
     fn = exec_command;
-  else if (strcmp(name, "write_stdin") == 0)
+    span_name = TRACE_SANDBOX_EXEC;
+  } else if (strcmp(name, "write_stdin") == 0) {
     fn = write_stdin;
-  else if (strcmp(name, "view_image") == 0)
+    span_name = TRACE_SANDBOX_WRITE_STDIN;
+  } else if (strcmp(name, "view_image") == 0) {
     fn = view_image;
-  else
+    span_name = TRACE_SANDBOX_VIEW_IMAGE;
+  } else {
     return -ENOENT;
-  json_error_t je;
-  _cleanup_json_ json_t *a = json_loads(args ? args : "", 0, &je);
-  if (!json_is_object(a)) {
-    *output = json_string(tools_generic_error);
-    return *output ? 0 : -ENOMEM;
   }
-  *output = fn(t, a);
+  struct sbx_error scratch;
+  struct op op;
+  op_begin(&op, ctx, &scratch, span_name, t);
+  if (!fn) {
+    *output = apply_patch_function(t, args ? args : "", &op);
+  } else {
+    json_error_t je;
+    _cleanup_json_ json_t *a = json_loads(args ? args : "", 0, &je);
+    *output = json_is_object(a) ? fn(t, a, &op) : op_invalid(&op);
+  }
+  if (!*output)
+    (void)op_fail(&op, NULL, "out of memory");
+  op_end(&op);
   return *output ? 0 : -ENOMEM;
 }

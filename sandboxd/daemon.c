@@ -23,6 +23,9 @@
 /* TERM, then KILL this much later, for the processes left at exit (the
  * Shutdown RPC's default grace). */
 #define DAEMON_KILL_GRACE_MS 250
+/* How long the last replies wait for their clients to read them and hang
+ * up before the socket closes (server_wait_clients_gone). */
+#define DAEMON_LINGER_MS 200
 
 void daemon_options_init(struct daemon_options *o) {
   memset(o, 0, sizeof(*o));
@@ -254,18 +257,23 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGHUP);
+  /* A Shutdown request wakes us at once (its client, sbx, waits for our
+   * exit); a signal is seen within 200 ms. */
   while (!server_shutdown_requested(srv)) {
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
-    int sig = sigtimedwait(&stop, NULL, &ts);
+    struct timespec now = {0, 0};
+    int sig = sigtimedwait(&stop, NULL, &now);
     if (sig > 0) {
       log_info("signal %d: shutting down", sig);
       break;
     }
+    server_wait_shutdown(srv, 200);
   }
   /* Every process group dies and every parked read is answered while the
    * server still runs; only then may it free its calls. */
   proc_table_shutdown(d.procs, d.shutdown_grace_ms ? d.shutdown_grace_ms
                                                    : DAEMON_KILL_GRACE_MS);
+  if (!server_wait_clients_gone(srv, DAEMON_LINGER_MS))
+    log_debug("closing with clients still connected");
   server_free(srv);
   archive_table_free(d.archives);
   d.archives = NULL;

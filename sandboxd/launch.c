@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -18,7 +17,8 @@
 #define SYS_close_range 436
 #endif
 
-#define LAUNCH_STACK_SIZE (128u << 10)
+/* The child's stack: it makes syscalls and little else. */
+#define LAUNCH_STACK_SIZE (64u << 10)
 
 /* The step a child failed at; the names go into error messages. */
 enum launch_step {
@@ -165,11 +165,11 @@ int launch_start(const struct launch_plan *p, pid_t *pid, int *pidfd,
   if (p->fd_in < 3 || p->fd_out < 3 || p->fd_err < 3 || !p->paths[0])
     return sbx_error_set(e, SBX_INTERNAL, EINVAL,
                          "starting \"%s\": bad launch plan", p->name);
-  void *stack = mmap(NULL, LAUNCH_STACK_SIZE, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED)
-    return sbx_error_set(e, SBX_OK, errno, "starting \"%s\": %s", p->name,
-                         strerror(errno));
+  /* The child runs on this while we sleep (CLONE_VFORK), as musl's
+   * posix_spawn does: a fresh mapping per start would cost an mmap, page
+   * faults and an munmap whose TLB shootdown reaches every CPU that runs one
+   * of our threads. */
+  _Alignas(64) unsigned char stack[LAUNCH_STACK_SIZE];
   struct child_ctx c = {.p = p};
   /* No handler of ours may run in the child before its dispositions are
    * reset: block everything; the child unblocks just before execve. */
@@ -178,14 +178,12 @@ int launch_start(const struct launch_plan *p, pid_t *pid, int *pidfd,
   (void)pthread_sigmask(SIG_SETMASK, &all, &old);
   int fd = -1;
   int flags = CLONE_VM | CLONE_VFORK | SIGCHLD | (pidfd ? CLONE_PIDFD : 0);
-  int child =
-      clone(child_main, (char *)stack + LAUNCH_STACK_SIZE, flags, &c, &fd);
+  int child = clone(child_main, stack + LAUNCH_STACK_SIZE, flags, &c, &fd);
   if (child < 0 && errno == EINVAL && pidfd) /* a kernel before 5.2 */
-    child = clone(child_main, (char *)stack + LAUNCH_STACK_SIZE,
-                  flags & ~CLONE_PIDFD, &c);
+    child =
+        clone(child_main, stack + LAUNCH_STACK_SIZE, flags & ~CLONE_PIDFD, &c);
   int clone_err = errno;
   (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
-  (void)munmap(stack, LAUNCH_STACK_SIZE);
   if (child < 0)
     return sbx_error_set(e, SBX_OK, clone_err, "starting \"%s\": %s", p->name,
                          strerror(clone_err));

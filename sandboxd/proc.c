@@ -129,6 +129,10 @@ struct proc_table {
   bool thread_started;
   bool closing; /* proc_table_shutdown: no new starts or parked reads */
   bool stop;    /* the thread is to end */
+  /* When the sleeping thread wakes up by itself (monotonic ms; UINT64_MAX:
+   * only for an event; 0: it is awake and looks at the table before it
+   * sleeps again). Work due earlier must wake it (wake_by). */
+  uint64_t sleep_until_ms;
   struct seccomp_prog *seccomp;
   char self_name[USERDB_NAME_MAX]; /* USER when there is no run_as */
   struct reaped stash[PROC_STASH];
@@ -138,6 +142,11 @@ struct proc_table {
 
 /* ---- small helpers ---------------------------------------------------- */
 
+/* The filter this thread already carries for its children (see
+ * proc_thread_init); NULL: its children load their own. Per thread by
+ * nature: a seccomp filter belongs to the thread that attached it. */
+static __thread const struct seccomp_prog *thread_filter;
+
 static uint64_t min_u64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
 }
@@ -145,6 +154,16 @@ static uint64_t min_u64(uint64_t a, uint64_t b) {
 static void wake(struct proc_table *t) {
   uint64_t one = 1;
   (void)!write(t->evfd, &one, sizeof(one));
+}
+
+/* Wakes the thread if it sleeps past DUE_MS (monotonic). Every wake-up is a
+ * context switch on the exec path, so the common case, a deadline after the
+ * thread's own, skips it; events on the fds wake it anyway. Locked. */
+static void wake_by(struct proc_table *t, uint64_t due_ms) {
+  if (due_ms < t->sleep_until_ms) {
+    t->sleep_until_ms = 0;
+    wake(t);
+  }
 }
 
 static struct proc *find(struct proc_table *t, uint64_t id) {
@@ -577,11 +596,14 @@ static void *proc_thread(void *arg) {
   struct epoll_event evs[64];
   pthread_mutex_lock(&t->mu);
   while (!t->stop) {
-    int timeout = next_timeout(t, sbx_now_ms());
+    uint64_t now0 = sbx_now_ms();
+    int timeout = next_timeout(t, now0);
+    t->sleep_until_ms = timeout < 0 ? UINT64_MAX : now0 + (uint64_t)timeout;
     pthread_mutex_unlock(&t->mu);
     int n = epoll_wait(t->epfd, evs, (int)SBX_ARRAY_SIZE(evs), timeout);
     int err = errno;
     pthread_mutex_lock(&t->mu);
+    t->sleep_until_ms = 0;
     if (t->stop)
       break;
     if (n < 0 && err != EINTR) {
@@ -786,6 +808,19 @@ void proc_table_free(struct proc_table *t, unsigned grace_ms) {
   pthread_mutex_unlock(&t->mu);
   complete_waiters(done);
   table_close(t);
+}
+
+void proc_thread_init(struct proc_table *t) {
+  if (!t || !t->seccomp || thread_filter == t->seccomp)
+    return;
+  int r = seccomp_prog_load(t->seccomp);
+  if (r < 0) {
+    log_debug("processes: a worker cannot carry the seccomp filter (%s); its "
+              "children load their own",
+              strerror(-r));
+    return;
+  }
+  thread_filter = t->seccomp;
 }
 
 int proc_wait_pid(struct proc_table *t, pid_t pid, int *status,
@@ -1329,7 +1364,8 @@ int rpc_exec_start(struct rpc_call *c) {
       .gid = sp.user.gid,
       .groups = sp.user.groups,
       .ngroups = sp.user.ngroups,
-      .seccomp = t->seccomp,
+      /* Inherited when this thread carries it already. */
+      .seccomp = thread_filter == t->seccomp ? NULL : t->seccomp,
   };
   pid_t pid = -1;
   int pidfd = -1;
@@ -1349,13 +1385,19 @@ int rpc_exec_start(struct rpc_call *c) {
   if (p) {
     reply->exec_id = p->id;
     reply->pid = pid;
+    /* Its exit wakes the thread through the pidfd (or SIGCHLD); its
+     * deadlines, and the reaping poll without a pidfd, may need a wake. */
+    uint64_t due =
+        p->pidfd >= 0 ? UINT64_MAX : sbx_now_ms() + PROC_REAP_POLL_MS;
+    if (p->term_at_ms)
+      due = min_u64(due, p->term_at_ms);
+    wake_by(t, due);
   }
   pthread_mutex_unlock(&t->mu);
   if (r < 0)
     return r;
   if (!p)
     return -EIO;
-  wake(t); /* reap (it may have exited already) and mind its timeout */
   log_debug("exec %" PRIu64 ": started \"%s\" as pid %d", reply->exec_id,
             sp.argv[0], (int)pid);
   c->resp->body_case = SBX__V1__RESPONSE__BODY_EXEC_START;
@@ -1393,9 +1435,9 @@ static uint32_t read_cap(const struct sandboxd *d, uint32_t asked) {
   return (uint32_t)(cap > 0 ? cap : 1);
 }
 
-/* Locked part of ExecRead: answers, or parks (*PARKED). */
+/* Locked part of ExecRead: answers, or parks C (RPC_PENDING). */
 static int exec_read_locked(struct proc_table *t, struct rpc_call *c,
-                            const Sbx__V1__ExecRead *rq, bool *parked) {
+                            const Sbx__V1__ExecRead *rq) {
   struct proc *p = find(t, rq->exec_id);
   if (!p)
     return not_found(c, rq->exec_id);
@@ -1439,7 +1481,8 @@ static int exec_read_locked(struct proc_table *t, struct rpc_call *c,
   wp->next = p->waiters;
   p->waiters = wp;
   p->nwaiters++;
-  *parked = true;
+  /* Data, exit and closed output wake the thread; the deadline may not. */
+  wake_by(t, wp->deadline_ms);
   return RPC_PENDING;
 }
 
@@ -1450,13 +1493,11 @@ int rpc_exec_read(struct rpc_call *c) {
   const Sbx__V1__ExecRead *rq = BODY(c, EXEC_READ, exec_read);
   if (!rq)
     return no_body(c);
-  bool parked = false;
   pthread_mutex_lock(&t->mu);
-  int r = exec_read_locked(t, c, rq, &parked);
+  /* Once parked (RPC_PENDING), C is the thread's: it may complete it as
+   * soon as the lock is released. */
+  int r = exec_read_locked(t, c, rq);
   pthread_mutex_unlock(&t->mu);
-  /* C is not ours any more once parked: the thread may complete it now. */
-  if (parked)
-    wake(t);
   return r;
 }
 

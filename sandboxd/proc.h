@@ -46,6 +46,17 @@ void proc_table_shutdown(struct proc_table *t, unsigned grace_ms);
 /* Kills every process group (TERM, KILL after GRACE_MS); keeps the table. */
 void proc_kill_all(struct proc_table *t, unsigned grace_ms);
 
+/* Loads the children's seccomp filter (with NO_NEW_PRIVS and without
+ * CAP_SYS_PTRACE in the bounding set, as each child would) into the calling
+ * thread, once, so that the children it starts inherit the attached filter
+ * instead of compiling and attaching a copy each: attaching costs about
+ * 200 us a start on a loaded 2-vCPU VM (bench/RESULTS.md), inheriting costs
+ * nothing. For the worker pool's threads, which run every ExecStart; none
+ * of their other work needs a syscall the filter refuses. A thread that
+ * never called this, or where loading failed, still starts children: they
+ * load the filter themselves. Accepts NULL. */
+void proc_thread_init(struct proc_table *t);
+
 /* Waits until the child PID, started by another module (useradd, tar...),
  * has exited, and returns its wait status in *STATUS. The table's thread
  * reaps every child of sandboxd (waitpid(-1), so that orphans reparented to

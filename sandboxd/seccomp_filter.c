@@ -238,6 +238,11 @@ int seccomp_prog_build(enum sandboxd_seccomp mode, struct seccomp_prog **out) {
   r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
   if (r < 0)
     return r;
+  /* A binary tree of syscall numbers rather than a list: the kernel runs
+   * the filter for every syscall number when it attaches it (to build its
+   * cache of always-allowed ones) and for every uncached syscall after.
+   * An optimization only: older libseccomp builds the list. */
+  (void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
   r = add_rules(ctx, mode);
   if (r < 0)
     return r;

@@ -16,6 +16,7 @@
 #include "dispatch.h"
 #include "fileio.h"
 #include "log.h"
+#include "proc.h"
 #include "version.h"
 
 #define ID_MAX 64
@@ -78,10 +79,26 @@ struct server {
   pthread_mutex_t smu;
   pthread_cond_t scv;
   bool shutdown;
+  size_t npipes; /* connected clients (smu) */
 };
 
 static void work_cb(void *arg);
 static void work_reset(struct work *w);
+
+/* Counts connections, for server_wait_clients_gone. nng reports REM_POST
+ * for the pipes it reported ADD_PRE for; the count never goes below 0 in
+ * case it did not, which would at worst end the wait early. */
+static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
+  struct server *s = arg;
+  (void)p;
+  pthread_mutex_lock(&s->smu);
+  if (ev == NNG_PIPE_EV_ADD_PRE)
+    s->npipes++;
+  else if (ev == NNG_PIPE_EV_REM_POST && s->npipes > 0)
+    s->npipes--;
+  pthread_cond_broadcast(&s->scv);
+  pthread_mutex_unlock(&s->smu);
+}
 
 /* ---- reply cache ------------------------------------------------------- */
 
@@ -440,6 +457,8 @@ static void work_cb(void *arg) {
 
 static void *worker_main(void *arg) {
   struct server *s = arg;
+  /* Children started here inherit the seccomp filter from this thread. */
+  proc_thread_init(s->d->procs);
   for (;;) {
     pthread_mutex_lock(&s->qmu);
     while (!s->qhead && !s->qstop)
@@ -575,6 +594,11 @@ int server_new(struct sandboxd *d, const struct server_config *cfg,
   }
   (void)nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
                             (size_t)d->limits.max_message_bytes);
+  if (nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, pipe_event, s) != 0 ||
+      nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_event, s) != 0) {
+    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "cannot watch connections");
+    goto fail;
+  }
   rv = nng_listener_create(&s->listener, s->sock, url);
   if (rv != 0) {
     r = nng_err(e, rv, "cannot listen on", url);
@@ -699,7 +723,8 @@ bool server_shutdown_requested(struct server *s) {
   return v;
 }
 
-void server_wait_shutdown(struct server *s, unsigned timeout_ms) {
+/* An absolute CLOCK_REALTIME time TIMEOUT_MS from now. */
+static struct timespec deadline_in(unsigned timeout_ms) {
   struct timespec ts;
   (void)clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_sec += timeout_ms / 1000;
@@ -708,6 +733,22 @@ void server_wait_shutdown(struct server *s, unsigned timeout_ms) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
+  return ts;
+}
+
+bool server_wait_clients_gone(struct server *s, unsigned timeout_ms) {
+  struct timespec ts = deadline_in(timeout_ms);
+  pthread_mutex_lock(&s->smu);
+  while (s->npipes > 0)
+    if (pthread_cond_timedwait(&s->scv, &s->smu, &ts) != 0)
+      break;
+  bool gone = s->npipes == 0;
+  pthread_mutex_unlock(&s->smu);
+  return gone;
+}
+
+void server_wait_shutdown(struct server *s, unsigned timeout_ms) {
+  struct timespec ts = deadline_in(timeout_ms);
   pthread_mutex_lock(&s->smu);
   while (!s->shutdown)
     if (pthread_cond_timedwait(&s->scv, &s->smu, &ts) != 0)

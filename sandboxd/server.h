@@ -36,5 +36,11 @@ void server_free(struct server *s);
 bool server_shutdown_requested(struct server *s);
 /* Blocks until the shutdown flag is set or TIMEOUT_MS passes. */
 void server_wait_shutdown(struct server *s, unsigned timeout_ms);
+/* Blocks until no client is connected or TIMEOUT_MS passes; true when none
+ * is. For the end: nng hands a reply to the kernel before sending is
+ * complete, but a client that sees our hang-up together with the reply's
+ * bytes drops the bytes, so the last replies (Shutdown's, the parked reads
+ * answered at shutdown) need their clients to read them first. */
+bool server_wait_clients_gone(struct server *s, unsigned timeout_ms);
 
 #endif

@@ -35,7 +35,7 @@ int sbx_buf_reserve(struct sbx_buf *b, size_t n) {
   size_t cap = b->cap ? b->cap : 64;
   while (cap < need)
     cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-  if (cap > b->max + 1)
+  if (b->max < SIZE_MAX && cap > b->max + 1)
     cap = b->max + 1;
   char *p = realloc(b->data, cap);
   if (!p)

@@ -278,12 +278,56 @@ static int check_reply(struct sbx_client *c, const char *id,
   return 0;
 }
 
+static __thread char tl_tag[49];
+static __thread unsigned tl_seq;
+
+void sbx_client_set_tag(const char *tag) {
+  tl_seq = 0;
+  if (!tag) {
+    tl_tag[0] = '\0';
+    return;
+  }
+  size_t n = 0;
+  for (; tag[n] && n < sizeof(tl_tag) - 1; n++) {
+    char ch = tag[n];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    tl_tag[n] = ok ? ch : '_';
+  }
+  tl_tag[n] = '\0';
+}
+
+/* Requests that change the sandbox: these get tagged ids. */
+static bool is_mutating(Sbx__V1__Request__BodyCase b) {
+  switch (b) {
+  case SBX__V1__REQUEST__BODY_EXEC_START:
+  case SBX__V1__REQUEST__BODY_EXEC_WRITE:
+  case SBX__V1__REQUEST__BODY_EXEC_SIGNAL:
+  case SBX__V1__REQUEST__BODY_EXEC_RELEASE:
+  case SBX__V1__REQUEST__BODY_FILE_WRITE:
+  case SBX__V1__REQUEST__BODY_FILE_MKDIR:
+  case SBX__V1__REQUEST__BODY_FILE_REMOVE:
+  case SBX__V1__REQUEST__BODY_FILE_RENAME:
+  case SBX__V1__REQUEST__BODY_FILE_CHMOD:
+  case SBX__V1__REQUEST__BODY_FILE_CHOWN:
+  case SBX__V1__REQUEST__BODY_PATCH_APPLY:
+  case SBX__V1__REQUEST__BODY_USERS_ENSURE:
+    return true;
+  default:
+    return false;
+  }
+}
+
 int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
                     Sbx__V1__Response__BodyCase expect, unsigned timeout_ms,
                     Sbx__V1__Response **out, struct sbx_error *e) {
-  char id[40];
-  uint64_t n = atomic_fetch_add(&c->seq, 1) + 1;
-  (void)snprintf(id, sizeof(id), "%s-%llu", c->prefix, (unsigned long long)n);
+  char id[64];
+  if (tl_tag[0] && is_mutating(req->body_case)) {
+    (void)snprintf(id, sizeof(id), "%s-%u", tl_tag, ++tl_seq);
+  } else {
+    uint64_t n = atomic_fetch_add(&c->seq, 1) + 1;
+    (void)snprintf(id, sizeof(id), "%s-%llu", c->prefix, (unsigned long long)n);
+  }
   req->version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
   req->id = id;
   req->token.data = c->token;

@@ -55,6 +55,14 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
 
 void sbx_client_reply_free(Sbx__V1__Response *r);
 
+/* Gives the mutating requests this thread sends from now on deterministic
+ * ids, "TAG-1", "TAG-2", ... (reads keep random ids), so that a caller that
+ * repeats the same work after a crash — a resumed run replaying a tool
+ * call — sends the same ids and sandboxd answers from its reply cache
+ * instead of doing the work twice. TAG is copied, cut to 48 characters and
+ * made id-safe; NULL returns to random ids. Thread-local. */
+void sbx_client_set_tag(const char *tag);
+
 /* The negative errno for a protocol error code. */
 int sbx_client_errno(Sbx__V1__Code code);
 

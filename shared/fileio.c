@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +57,8 @@ int sbx_read_file(const char *path, size_t max, char **out, size_t *len) {
   return *out ? 0 : -ENOMEM;
 }
 
-int sbx_write_file_atomic(const char *path, const void *data, size_t len,
-                          unsigned mode) {
+static int write_replace(const char *path, const void *data, size_t len,
+                         unsigned mode, bool sync) {
   char tmp[PATH_MAX];
   char rnd[17];
   int r = sbx_random_hex(rnd, 8);
@@ -85,7 +86,7 @@ int sbx_write_file_atomic(const char *path, const void *data, size_t len,
   }
   if (r == 0 && fchmod(fd, mode) < 0)
     r = -errno;
-  if (r == 0 && fsync(fd) < 0)
+  if (r == 0 && sync && fsync(fd) < 0)
     r = -errno;
   if (close(fd) < 0 && r == 0)
     r = -errno;
@@ -95,6 +96,8 @@ int sbx_write_file_atomic(const char *path, const void *data, size_t len,
     (void)unlink(tmp);
     return r;
   }
+  if (!sync)
+    return 0;
   /* Make the rename durable. */
   char dir[PATH_MAX];
   memcpy(dir, path, strlen(path) + 1);
@@ -111,4 +114,14 @@ int sbx_write_file_atomic(const char *path, const void *data, size_t len,
     close(dfd);
   }
   return 0;
+}
+
+int sbx_write_file_atomic(const char *path, const void *data, size_t len,
+                          unsigned mode) {
+  return write_replace(path, data, len, mode, true);
+}
+
+int sbx_write_file_replace(const char *path, const void *data, size_t len,
+                           unsigned mode) {
+  return write_replace(path, data, len, mode, false);
 }

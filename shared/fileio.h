@@ -13,4 +13,11 @@ int sbx_read_file(const char *path, size_t max, char **out, size_t *len);
 int sbx_write_file_atomic(const char *path, const void *data, size_t len,
                           unsigned mode);
 
+/* As sbx_write_file_atomic, but without the fsyncs: readers and a restart
+ * after the writing process dies see the old or the new file, never a
+ * part; only a power loss may lose the last writes. For state rewritten
+ * many times a second (a run's state after every step). */
+int sbx_write_file_replace(const char *path, const void *data, size_t len,
+                           unsigned mode);
+
 #endif

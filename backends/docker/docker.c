@@ -19,6 +19,7 @@
 #include "cleanup.h"
 #include "clock.h"
 #include "engine.h"
+#include "fileio.h"
 #include "log.h"
 #include "options.h"
 #include "rand.h"
@@ -37,6 +38,7 @@ struct docker {
   char *container; /* id */
   char *rundir;    /* host runtime directory; removed at close */
   char token[SBX_TOKEN_HEX + 1];
+  char *token_path; /* a recorded sandbox's token file, or NULL */
   struct docker_port *ports;
   size_t nports;
 };
@@ -83,6 +85,7 @@ static void docker_free(struct docker *d) {
   docker_engine_free(d->en);
   free(d->container);
   free(d->rundir);
+  free(d->token_path);
   free(d->ports);
   explicit_bzero(d->token, sizeof(d->token));
   free(d);
@@ -822,7 +825,8 @@ int docker_resume(const struct backend_options *bo,
     goto fail;
   }
   json_t *st = json_object_get(j, "State");
-  if (!json_is_true(json_object_get(st, "Running"))) {
+  bool running = json_is_true(json_object_get(st, "Running"));
+  if (!running && !a->allow_stopped) {
     const char *status = json_string_value(json_object_get(st, "Status"));
     r = sbx_error_set(e, SBX_UNAVAILABLE, ESRCH,
                       "container %.12s of session %s is not running (%s)",
@@ -832,6 +836,18 @@ int docker_resume(const struct backend_options *bo,
   r = find_rundir(j, d->container, &rundir, e);
   if (r < 0)
     goto fail;
+  if (!running) {
+    /* A stopped container: a handle without a client, to start again. */
+    const char *root0 = label_of(j, DOCKER_LABEL_ROOT);
+    s->root = strdup(root0 && root0[0] == '/' ? root0 : DOCKER_DEFAULT_ROOT);
+    if (!s->root) {
+      r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+      goto fail;
+    }
+    d->rundir = TAKE_PTR(rundir);
+    *out = s;
+    return 0;
+  }
   char sock[PATH_MAX];
   (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", rundir);
   r = connect_sandboxd(
@@ -860,8 +876,133 @@ fail:
   return r;
 }
 
+/* ---- lifecycle: developer-owned and recorded sandboxes ----------------- */
+
+/* A container that outlives this process: created as usual (containers
+ * always outlive their creator), with the token also written to the state
+ * directory's token file so another sbx process can attach. */
+static int docker_create_spec(const struct backend_options *bo,
+                              const struct sandbox_spec *spec,
+                              struct sandbox **out, struct sbx_error *e) {
+  if (spec && (spec->ngrants || spec->nbinds))
+    return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                         "extra_path_grants and local_bind mounts are not "
+                         "supported by backend docker; use its mounts option");
+  int r = docker_create(bo, out, e);
+  if (r < 0 || !spec || !spec->token_path)
+    return r;
+  struct docker *d = (*out)->priv;
+  r = sbx_write_file_atomic(spec->token_path, d->token, SBX_TOKEN_HEX, 0600);
+  if (r == 0 && !(d->token_path = strdup(spec->token_path)))
+    r = -ENOMEM;
+  if (r < 0) {
+    (void)docker_close(*out, NULL);
+    *out = NULL;
+    return sbx_error_set(e, SBX_OK, -r, "cannot write the token file \"%s\"",
+                         spec->token_path);
+  }
+  return 0;
+}
+
+/* The record's docker part: the container, and where the token is (the
+ * token itself stays in its 0600 file). */
+static int docker_save(const struct sandbox *s, json_t *obj) {
+  const struct docker *d = s->priv;
+  json_t *o =
+      json_pack("{s:s, s:s, s:s?}", "container", d->container, "session_id",
+                s->session_id, "token_file", d->token_path);
+  if (!o)
+    return -ENOMEM;
+  int r = json_object_update(obj, o) < 0 ? -ENOMEM : 0;
+  json_decref(o);
+  return r;
+}
+
+/* Attaches through docker_resume: labels, a running container, a private
+ * runtime directory, and a sandboxd that accepts the recorded token. The
+ * token comes from the record's token file. */
+static int docker_attach(const struct backend_options *bo, json_t *obj,
+                         struct sandbox **out, struct sbx_error *e) {
+  const char *container = json_string_value(json_object_get(obj, "container"));
+  const char *sid = json_string_value(json_object_get(obj, "session_id"));
+  const char *tokf = json_string_value(json_object_get(obj, "token_file"));
+  if (!container || !sid || !tokf)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the docker sandbox record lacks its container, "
+                         "session or token file");
+  _cleanup_free_ char *tok = NULL;
+  size_t len = 0;
+  int r = sbx_read_file(tokf, 256, &tok, &len);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot read the token file \"%s\"",
+                         tokf);
+  while (len > 0 && (tok[len - 1] == '\n' || tok[len - 1] == ' '))
+    tok[--len] = '\0';
+  struct docker_resume_args a = {.session_id = sid,
+                                 .container = container,
+                                 .token = tok,
+                                 .allow_stopped = true};
+  r = docker_resume(bo, &a, out, e);
+  explicit_bzero(tok, len);
+  if (r == 0) {
+    struct docker *d = (*out)->priv;
+    if (!(d->token_path = strdup(tokf))) {
+      docker_detach(*out);
+      *out = NULL;
+      return -ENOMEM;
+    }
+  }
+  return r;
+}
+
+static bool docker_running(const struct sandbox *s) {
+  return s && s->client != NULL;
+}
+
+/* Stops the container (sandboxd gets TERM and kills its processes); the
+ * container and its workspace stay for a later start. */
+static int docker_stop(struct sandbox *s, struct sbx_error *e) {
+  struct docker *d = s->priv;
+  s->client = sbx_client_free(s->client);
+  char path[512];
+  int r = container_path(d->container, "/stop?t=5", path, sizeof(path), e);
+  if (r < 0)
+    return r;
+  struct docker_request req = {.method = "POST", .path = path};
+  return docker_engine_json(d->en, &req, NULL, e);
+}
+
+/* Starts a stopped container again and connects to its sandboxd. */
+static int docker_start(struct sandbox *s, struct sbx_error *e) {
+  if (s->client)
+    return 0;
+  struct docker *d = s->priv;
+  char sock[PATH_MAX];
+  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", d->rundir);
+  (void)unlink(sock); /* the stopped sandboxd's, gone stale */
+  char path[512];
+  int r = container_path(d->container, "/start", path, sizeof(path), e);
+  if (r < 0)
+    return r;
+  struct docker_request req = {.method = "POST", .path = path};
+  r = docker_engine_json(d->en, &req, NULL, e);
+  if (r < 0)
+    return r;
+  r = wait_socket(d, sock, "the container's image", 10000, e);
+  if (r < 0)
+    return r;
+  return connect_sandboxd(s, d, sock, 10000, e);
+}
+
 const struct backend backend_docker = {
     .name = "docker",
     .create = docker_create,
     .close = docker_close,
+    .create_spec = docker_create_spec,
+    .save = docker_save,
+    .attach = docker_attach,
+    .detach = docker_detach,
+    .running = docker_running,
+    .stop = docker_stop,
+    .start = docker_start,
 };

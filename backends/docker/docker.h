@@ -60,6 +60,8 @@ struct docker_resume_args {
   const char *session_id; /* the session the container must belong to */
   const char *container;  /* its id or name */
   const char *token;      /* the token given to its sandboxd (hex) */
+  bool allow_stopped;     /* a stopped container gives a handle without a
+                             client, for a later start */
 };
 
 /* Reconnects to a live container made by this backend for A's session:

@@ -129,6 +129,9 @@ static int local_stop(struct sandbox *s, struct sbx_error *e) {
       struct sbx_error ignored = {0};
       if (s->client)
         (void)sbx_shutdown(s->client, 250, &ignored);
+      /* Hang up now: sandboxd waits (a little) for its clients to go
+       * before it closes, so that none misses its last reply. */
+      s->client = sbx_client_free(s->client);
       if (!wait_exit(l, 3000)) {
         (void)kill(l->pid, SIGKILL);
         (void)wait_exit(l, 2000);

@@ -174,3 +174,37 @@ Test(daemon, repeated_mutating_request_runs_once) {
   cr_expect_eq(st.st_size, 10, "two appends for three requests");
   test_daemon_stop(&t);
 }
+
+Test(daemon, tagged_requests_from_a_restarted_client_run_once) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint64_t ids[2];
+  for (int round = 0; round < 2; round++) {
+    /* A fresh client each round, as after a controller restart. */
+    struct sbx_client *c = test_daemon_client(&t, NULL);
+    sbx_client_set_tag("run42-call_7");
+    Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+    st.command = "echo x >> count";
+    Sbx__V1__Response *r = NULL;
+    struct sbx_error e = {0};
+    cr_assert_eq(sbx_exec_start(c, &st, &r, &e), 0, "%s", e.msg);
+    ids[round] = r->exec_start->exec_id;
+    sbx_client_reply_free(r);
+    /* Reads are not tagged: the wait below does not shift the ids. */
+    Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
+    rd.exec_id = ids[round];
+    rd.until_exit = true;
+    rd.wait_ms = 5000;
+    cr_assert_eq(sbx_exec_read(c, &rd, &r, &e), 0, "%s", e.msg);
+    sbx_client_reply_free(r);
+    sbx_client_set_tag(NULL);
+    sbx_client_free(c);
+  }
+  cr_expect_eq(ids[0], ids[1], "the repeat got the first start's exec id");
+  char path[256];
+  (void)snprintf(path, sizeof(path), "%s/count", t.root);
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0);
+  cr_expect_eq(st.st_size, 2, "the command ran once");
+  test_daemon_stop(&t);
+}

@@ -294,6 +294,40 @@ Test(exec_daemon, run_as_another_user) {
   test_daemon_stop(&t);
 }
 
+/* Children started by the worker pool inherit the filter their worker
+ * carries: it must be the same filter, with the same side effects. */
+Test(exec_daemon, children_of_the_pool_are_filtered) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  for (int i = 0; i < 8; i++) { /* more starts than workers */
+    uint64_t id = start_cmd(t.client,
+                            "grep -E '^(Seccomp|NoNewPrivs|CapBnd):' "
+                            "/proc/self/status; unshare -U true 2>&1",
+                            false, 0);
+    struct chunk k;
+    char *out = read_all(t.client, id, 0, &k);
+    cr_expect(strstr(out, "Seccomp:\t2\n"), "%s", out);
+    cr_expect(strstr(out, "NoNewPrivs:\t1\n"), "%s", out);
+    cr_expect(strstr(out, "Operation not permitted"), "%s", out);
+    cr_expect_neq(k.code, 0);
+    const char *bnd = strstr(out, "CapBnd:");
+    cr_assert_not_null(bnd, "%s", out);
+    if (geteuid() == 0)
+      cr_expect_eq(strtoull(bnd + 7, NULL, 16) & (1ull << 19), 0, "%s", out);
+    free(out);
+  }
+  static const char *const off[] = {"--seccomp", "off", NULL};
+  struct test_daemon u;
+  test_daemon_start(&u, off);
+  uint64_t id =
+      start_cmd(u.client, "grep '^Seccomp:' /proc/self/status", false, 0);
+  char *out = read_all(u.client, id, 0, NULL);
+  cr_expect_str_eq(out, "Seccomp:\t0\n");
+  free(out);
+  test_daemon_stop(&u);
+  test_daemon_stop(&t);
+}
+
 Test(exec_daemon, exec_errors_reach_the_client) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);
@@ -333,6 +367,55 @@ static int daemon_threads(pid_t pid) {
       n = (int)strtol(line + 8, NULL, 10);
   fclose(f);
   return n;
+}
+
+struct last_read {
+  struct sbx_client *c;
+  uint64_t id;
+  int rc;
+  bool exited;
+  struct sbx_error e;
+};
+
+static void *last_read_main(void *arg) {
+  struct last_read *p = arg;
+  Sbx__V1__ExecRead rq = SBX__V1__EXEC_READ__INIT;
+  rq.exec_id = p->id;
+  rq.wait_ms = 5000;
+  rq.until_exit = true;
+  Sbx__V1__Response *r = NULL;
+  p->rc = sbx_exec_read(p->c, &rq, &r, &p->e);
+  if (p->rc == 0)
+    p->exited = r->exec_read->exited;
+  sbx_client_reply_free(r);
+  p->c = sbx_client_free(p->c);
+  return NULL;
+}
+
+/* The replies sent as the daemon ends (Shutdown's, and the parked reads it
+ * answers when it kills their processes) reach their clients. A client that
+ * sees the hang-up together with a reply's bytes drops them (nng stops
+ * reading at the hang-up), so the daemon waits for its clients to go; the
+ * race is rare (about one sbx run in a hundred lost its Shutdown reply when
+ * the daemon closed at once), so this checks the outcome, not the race. */
+Test(exec_daemon, last_replies_reach_their_clients) {
+  for (int i = 0; i < 5; i++) {
+    struct test_daemon t;
+    test_daemon_start(&t, NULL);
+    struct last_read p = {.c = test_daemon_client(&t, NULL), .rc = 1};
+    p.id = start_cmd(t.client, "sleep 100", false, 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, last_read_main, &p), 0);
+    (void)nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    struct sbx_error e = {0};
+    cr_expect_eq(sbx_shutdown(t.client, 100, &e), 0, "run %d: %s", i, e.msg);
+    t.client = sbx_client_free(t.client);
+    pthread_join(th, NULL);
+    cr_expect_eq(p.rc, 0, "run %d: parked read: %s", i, p.e.msg);
+    cr_expect(p.exited, "run %d: the read saw the exit", i);
+    int st = test_daemon_stop(&t);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  }
 }
 
 Test(exec_daemon, many_parked_reads_need_no_threads) {

@@ -14,6 +14,11 @@ Every request is appended to REQUESTS.jsonl as one JSON line:
      "authorization": true,           (whether an Authorization header came)
      "body": {...} | null, "body_text": "..." (only when not JSON)}
 
+The script may also be {"by_turn": true, "steps": [...]}: then the step is
+the one whose index is the number of tool outputs in the request (items of a
+type ending in "_output", or "tool" messages), so a request repeated by a
+resumed run gets the same answer.
+
 The script is a JSON list of steps, used one per request in order (a 401 for
 a wrong --api-key and a 404 for an unknown path use no step). When the steps
 run out the answer is 500 with a message saying so. A step is an object
@@ -78,7 +83,8 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 
 
 class Script:
-    def __init__(self, steps):
+    def __init__(self, steps, by_turn=False):
+        self.by_turn = by_turn
         self.steps = []
         for s in steps:
             for _ in range(int(s.get("repeat", 1))):
@@ -86,8 +92,21 @@ class Script:
         self.next = 0
         self.lock = threading.Lock()
 
-    def take(self):
+    def take(self, body=None):
         with self.lock:
+            if self.by_turn:
+                # The step is chosen by how many tool outputs the request
+                # carries, so a repeated request (a resumed run) gets the
+                # same answer again.
+                items = (body or {}).get("input") or \
+                    (body or {}).get("messages") or []
+                n = sum(1 for it in items if isinstance(it, dict) and (
+                    str(it.get("type", "")).endswith("_output") or
+                    it.get("role") == "tool"))
+                self.next += 1
+                if n >= len(self.steps):
+                    return None, n + 1
+                return self.steps[n], n + 1
             if self.next >= len(self.steps):
                 self.next += 1
                 return None, self.next
@@ -281,6 +300,10 @@ def chat_chunks(comp, include_usage, cut):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "model_server/1"
+    # Headers and body go out in separate writes: with Nagle's algorithm the
+    # body waits for the client's delayed ACK of the headers, 40 ms a reply
+    # on a kept-alive connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):
         pass
@@ -365,7 +388,7 @@ class Handler(BaseHTTPRequestHandler):
                                   % shown)
         if not isinstance(body, dict):
             body = {}
-        step, num = self.server.script.take()
+        step, num = self.server.script.take(body)
         if step is None:
             return self.error(500, "model_server: the script has no step "
                               "for request %d (it has %d steps)"
@@ -432,7 +455,11 @@ def main(argv):
         return 2
     with open(argv[1]) as f:
         steps = json.load(f)
-    if isinstance(steps, dict):
+    by_turn = False
+    if isinstance(steps, dict) and "by_turn" in steps:
+        by_turn = bool(steps["by_turn"])
+        steps = steps.get("steps", [])
+    elif isinstance(steps, dict):
         steps = [steps]
     api_key = None
     port = 0
@@ -449,7 +476,7 @@ def main(argv):
                              % rest[0])
             return 2
     srv = Server(("127.0.0.1", port), Handler)
-    srv.script = Script(steps)
+    srv.script = Script(steps, by_turn)
     srv.api_key = api_key
     srv.log = open(argv[2], "a")
     srv.log_lock = threading.Lock()

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "buf.h"
 
 const char *test_sbx_path(void) {
@@ -102,4 +104,37 @@ void sbx_run_free(struct sbx_run_out *r) {
   free(r->out);
   free(r->err);
   memset(r, 0, sizeof(*r));
+}
+
+void sbx_sandbox_run(struct sbx_run_out *r, const char *state_dir,
+                     const char *const *args) {
+  const char *argv[32];
+  size_t n = 0;
+  argv[n++] = "sandbox";
+  argv[n++] = "--state-dir";
+  argv[n++] = state_dir;
+  for (size_t i = 0; args[i] && n < 31; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+  sbx_run(r, NULL, argv);
+}
+
+void sbx_sandbox_remove_all(const char *state_dir) {
+  struct sbx_run_out r;
+  const char *ls[] = {"ls", "--json", NULL};
+  sbx_sandbox_run(&r, state_dir, ls);
+  json_t *arr = json_loads(r.out ? r.out : "[]", 0, NULL);
+  size_t i;
+  json_t *x;
+  json_array_foreach(arr, i, x) {
+    const char *id = json_string_value(json_object_get(x, "id"));
+    if (!id)
+      continue;
+    struct sbx_run_out q;
+    const char *rm[] = {"rm", "--force", id, NULL};
+    sbx_sandbox_run(&q, state_dir, rm);
+    sbx_run_free(&q);
+  }
+  json_decref(arr);
+  sbx_run_free(&r);
 }

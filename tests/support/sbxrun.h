@@ -15,6 +15,11 @@ struct sbx_run_out {
 void sbx_run(struct sbx_run_out *r, const char *base_url,
              const char *const *argv);
 void sbx_run_free(struct sbx_run_out *r);
+/* Runs "sbx sandbox --state-dir STATE_DIR ARGS..." (no model server). */
+void sbx_sandbox_run(struct sbx_run_out *r, const char *state_dir,
+                     const char *const *args);
+/* Removes every sandbox recorded in STATE_DIR (sbx sandbox rm --force). */
+void sbx_sandbox_remove_all(const char *state_dir);
 /* Path of the built sbx. */
 const char *test_sbx_path(void);
 /* Writes TEXT to DIR/NAME (DIR must exist); returns the path (static

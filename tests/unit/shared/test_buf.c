@@ -120,3 +120,12 @@ Test(err, long_messages_are_cut_at_a_character_boundary) {
   cr_expect_eq((n - 1) % 2, 0, "no half character at the end (len %zu)", n);
   cr_expect_neq((unsigned char)e.msg[n - 1], 0xc3);
 }
+
+Test(buf, unbounded_max_does_not_wrap) {
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, SIZE_MAX);
+  for (int i = 0; i < 100; i++)
+    cr_assert_eq(sbx_buf_append(&b, "0123456789", 10), 0);
+  cr_expect_eq(b.len, 1000);
+  cr_expect_eq(b.data[999], '9');
+}

@@ -1,0 +1,299 @@
+/* Snapshot save and restore of a 200 MiB workspace served by a real
+ * sandboxd (the local backend), against GNU tar with zstd on the same tree,
+ * in one run.
+ *
+ *   bench_snapshot [-v] [DIR]
+ *
+ * Builds the tree (a few thousand files of mixed sizes, half random bytes,
+ * half text) in a local sandbox's workspace under DIR (default $TMPDIR or
+ * /tmp), then measures, best of 3:
+ *   save:    snapshot_save (local, zstd) into a snapshot directory, against
+ *            `tar -I zstd -cf FILE -C TREE .`;
+ *   restore: snapshot_restore of that snapshot into a second, empty local
+ *            sandbox, against `tar -I zstd -xf FILE -C EMPTYDIR`.
+ * Every timed run starts after sync(2), and the destinations are emptied
+ * before it, outside the timing. snapshot_save fsyncs its file and
+ * directory; tar does not (its writeback lands in the next sync, untimed).
+ * Everything is removed at the end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "sandbox.h"
+#include "snapshot.h"
+
+#define TREE_BYTES (200ull << 20)
+#define RUNS 3
+#define POOL_BYTES (16u << 20)
+
+extern char **environ;
+
+static void die(const char *what, const char *why) {
+  fprintf(stderr, "bench_snapshot: %s: %s\n", what, why);
+  exit(1);
+}
+
+static void die_errno(const char *what) {
+  die(what, strerror(errno));
+}
+
+/* ---- the tree (the same shape as bench_archive's) ---- */
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static unsigned char *pool;
+
+static void write_file(const char *path, size_t size) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    die_errno(path);
+  size_t left = size;
+  while (left > 0) {
+    size_t off = next_rand() % (POOL_BYTES / 2);
+    size_t n = left < POOL_BYTES / 2 ? left : POOL_BYTES / 2;
+    ssize_t w = write(fd, pool + off, n);
+    if (w < 0)
+      die_errno(path);
+    left -= (size_t)w;
+  }
+  if (close(fd) < 0)
+    die_errno(path);
+}
+
+struct tree_stats {
+  unsigned files, dirs;
+  uint64_t bytes;
+};
+
+/* 40 directories of 4 subdirectories each; 2400 small files (1-32 KiB),
+ * 500 medium ones (64-448 KiB), then 4-8 MiB files up to 200 MiB, a symlink
+ * and an empty directory. */
+static void build_tree(const char *top, struct tree_stats *st) {
+  pool = malloc(POOL_BYTES);
+  if (!pool)
+    die("malloc", "out of memory");
+  for (size_t i = 0; i < POOL_BYTES / 2; i += 8) {
+    uint64_t r = next_rand();
+    memcpy(pool + i, &r, 8);
+  }
+  static const char text[] = "the quick brown fox jumps over the lazy dog\n";
+  for (size_t i = POOL_BYTES / 2; i < POOL_BYTES; i++)
+    pool[i] = (unsigned char)text[i % (sizeof(text) - 1)];
+  char p[PATH_MAX];
+  st->dirs = 1;
+  for (int i = 0; i < 40; i++) {
+    (void)snprintf(p, sizeof(p), "%s/d%02d", top, i);
+    if (mkdir(p, 0755) < 0)
+      die_errno(p);
+    st->dirs++;
+    for (int j = 0; j < 4; j++) {
+      (void)snprintf(p, sizeof(p), "%s/d%02d/s%d", top, i, j);
+      if (mkdir(p, 0755) < 0)
+        die_errno(p);
+      st->dirs++;
+    }
+  }
+  unsigned n = 0;
+  for (; n < 2900 || st->bytes < TREE_BYTES; n++) {
+    size_t size;
+    if (n < 2400)
+      size = 1024 + next_rand() % (31 * 1024);
+    else if (n < 2900)
+      size = (64 << 10) + next_rand() % (384 << 10);
+    else
+      size = (4u << 20) + next_rand() % (4u << 20);
+    if (n >= 2900 && st->bytes + size > TREE_BYTES)
+      size = (size_t)(TREE_BYTES - st->bytes);
+    (void)snprintf(p, sizeof(p), "%s/d%02u/s%u/f%04u.dat", top, n % 40,
+                   (n / 40) % 4, n);
+    write_file(p, size);
+    st->bytes += size;
+  }
+  st->files = n;
+  (void)snprintf(p, sizeof(p), "%s/d00/link", top);
+  if (symlink("s0/f0000.dat", p) < 0)
+    die_errno(p);
+  (void)snprintf(p, sizeof(p), "%s/empty", top);
+  if (mkdir(p, 0755) < 0)
+    die_errno(p);
+  st->dirs++;
+  free(pool);
+}
+
+/* ---- helpers ---- */
+
+static double now_s(void) {
+  return (double)sbx_now_ns() / 1e9;
+}
+
+static void run(const char *const argv[]) {
+  pid_t pid;
+  int r = posix_spawnp(&pid, argv[0], NULL, NULL, (char *const *)argv, environ);
+  if (r != 0)
+    die(argv[0], strerror(r));
+  int st;
+  if (waitpid(pid, &st, 0) < 0)
+    die_errno("waitpid");
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die(argv[0], "failed");
+}
+
+/* Empties DIR (keeps DIR itself). */
+static void empty_dir(const char *dir) {
+  char cmd[PATH_MAX + 64];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "find '%s' -mindepth 1 -maxdepth 1 -exec rm -rf {} +", dir);
+  if (system(cmd) != 0)
+    die("find", dir);
+}
+
+static uint64_t file_size(const char *p) {
+  struct stat st;
+  if (stat(p, &st) < 0)
+    die_errno(p);
+  return (uint64_t)st.st_size;
+}
+
+/* The sandboxd next to this program's directory (build/bench/..). */
+static void find_sandboxd(char *out, size_t n) {
+  const char *env = getenv("SBX_SANDBOXD");
+  if (env) {
+    (void)snprintf(out, n, "%s", env);
+    return;
+  }
+  char self[PATH_MAX];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (k < 0)
+    die_errno("/proc/self/exe");
+  self[k] = '\0';
+  (void)snprintf(out, n, "%s/../sandboxd", dirname(self));
+}
+
+static double best(const double *v) {
+  double b = v[0];
+  for (int i = 1; i < RUNS; i++)
+    if (v[i] < b)
+      b = v[i];
+  return b;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "-v") == 0) {
+    sbx_log_set_level(SBX_LOG_DEBUG); /* the phases of each of our runs */
+    argc--;
+    argv++;
+  }
+  const char *parent = argc > 1 ? argv[1] : getenv("TMPDIR");
+  if (!parent || !*parent)
+    parent = "/tmp";
+  char base[1024];
+  (void)snprintf(base, sizeof(base), "%s/bench-snapshot-XXXXXX", parent);
+  if (!mkdtemp(base))
+    die_errno(base);
+  char sandboxd[PATH_MAX];
+  find_sandboxd(sandboxd, sizeof(sandboxd));
+  struct backend_options o = {.sandboxd_path = sandboxd,
+                              .workspace_base = base};
+  struct sandbox *src = NULL, *dst = NULL;
+  struct sbx_error e = {0};
+  if (backend_local.create(&o, &src, &e) < 0 ||
+      backend_local.create(&o, &dst, &e) < 0)
+    die("local sandbox", e.msg);
+
+  struct tree_stats st = {0};
+  build_tree(src->root, &st);
+  char snaps[PATH_MAX], tarfile[PATH_MAX], tarout[PATH_MAX];
+  (void)snprintf(snaps, sizeof(snaps), "%s/snapshots", base);
+  (void)snprintf(tarfile, sizeof(tarfile), "%s/tree.tar.zst", base);
+  (void)snprintf(tarout, sizeof(tarout), "%s/tar-out", base);
+  if (mkdir(tarout, 0755) < 0)
+    die_errno(tarout);
+
+  struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL, .base_dir = snaps};
+  struct snapshot_record rec = {0};
+  double save[RUNS], tsave[RUNS], restore[RUNS], trestore[RUNS];
+  uint64_t members = 0;
+  for (int i = 0; i < RUNS; i++) {
+    sync();
+    double t0 = now_s();
+    snapshot_record_clear(&rec);
+    if (snapshot_save(&spec, src, NULL, NULL, &rec, NULL, NULL, &e) < 0)
+      die("snapshot_save", e.msg);
+    save[i] = now_s() - t0;
+
+    (void)unlink(tarfile);
+    sync();
+    t0 = now_s();
+    const char *const tc[] = {"tar", "-I",      "zstd", "-cf", tarfile,
+                              "-C",  src->root, ".",    NULL};
+    run(tc);
+    tsave[i] = now_s() - t0;
+
+    empty_dir(dst->root);
+    sync();
+    t0 = now_s();
+    struct snapshot_restore_result res = {0};
+    if (snapshot_restore(&spec, &rec, dst, NULL, NULL, &res, NULL, NULL, &e) <
+        0)
+      die("snapshot_restore", e.msg);
+    restore[i] = now_s() - t0;
+    members = res.members;
+
+    empty_dir(tarout);
+    sync();
+    t0 = now_s();
+    const char *const tx[] = {"tar",   "-I", "zstd", "-xf",
+                              tarfile, "-C", tarout, NULL};
+    run(tx);
+    trestore[i] = now_s() - t0;
+    fprintf(stderr,
+            "run %d: save %.3f s (tar %.3f s), restore %.3f s (tar %.3f s)\n",
+            i + 1, save[i], tsave[i], restore[i], trestore[i]);
+  }
+
+  /* The restored tree is the source tree. */
+  char cmd[3 * PATH_MAX];
+  (void)snprintf(cmd, sizeof(cmd), "diff -r --no-dereference '%s' '%s' >&2",
+                 src->root, dst->root);
+  if (system(cmd) != 0)
+    die("diff", "the restored workspace differs from the source");
+
+  uint64_t tar_bytes = file_size(tarfile);
+  printf("tree: %u files, %u dirs, %.1f MiB; snapshot %.1f MiB "
+         "(%" PRIu64 " members), tar.zst %.1f MiB\n",
+         st.files, st.dirs, (double)st.bytes / (1 << 20),
+         (double)rec.size / (1 << 20), members, (double)tar_bytes / (1 << 20));
+  printf("best of %d       sbx        tar -I zstd   ratio (sbx/tar)\n", RUNS);
+  printf("save          %7.3f s    %7.3f s      %.2f\n", best(save),
+         best(tsave), best(save) / best(tsave));
+  printf("restore       %7.3f s    %7.3f s      %.2f\n", best(restore),
+         best(trestore), best(restore) / best(trestore));
+  printf("save rate     %7.1f MiB/s of workspace\n",
+         (double)st.bytes / (1 << 20) / best(save));
+
+  snapshot_record_clear(&rec);
+  (void)backend_local.close(src, &e);
+  (void)backend_local.close(dst, &e);
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
+  if (system(cmd) != 0)
+    die("rm", base);
+  return 0;
+}

@@ -1,0 +1,238 @@
+/* Developer-owned sandboxes on the docker backend: create, attach from
+ * another sbx process, save, and resume a live container, a removed one
+ * from its snapshot, or refuse when neither is possible. Needs the engine
+ * of scripts/containers.sh (DOCKER_HOST); fails without it. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model_server.h"
+#include "sbxrun.h"
+
+static char dir[64], sdir[96], snaps[96];
+
+static void sbx(struct sbx_run_out *r, const char *const *args) {
+  sbx_sandbox_run(r, sdir, args);
+}
+
+static void setup(void) {
+  const char *h = getenv("DOCKER_HOST");
+  if (!h || !*h)
+    cr_assert_fail("DOCKER_HOST is unset: these tests need a container "
+                   "engine; run `scripts/containers.sh` and export the "
+                   "DOCKER_HOST it prints (`make check` does both)");
+  (void)snprintf(dir, sizeof(dir), "/tmp/sbx-dksess-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  (void)snprintf(sdir, sizeof(sdir), "%s/state", dir);
+  (void)snprintf(snaps, sizeof(snaps), "%s/snaps", dir);
+}
+
+static void teardown(void) {
+  sbx_sandbox_remove_all(sdir);
+  char cmd[128];
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  (void)!system(cmd);
+}
+
+TestSuite(docker_session, .init = setup, .fini = teardown, .timeout = 180);
+
+static char *create(void) {
+  const char *m = test_write_file(
+      dir, "m.json",
+      "{\"entries\": {\"notes.txt\": {\"type\": \"file\", \"content\": "
+      "\"hello\\n\"}}}");
+  char mp[256];
+  (void)snprintf(mp, sizeof(mp), "%s", m);
+  struct sbx_run_out r;
+  const char *args[] = {"create", "--backend",  "docker", "--network",
+                        "none",   "--manifest", mp,       NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *id = strndup(r.out, strcspn(r.out, "\n"));
+  sbx_run_free(&r);
+  const char *ex[] = {"exec", id, "--", "sh", "-c", "echo more >> notes.txt",
+                      NULL};
+  sbx(&r, ex);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  return id;
+}
+
+static char *save(const char *id) {
+  struct sbx_run_out r;
+  const char *args[] = {"save", id, "--snapshot-dir", snaps, NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *path = strdup(test_write_file(dir, "state.json", r.out));
+  sbx_run_free(&r);
+  return path;
+}
+
+Test(docker_session, runs_attach_to_a_developer_owned_container) {
+  char *id = create();
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
+      "\"arguments\": {\"cmd\": \"cat notes.txt; ls /sys/class/net\"}}]}, "
+      "{\"text\": \"ok\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", sdir, "--sandbox", id,
+                       ap,    "read",        NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  char *dump =
+      json_dumps(json_object_get(
+                     json_object_get(json_array_get(reqs, 1), "body"), "input"),
+                 0);
+  cr_expect(dump && strstr(dump, "Output:\\nhello\\nmore\\nlo\\n"),
+            "the container's workspace, network none: %s", dump);
+  free(dump);
+  json_decref(reqs);
+  /* A second process sees it running. */
+  const char *info[] = {"--json", "info", id, NULL};
+  sbx(&r, info);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "\"docker\"") != NULL, "%s", r.out);
+  sbx_run_free(&r);
+  free(id);
+}
+
+Test(docker_session, resume_live_removed_and_neither) {
+  char *id = create();
+  char *st = save(id);
+  json_t *sj = json_load_file(st, 0, NULL);
+  cr_expect_str_eq(json_string_value(json_object_get(sj, "type")), "docker");
+  cr_expect_eq(strlen(json_string_value(json_object_get(sj, "container_id"))),
+               64, "the container id is in the state");
+  json_decref(sj);
+  struct sbx_run_out r;
+  const char *res[] = {"resume", st, NULL};
+  sbx(&r, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strncmp(r.out, id, strlen(id)) == 0, "live: %s", r.out);
+  cr_expect(strstr(r.err, "reconnected") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  /* Removed: restored from the snapshot into a new container. */
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  sbx(&r, res);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *nid = strndup(r.out, strcspn(r.out, "\n"));
+  cr_expect_str_neq(nid, id);
+  sbx_run_free(&r);
+  const char *cat[] = {"exec", nid, "--", "cat", "notes.txt", NULL};
+  sbx(&r, cat);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "hello\nmore\n");
+  sbx_run_free(&r);
+  /* Neither: the container is gone and so is the snapshot. */
+  const char *rm2[] = {"rm", nid, NULL};
+  sbx(&r, rm2);
+  sbx_run_free(&r);
+  char cmd[160];
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", snaps);
+  cr_assert_eq(system(cmd), 0);
+  sbx(&r, res);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "the live sandbox is gone") &&
+                strstr(r.err, "restoring the snapshot failed"),
+            "%s", r.err);
+  sbx_run_free(&r);
+  free(nid);
+  free(st);
+  free(id);
+}
+
+Test(docker_session, create_flag_errors) {
+  struct sbx_run_out r;
+  const char *img[] = {"create", "--image", "x", NULL};
+  sbx(&r, img);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "need --backend docker") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *net[] = {"create",    "--backend", "docker",
+                       "--network", "host",      NULL};
+  sbx(&r, net);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "only none is supported") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+}
+
+Test(docker_session, agent_run_config_selects_the_backend) {
+  const char *a = test_write_file(
+      dir, "d.json",
+      "{\"name\": \"D\", \"run_config\": {\"backend\": \"docker\", "
+      "\"network_mode\": \"none\"}}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
+      "\"arguments\": {\"cmd\": \"ls /sys/class/net\"}}]}, {\"text\": \"ok\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", sdir, "--stream", ap, "x", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "\"backend\":\"docker\"") != NULL, "%s", r.out);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  char *dump =
+      json_dumps(json_object_get(
+                     json_object_get(json_array_get(reqs, 1), "body"), "input"),
+                 0);
+  cr_expect(dump && strstr(dump, "Output:\\nlo\\n"), "%s", dump);
+  free(dump);
+  json_decref(reqs);
+  /* A bad run_config is a configuration error naming the key. */
+  const char *b = test_write_file(
+      dir, "b.json",
+      "{\"name\": \"B\", \"run_config\": {\"backend\": \"vm\"}}");
+  char bp[256];
+  (void)snprintf(bp, sizeof(bp), "%s", b);
+  const char *bad[] = {"run", bp, "x", NULL};
+  sbx_run(&r, NULL, bad);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "run_config.backend") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+}
+
+Test(docker_session, stop_and_start_keep_the_workspace) {
+  char *id = create();
+  struct sbx_run_out r;
+  const char *stop[] = {"stop", id, NULL};
+  for (int i = 0; i < 2; i++) { /* idempotent */
+    sbx(&r, stop);
+    cr_expect_eq(r.status, 0, "%s", r.err);
+    sbx_run_free(&r);
+  }
+  const char *cat[] = {"exec", id, "--", "cat", "notes.txt", NULL};
+  sbx(&r, cat);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "is stopped") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *start[] = {"start", id, NULL};
+  sbx(&r, start);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  sbx(&r, cat);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "hello\nmore\n");
+  sbx_run_free(&r);
+  free(id);
+}

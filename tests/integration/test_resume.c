@@ -1,0 +1,382 @@
+/* Run state, approvals and crash safety: runs that pause for approval and
+ * are resumed from another process, and runs killed with SIGKILL at
+ * several points and resumed to the same answer, with no tool call run
+ * twice. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model_server.h"
+#include "sbxrun.h"
+
+static char dir[64];
+static char state[96];
+
+static void setup(void) {
+  (void)snprintf(dir, sizeof(dir), "/tmp/sbx-resume-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  (void)snprintf(state, sizeof(state), "%s/state", dir);
+}
+
+/* Removes every sandbox left in the state dir, then the temp dir. */
+static void teardown(void) {
+  sbx_sandbox_remove_all(state);
+  char cmd[128];
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  (void)!system(cmd);
+}
+
+TestSuite(resume, .init = setup, .fini = teardown, .timeout = 180);
+
+static const char *write_agent(const char *json) {
+  static char path[128];
+  (void)snprintf(path, sizeof(path), "%s",
+                 test_write_file(dir, "a.json", json));
+  return path;
+}
+
+/* The run state file that the stderr of a paused run names. */
+static char *paused_state(const char *err) {
+  const char *p = strstr(err, "its state is in ");
+  cr_assert_not_null(p, "%s", err);
+  p += strlen("its state is in ");
+  size_t n = strcspn(p, "\n");
+  return strndup(p, n);
+}
+
+static const char *output_of(json_t *reqs, const char *call_id) {
+  for (size_t n = json_array_size(reqs); n-- > 0;) {
+    json_t *input = json_object_get(
+        json_object_get(json_array_get(reqs, n), "body"), "input");
+    size_t i;
+    json_t *it;
+    json_array_foreach(input, i, it) {
+      const char *c = json_string_value(json_object_get(it, "call_id"));
+      const char *t = json_string_value(json_object_get(it, "type"));
+      if (c && t && strcmp(c, call_id) == 0 &&
+          strcmp(t, "function_call_output") == 0)
+        return json_string_value(json_object_get(it, "output"));
+    }
+  }
+  return NULL;
+}
+
+Test(resume, paused_for_approval_approved_from_another_process) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"exec_command\": [\"cat\"]}}");
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"w1\", "
+      "\"arguments\": {\"cmd\": \"echo made > made.txt\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"r1\", "
+      "\"arguments\": {\"cmd\": \"cat made.txt\"}}]},"
+      " {\"text\": \"all done\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, a, "make a file", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "paused: %s", r.err);
+  char *rs = paused_state(r.err);
+  sbx_run_free(&r);
+  /* Nothing ran yet. */
+  const char *bad[] = {"approve", rs, "nope", NULL};
+  sbx_run(&r, NULL, bad);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "no pending call \"nope\"") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *ok[] = {"approve", rs, "w1", NULL};
+  sbx_run(&r, NULL, ok);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "all done\n");
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(json_array_size(reqs), 3, "no model call was repeated");
+  const char *w = output_of(reqs, "w1");
+  cr_assert_not_null(w);
+  cr_expect(strstr(w, "Process exited with code 0") != NULL, "%s", w);
+  const char *c = output_of(reqs, "r1");
+  cr_assert_not_null(c);
+  cr_expect(strstr(c, "Output:\nmade\n") != NULL,
+            "the approved call ran in "
+            "the same sandbox: %s",
+            c);
+  cr_expect_neq(access(rs, F_OK), 0, "a finished run leaves no state");
+  json_decref(reqs);
+  free(rs);
+}
+
+Test(resume, rejected_call_reason_reaches_the_model) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"exec_command\": \"always\"}}");
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"x1\", "
+      "\"arguments\": {\"cmd\": \"rm -rf /tmp/whatever\"}}]},"
+      " {\"text\": \"ok, not deleting\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, a, "clean up", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "%s", r.err);
+  char *rs = paused_state(r.err);
+  sbx_run_free(&r);
+  const char *rej[] = {"reject", rs, "x1", "--reason", "too risky", NULL};
+  sbx_run(&r, NULL, rej);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "ok, not deleting\n");
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_str_eq(output_of(reqs, "x1"),
+                   "The user rejected this tool call: too risky");
+  json_decref(reqs);
+  free(rs);
+}
+
+/* Starts sbx without waiting; returns its pid. */
+static pid_t spawn_sbx(const char *base_url, const char *const *argv) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    const char *args[32];
+    size_t n = 0;
+    args[n++] = test_sbx_path();
+    for (size_t i = 0; argv[i] && n < 31; i++)
+      args[n++] = argv[i];
+    args[n] = NULL;
+    int devnull = open("/dev/null", O_RDWR);
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    setenv("OPENAI_BASE_URL", base_url, 1);
+    setenv("OPENAI_API_KEY", "test-key", 1);
+    execv(args[0], (char *const *)args);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* The one run state file in STATE/runs, or NULL. */
+static char *find_run_state(void) {
+  char runs[160];
+  (void)snprintf(runs, sizeof(runs), "%s/runs", state);
+  DIR *d = opendir(runs);
+  if (!d)
+    return NULL;
+  char *found = NULL;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t n = strlen(de->d_name);
+    if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
+      char p[512];
+      (void)snprintf(p, sizeof(p), "%s/%s", runs, de->d_name);
+      free(found);
+      found = strdup(p);
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+Test(resume, killed_at_five_points_resumes_to_the_same_answer) {
+  const char *a = write_agent("{\"name\": \"A\"}");
+  static const char script[] =
+      "{\"by_turn\": true, \"steps\": ["
+      " {\"delay_ms\": 400, \"tool_calls\": [{\"name\": \"exec_command\", "
+      "\"call_id\": \"c1\", \"arguments\": {\"cmd\": \"echo one >> "
+      "runs.log; sleep 1\"}}]},"
+      " {\"delay_ms\": 400, \"tool_calls\": [{\"name\": \"exec_command\", "
+      "\"call_id\": \"c2\", \"arguments\": {\"cmd\": \"echo two >> "
+      "runs.log; sleep 1\"}}]},"
+      " {\"delay_ms\": 400, \"tool_calls\": [{\"name\": \"exec_command\", "
+      "\"call_id\": \"c3\", \"arguments\": {\"cmd\": \"cat runs.log\"}}]},"
+      " {\"delay_ms\": 400, \"text\": \"the log has two lines\"}]}";
+  /* Milliseconds after start: during the first model call, during the
+   * first command, during the second model call, during the second
+   * command, during the last model calls. */
+  const int kill_at[] = {250, 1100, 1700, 2600, 3500};
+  for (size_t k = 0; k < sizeof(kill_at) / sizeof(kill_at[0]); k++) {
+    char cmd[160];
+    (void)snprintf(cmd, sizeof(cmd), "rm -rf %s/runs", state);
+    (void)!system(cmd);
+    struct test_model_server srv;
+    test_model_server_start(&srv, script, NULL);
+    const char *run[] = {"run", "--state-dir", state, a, "log twice", NULL};
+    pid_t pid = spawn_sbx(srv.base_url, run);
+    struct timespec ts = {kill_at[k] / 1000, (kill_at[k] % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    char *rs = find_run_state();
+    /* From the first model answer on, a state exists to resume from. */
+    if (kill_at[k] >= 1000)
+      cr_expect_not_null(rs, "kill at %d ms left no run state", kill_at[k]);
+    struct sbx_run_out r;
+    if (rs) {
+      const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+      sbx_run(&r, srv.base_url, res);
+    } else {
+      /* Killed before the first state was written: start again. */
+      sbx_run(&r, srv.base_url, run);
+    }
+    cr_expect_eq(r.status, 0, "kill at %d ms: %s", kill_at[k], r.err);
+    cr_expect_str_eq(r.out, "the log has two lines\n", "kill at %d ms",
+                     kill_at[k]);
+    sbx_run_free(&r);
+    json_t *reqs = test_model_server_requests(&srv);
+    test_model_server_stop(&srv);
+    const char *log = output_of(reqs, "c3");
+    cr_assert_not_null(log, "kill at %d ms: no cat output", kill_at[k]);
+    cr_expect(strstr(log, "Output:\none\ntwo\n") != NULL,
+              "kill at %d ms: each command ran once: %s", kill_at[k], log);
+    json_decref(reqs);
+    free(rs);
+  }
+}
+
+Test(resume, resume_errors) {
+  struct sbx_run_out r;
+  const char *missing[] = {"run", "--resume", "/nonexistent/state.json", NULL};
+  sbx_run(&r, NULL, missing);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "/nonexistent/state.json") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *junk = test_write_file(dir, "junk.json", "{\"x\": 1}");
+  char jp[256];
+  (void)snprintf(jp, sizeof(jp), "%s", junk);
+  const char *bad[] = {"run", "--resume", jp, NULL};
+  sbx_run(&r, NULL, bad);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "not a run state") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *extra[] = {"run", "--resume", jp, "a.json", "p", NULL};
+  sbx_run(&r, NULL, extra);
+  cr_expect_eq(r.status, 2);
+  sbx_run_free(&r);
+  const char *noargs[] = {"approve", NULL};
+  sbx_run(&r, NULL, noargs);
+  cr_expect_eq(r.status, 2);
+  sbx_run_free(&r);
+  const char *ask[] = {"run", "--approve", "maybe", "a", "b", NULL};
+  sbx_run(&r, NULL, ask);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "expected ask or stop") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+}
+
+/* Runs sbx under `script` so that it has a terminal, feeding ANSWERS. */
+static int run_in_pty(const char *base_url, const char *agent,
+                      const char *answers, char **out) {
+  char outp[160], cmd[2048];
+  (void)snprintf(outp, sizeof(outp), "%s/pty.out", dir);
+  (void)snprintf(
+      cmd, sizeof(cmd),
+      "printf '%s' | OPENAI_BASE_URL=%s OPENAI_API_KEY=k script -qec "
+      "\"%s run --state-dir %s --approve ask %s 'do it'\" /dev/null "
+      "> %s 2>&1",
+      answers, base_url, test_sbx_path(), state, agent, outp);
+  int st = system(cmd);
+  FILE *f = fopen(outp, "r");
+  cr_assert_not_null(f);
+  size_t cap = 0;
+  *out = NULL;
+  (void)getdelim(out, &cap, '\0', f);
+  fclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(resume, approve_ask_asks_on_the_terminal) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"exec_command\": \"always\"}}");
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "{\"by_turn\": true, \"steps\": ["
+      "{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"q1\", "
+      "\"arguments\": {\"cmd\": \"echo it-ran\"}}]},"
+      " {\"text\": \"done\"}]}",
+      NULL);
+  char *out = NULL;
+  int rc = run_in_pty(srv.base_url, a, "y\\n", &out);
+  cr_expect_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "Approve? [y/N]") != NULL, "%s", out);
+  cr_expect(strstr(out, "done") != NULL, "%s", out);
+  free(out);
+  json_t *reqs = test_model_server_requests(&srv);
+  const char *o = output_of(reqs, "q1");
+  cr_assert_not_null(o);
+  cr_expect(strstr(o, "it-ran") != NULL, "%s", o);
+  json_decref(reqs);
+  /* Answering no, with a reason, rejects the call. */
+  rc = run_in_pty(srv.base_url, a, "n\\nnot now\\n", &out);
+  cr_expect_eq(rc, 0, "%s", out);
+  free(out);
+  reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_str_eq(output_of(reqs, "q1"),
+                   "The user rejected this tool call: not now");
+  json_decref(reqs);
+}
+
+Test(resume, a_running_process_is_picked_up_after_a_pause) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"view_image\": \"always\"}}");
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"s1\", "
+      "\"arguments\": {\"cmd\": \"sleep 1; echo late\", \"yield_time_ms\": "
+      "250}}]},"
+      " {\"tool_calls\": [{\"name\": \"view_image\", \"call_id\": \"v1\", "
+      "\"arguments\": {\"path\": \"x.png\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"write_stdin\", \"call_id\": \"w1\", "
+      "\"arguments\": {\"session_id\": 1, \"chars\": \"\", "
+      "\"yield_time_ms\": 3000}}]},"
+      " {\"text\": \"picked up\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, a, "wait", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "%s", r.err);
+  char *rs = paused_state(r.err);
+  sbx_run_free(&r);
+  const char *ok[] = {"approve", rs, "v1", NULL};
+  sbx_run(&r, NULL, ok);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "picked up\n");
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  const char *s1 = output_of(reqs, "s1");
+  cr_assert_not_null(s1);
+  cr_expect(strstr(s1, "Process running with session ID 1") != NULL, "%s", s1);
+  const char *w1 = output_of(reqs, "w1");
+  cr_assert_not_null(w1);
+  cr_expect(strstr(w1, "Process exited with code 0\nOutput:\nlate\n") != NULL,
+            "the process started before the pause: %s", w1);
+  json_decref(reqs);
+  free(rs);
+}

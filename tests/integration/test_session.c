@@ -1,0 +1,333 @@
+/* Session state: sbx sandbox save prints a state without secrets; sbx
+ * sandbox resume reconnects to the live sandbox, or restores the snapshot
+ * into a new one, or says why it cannot. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model_server.h"
+#include "otlp_receiver.h"
+#include "sbxrun.h"
+
+static char dir[64], sdir[96], snaps[96];
+
+static void setup(void) {
+  (void)snprintf(dir, sizeof(dir), "/tmp/sbx-session-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  (void)snprintf(sdir, sizeof(sdir), "%s/state", dir);
+  (void)snprintf(snaps, sizeof(snaps), "%s/snaps", dir);
+}
+
+static void sbx(struct sbx_run_out *r, const char *const *args) {
+  sbx_sandbox_run(r, sdir, args);
+}
+
+static void teardown(void) {
+  sbx_sandbox_remove_all(sdir);
+  char cmd[128];
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  (void)!system(cmd);
+}
+
+TestSuite(session, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Creates a sandbox holding notes.txt and returns its id (new). */
+static char *create(void) {
+  const char *m = test_write_file(
+      dir, "m.json",
+      "{\"entries\": {\"notes.txt\": {\"type\": \"file\", \"content\": "
+      "\"from the manifest\\n\"}}}");
+  char mp[256];
+  (void)snprintf(mp, sizeof(mp), "%s", m);
+  struct sbx_run_out r;
+  const char *args[] = {"create", "--manifest", mp, NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *id = strndup(r.out, strcspn(r.out, "\n"));
+  sbx_run_free(&r);
+  const char *ex[] = {"exec", id, "--", "sh", "-c", "echo changed >> notes.txt",
+                      NULL};
+  sbx(&r, ex);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  return id;
+}
+
+static char *save(const char *id) {
+  struct sbx_run_out r;
+  const char *args[] = {"save", id, "--snapshot-dir", snaps, NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  const char *p = test_write_file(dir, "state.json", r.out);
+  char *path = strdup(p);
+  sbx_run_free(&r);
+  return path;
+}
+
+Test(session, save_holds_no_secret_and_resume_reconnects) {
+  char *id = create();
+  char *st = save(id);
+  char *text = NULL;
+  size_t cap = 0;
+  FILE *f = fopen(st, "r");
+  cr_assert_not_null(f);
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  json_t *j = json_loads(text, 0, NULL);
+  cr_assert_not_null(j, "%s", text);
+  cr_expect_str_eq(json_string_value(json_object_get(j, "type")), "local");
+  cr_expect_eq(strlen(json_string_value(json_object_get(j, "session_id"))), 36);
+  cr_expect_str_eq(json_string_value(
+                       json_object_get(json_object_get(j, "snapshot"), "type")),
+                   "local");
+  cr_expect_eq(
+      strlen(json_string_value(json_object_get(j, "snapshot_fingerprint"))),
+      64);
+  /* No token, no workspace path. */
+  char tokpath[256];
+  (void)snprintf(tokpath, sizeof(tokpath), "%s/sandboxes/%s.token", sdir, id);
+  FILE *tf = fopen(tokpath, "r");
+  if (tf) {
+    char tok[128] = {0};
+    (void)!fread(tok, 1, sizeof(tok) - 1, tf);
+    fclose(tf);
+    tok[strcspn(tok, "\n")] = '\0';
+    cr_expect(tok[0] && !strstr(text, tok), "the token is in the state");
+  }
+  cr_expect(!strstr(text, "sbx-workspace-"), "a host path is in the state");
+  cr_expect(!strstr(text, "token"), "%s", text);
+  json_decref(j);
+  free(text);
+
+  struct sbx_run_out r;
+  const char *res[] = {"resume", st, NULL};
+  sbx(&r, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strncmp(r.out, id, strlen(id)) == 0, "same sandbox: %s", r.out);
+  cr_expect(strstr(r.err, "reconnected") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  free(st);
+  free(id);
+}
+
+Test(session, resume_of_a_removed_sandbox_restores_the_snapshot) {
+  char *id = create();
+  char *st = save(id);
+  struct sbx_run_out r;
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"resume", st, NULL};
+  sbx(&r, res);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *nid = strndup(r.out, strcspn(r.out, "\n"));
+  cr_expect_str_neq(nid, id);
+  cr_expect(strstr(r.err, "restored its snapshot") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *cat[] = {"exec", nid, "--", "cat", "notes.txt", NULL};
+  sbx(&r, cat);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "from the manifest\nchanged\n");
+  sbx_run_free(&r);
+  free(nid);
+  free(st);
+  free(id);
+}
+
+Test(session, resume_fails_clearly_when_neither_is_possible) {
+  char *id = create();
+  char *st = save(id);
+  struct sbx_run_out r;
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  sbx_run_free(&r);
+  char cmd[160];
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", snaps);
+  cr_assert_eq(system(cmd), 0);
+  const char *res[] = {"resume", st, NULL};
+  sbx(&r, res);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "the live sandbox is gone") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "restoring the snapshot failed") != NULL, "%s",
+            r.err);
+  sbx_run_free(&r);
+  /* A state without a snapshot says that. */
+  const char *none = test_write_file(
+      dir, "none.json",
+      "{\"version\": 1, \"type\": \"local\", \"session_id\": "
+      "\"00000000-0000-4000-8000-000000000000\", \"manifest\": {}, "
+      "\"snapshot\": {\"type\": \"none\"}}");
+  char np[256];
+  (void)snprintf(np, sizeof(np), "%s", none);
+  const char *res2[] = {"resume", np, NULL};
+  sbx(&r, res2);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "no restorable snapshot") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *junk = test_write_file(dir, "junk.json", "[1]");
+  char jp[256];
+  (void)snprintf(jp, sizeof(jp), "%s", junk);
+  const char *res3[] = {"resume", jp, NULL};
+  sbx(&r, res3);
+  cr_expect_eq(r.status, 2);
+  sbx_run_free(&r);
+  const char *noid[] = {"save", NULL};
+  sbx(&r, noid);
+  cr_expect_eq(r.status, 2);
+  sbx_run_free(&r);
+  free(st);
+  free(id);
+}
+
+Test(session, run_with_a_session_state_uses_its_workspace) {
+  char *id = create();
+  char *st = save(id);
+  struct sbx_run_out r;
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  sbx_run_free(&r);
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
+      "\"arguments\": {\"cmd\": \"cat notes.txt\"}}]}, {\"text\": \"ok\"}]",
+      NULL);
+  const char *run[] = {"run", "--state-dir", sdir, "--session", st,
+                       ap,    "read",        NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  json_t *input = json_object_get(
+      json_object_get(json_array_get(reqs, 1), "body"), "input");
+  char *dump = json_dumps(input, 0);
+  cr_expect(dump && strstr(dump, "from the manifest\\nchanged\\n"),
+            "the restored workspace: %s", dump);
+  free(dump);
+  json_decref(reqs);
+  free(st);
+  free(id);
+}
+
+Test(session, progress_only_on_a_terminal_and_never_with_json) {
+  char *id = create();
+  char cmd[1024];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "mkdir -p %s/big && head -c 33554432 /dev/urandom > "
+                 "%s/big/blob",
+                 dir, dir);
+  cr_assert_eq(system(cmd), 0);
+  char out[160];
+  (void)snprintf(out, sizeof(out), "%s/tty.out", dir);
+  /* On a terminal (script gives sbx one): a progress line. */
+  (void)snprintf(cmd, sizeof(cmd),
+                 "script -qec \"%s sandbox --state-dir %s cp %s/big %s:big\" "
+                 "/dev/null > %s 2>&1",
+                 test_sbx_path(), sdir, dir, id, out);
+  cr_expect_eq(system(cmd), 0);
+  FILE *f = fopen(out, "r");
+  cr_assert_not_null(f);
+  char *text = NULL;
+  size_t cap = 0;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_expect(text && strstr(text, "copying in: ") && strstr(text, "MiB"), "%s",
+            text);
+  free(text);
+  /* Not a terminal, or --json: none. */
+  struct sbx_run_out r;
+  char src[160], dst[160];
+  (void)snprintf(src, sizeof(src), "%s/big", dir);
+  (void)snprintf(dst, sizeof(dst), "%s:big2", id);
+  const char *cp[] = {"cp", src, dst, NULL};
+  sbx(&r, cp);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(!strstr(r.err, "copying"), "%s", r.err);
+  sbx_run_free(&r);
+  (void)snprintf(cmd, sizeof(cmd),
+                 "script -qec \"%s sandbox --state-dir %s --json cp %s/big "
+                 "%s:big3\" /dev/null > %s 2>&1",
+                 test_sbx_path(), sdir, dir, id, out);
+  cr_expect_eq(system(cmd), 0);
+  f = fopen(out, "r");
+  cr_assert_not_null(f);
+  text = NULL;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_expect(text && !strstr(text, "copying in"), "%s", text);
+  free(text);
+  free(id);
+}
+
+Test(session, save_is_traced_as_sandbox_snapshot) {
+  char *id = create();
+  struct test_otlp_receiver rcv;
+  test_otlp_receiver_start(&rcv, false);
+  setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.endpoint, 1);
+  char *st = save(id);
+  unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+  json_t *reqs = test_otlp_receiver_requests(&rcv);
+  test_otlp_receiver_stop(&rcv);
+  json_t *spans = test_otlp_spans(reqs);
+  bool found = false;
+  size_t i;
+  json_t *sp;
+  json_array_foreach(spans, i, sp) {
+    const char *n = json_string_value(json_object_get(sp, "name"));
+    if (n && strcmp(n, "sandbox.snapshot") == 0)
+      found = true;
+  }
+  cr_expect(found, "no sandbox.snapshot span among %zu",
+            json_array_size(spans));
+  json_decref(spans);
+  json_decref(reqs);
+  free(st);
+  free(id);
+}
+
+Test(session, ephemeral_entries_stay_out_of_the_snapshot) {
+  const char *m = test_write_file(
+      dir, "e.json",
+      "{\"entries\": {\"keep.txt\": {\"type\": \"file\", \"content\": \"k\"},"
+      " \"scratch.txt\": {\"type\": \"file\", \"content\": \"s\", "
+      "\"ephemeral\": true}}}");
+  char mp[256];
+  (void)snprintf(mp, sizeof(mp), "%s", m);
+  struct sbx_run_out r;
+  const char *args[] = {"create", "--manifest", mp, NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *id = strndup(r.out, strcspn(r.out, "\n"));
+  sbx_run_free(&r);
+  char *st = save(id);
+  json_t *j = json_load_file(st, 0, NULL);
+  const char *loc = json_string_value(
+      json_object_get(json_object_get(j, "snapshot"), "location"));
+  cr_assert_not_null(loc);
+  char cmd[600];
+  (void)snprintf(cmd, sizeof(cmd), "tar -I zstd -tf %s > %s/list.txt", loc,
+                 dir);
+  cr_assert_eq(system(cmd), 0);
+  char lp[160];
+  (void)snprintf(lp, sizeof(lp), "%s/list.txt", dir);
+  FILE *f = fopen(lp, "r");
+  cr_assert_not_null(f);
+  char *text = NULL;
+  size_t cap = 0;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_expect(text && strstr(text, "keep.txt"), "%s", text);
+  cr_expect(text && !strstr(text, "scratch.txt"), "%s", text);
+  free(text);
+  json_decref(j);
+  free(st);
+  free(id);
+}
