@@ -1182,6 +1182,8 @@ struct importer {
   size_t plen, pcap;
   uint32_t *ht; /* member index + 1, by path */
   size_t htcap;
+  const void *map; /* the spool, mapped read-only; NULL: read it with read(2) */
+  size_t maplen;
   bool fresh;     /* the destination was empty: nothing to replace */
   uint64_t steps; /* symlink resolution work left */
   uint64_t total; /* sum of sizes in the headers */
@@ -1330,6 +1332,23 @@ static int im_norm(struct importer *im, const char *raw, char *out,
   return 0;
 }
 
+/* Maps the spool so libarchive hands out pointers into the page cache and
+ * file data goes to its destination in one copy, not two (read(2) into a
+ * buffer, then write(2)). The spool is private and unlinked: nothing can
+ * truncate it under the mapping. Without a mapping (an empty archive, no
+ * address space) the spool is read with read(2). */
+static void im_map(struct importer *im) {
+  if (im->x->size == 0 || im->x->size > SIZE_MAX)
+    return;
+  void *p = mmap(NULL, (size_t)im->x->size, PROT_READ, MAP_SHARED,
+                 im->x->spool_fd, 0);
+  if (p == MAP_FAILED)
+    return;
+  (void)madvise(p, (size_t)im->x->size, MADV_SEQUENTIAL);
+  im->map = p;
+  im->maplen = (size_t)im->x->size;
+}
+
 /* Opens the spool for reading with the formats and filters allowed. */
 static int im_reader(struct importer *im, struct archive **out) {
   if (lseek(im->x->spool_fd, 0, SEEK_SET) < 0)
@@ -1345,7 +1364,9 @@ static int im_reader(struct importer *im, struct archive **out) {
   if (r == ARCHIVE_OK &&
       im->x->compression != SBX__V1__COMPRESSION__COMPRESSION_NONE)
     r = archive_read_support_filter_zstd(a);
-  if (r == ARCHIVE_OK)
+  if (r == ARCHIVE_OK && im->map)
+    r = archive_read_open_memory(a, im->map, im->maplen);
+  else if (r == ARCHIVE_OK)
     r = archive_read_open_fd(a, im->x->spool_fd, READ_BLOCK_BYTES);
   if (r != ARCHIVE_OK) {
     r = la_fail(im->e, a, "cannot read the archive");
@@ -2166,9 +2187,12 @@ int rpc_archive_import_finish(struct rpc_call *c) {
         .steps = LINK_STEPS_MAX,
         .pfd = -1,
     };
+    im_map(&im);
     r = im_pass1(&im);
     if (r == 0)
       r = im_pass2(&im);
+    if (im.map)
+      (void)munmap((void *)im.map, im.maplen);
     free(im.m);
     free(im.pool);
     free(im.ht);
