@@ -48,6 +48,9 @@ struct shared {
   json_t *rs;         /* the run state (root run only), or NULL */
   char rs_path[4200]; /* where it is written */
   size_t rs_items;    /* conversation items already in the journal */
+  int rs_jfd;         /* the journal, open for appending, or -1 */
+  bool rs_written;    /* the state file exists */
+  int64_t rs_seq;     /* saves so far: the state file and checkpoints say */
 };
 
 /* Per agent of one run: its sandbox, manifest and tools. */
@@ -705,10 +708,54 @@ static int call_model(struct run *run, struct client_slot *c,
 
 /* ---- run state --------------------------------------------------------- */
 
-/* Writes the root run's state atomically: the conversation, the current
- * agent, the calls of the last response still to run (PENDING, the
- * response's output items), usage, and each sandbox's record and running
- * exec sessions. A no-op without a state dir. */
+/* The members of the run state that change as a run goes; a checkpoint
+ * line in the journal carries these. */
+static const char *const rs_progress_keys[] = {
+    "seq",     "status", "agent",     "turn",         "items_count",
+    "pending", "usage",  "sandboxes", "final_output",
+};
+
+/* The journal's line for a checkpoint: an object with this one member,
+ * which no conversation item has. */
+#define RS_CHECKPOINT "sbx.checkpoint"
+
+/* Appends LEN bytes of TEXT to the journal, opening it the first time. */
+static int rs_append(struct shared *sh, const char *text, size_t len) {
+  if (sh->rs_jfd < 0) {
+    char jpath[4300];
+    (void)snprintf(jpath, sizeof(jpath), "%s.items", sh->rs_path);
+    sh->rs_jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (sh->rs_jfd < 0) {
+      int r = -errno;
+      log_warn("cannot write the run journal \"%s\": %m", jpath);
+      return r;
+    }
+  }
+  /* One write: a kill leaves at most a partial last line, which a resume
+   * ignores. */
+  for (size_t off = 0; off < len;) {
+    ssize_t w = write(sh->rs_jfd, text + off, len - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return -errno;
+    off += (size_t)w;
+  }
+  return 0;
+}
+
+/* Saves the root run's state: the conversation, the current agent, the
+ * calls of the last response still to run (PENDING, the response's output
+ * items), usage, and each sandbox's record and running exec sessions. A
+ * no-op without a state dir.
+ *
+ * The conversation goes to an append-only journal beside the state file,
+ * one item a line, so a save costs the new items, not the whole run. A
+ * save while the run goes on ("running") appends a checkpoint line with
+ * the rest of what changed, in the same write as its items; the state file
+ * itself is replaced (temp file and rename) only when the run starts,
+ * pauses or finishes, so that other processes (sbx approve) read it whole.
+ * Both carry a sequence number; a resume takes the newer. */
 static int rs_save(struct run *run, const struct agent *a, const char *status,
                    json_t *pending) {
   struct shared *sh = run->sh;
@@ -716,41 +763,11 @@ static int rs_save(struct run *run, const struct agent *a, const char *status,
     return 0;
   json_t *rs = sh->rs;
   const struct model_usage *u = &run->res->usage;
+  json_object_set_new(rs, "seq", json_integer(++sh->rs_seq));
   json_object_set_new(rs, "status", json_string(status));
   json_object_set_new(rs, "agent", json_integer((json_int_t)a->index));
   json_object_set_new(rs, "turn", json_integer(run->turn));
-  /* The conversation goes to an append-only journal beside the state, one
-   * item a line, so a save costs the new items, not the whole run. The
-   * state names how many lines count: lines a crash left beyond that are
-   * ignored, and are overwritten by the next append from that count. */
   size_t n = json_array_size(run->items);
-  if (sh->rs_items < n) {
-    char jpath[4300];
-    (void)snprintf(jpath, sizeof(jpath), "%s.items", sh->rs_path);
-    int jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (jfd < 0) {
-      log_warn("cannot write the run journal \"%s\": %m", jpath);
-      return -errno;
-    }
-    int jr = 0;
-    for (size_t i = sh->rs_items; i < n && jr == 0; i++) {
-      char *line = json_dumps(json_array_get(run->items, i),
-                              JSON_COMPACT | JSON_ENSURE_ASCII);
-      if (!line) {
-        jr = -ENOMEM;
-        break;
-      }
-      size_t l = strlen(line);
-      line[l] = '\n'; /* replaces the NUL; written with its length */
-      if (write(jfd, line, l + 1) != (ssize_t)(l + 1))
-        jr = -EIO;
-      free(line);
-    }
-    close(jfd);
-    if (jr < 0)
-      return jr;
-    sh->rs_items = n;
-  }
   json_object_set_new(rs, "items_count", json_integer((json_int_t)n));
   json_object_set_new(rs, "pending",
                       pending ? json_incref(pending) : json_null());
@@ -777,14 +794,47 @@ static int rs_save(struct run *run, const struct agent *a, const char *status,
   if (run->res->final_output)
     json_object_set_new(rs, "final_output",
                         json_string(run->res->final_output));
-  char *text = json_dumps(rs, JSON_COMPACT);
+
+  bool checkpoint = sh->rs_written && strcmp(status, "running") == 0;
+  _cleanup_buf_ struct sbx_buf j;
+  sbx_buf_init(&j, 4096);
+  int r = 0;
+  for (size_t i = sh->rs_items; i < n && r == 0; i++) {
+    _cleanup_free_ char *line = json_dumps(json_array_get(run->items, i),
+                                           JSON_COMPACT | JSON_ENSURE_ASCII);
+    r = line ? sbx_buf_printf(&j, "%s\n", line) : -ENOMEM;
+  }
+  if (r == 0 && checkpoint) {
+    json_t *body = json_object();
+    _cleanup_json_ json_t *cp = json_pack("{s:o}", RS_CHECKPOINT, body);
+    for (size_t i = 0; cp && i < SBX_ARRAY_SIZE(rs_progress_keys); i++) {
+      json_t *v = json_object_get(rs, rs_progress_keys[i]);
+      if (v)
+        json_object_set(body, rs_progress_keys[i], v);
+    }
+    _cleanup_free_ char *line =
+        cp ? json_dumps(cp, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    r = line ? sbx_buf_printf(&j, "%s\n", line) : -ENOMEM;
+  }
+  if (r == 0 && j.len)
+    r = rs_append(sh, j.data, j.len);
+  if (r < 0) {
+    log_warn("cannot write the run journal of \"%s\": %s", sh->rs_path,
+             strerror(-r));
+    return r;
+  }
+  sh->rs_items = n;
+  if (checkpoint)
+    return 0;
+  _cleanup_free_ char *text = json_dumps(rs, JSON_COMPACT);
   if (!text)
     return -ENOMEM;
-  int r = sbx_write_file_replace(sh->rs_path, text, strlen(text), 0600);
-  free(text);
+  r = sbx_write_file_replace(sh->rs_path, text, strlen(text), 0600);
   if (r < 0)
     log_warn("cannot write the run state \"%s\": %s", sh->rs_path,
              strerror(-r));
+  else
+    sh->rs_written = true;
   return r;
 }
 
@@ -1218,22 +1268,30 @@ static int rs_begin(struct run *run, struct sbx_error *e) {
   return sh->rs ? 0 : -ENOMEM;
 }
 
-/* The conversation from PATH's journal: its first items_count lines
- * (new reference), or NULL when they are not all there. */
-static json_t *rs_read_journal(const char *path, json_t *rs) {
+/* Reads the journal of the run state RS saved at PATH: the conversation
+ * into *ITEMS (new reference), and RS brought up to the newest checkpoint
+ * that is newer than the state file. Then cuts the journal after what
+ * counts: a kill can leave items without their checkpoint, or half a line.
+ * Fails (-EINVAL) when items the state counts are missing. */
+static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
+  *items_out = NULL;
+  json_int_t seq = json_integer_value(json_object_get(rs, "seq"));
   json_t *cnt = json_object_get(rs, "items_count");
   if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
-    return NULL;
+    return -EINVAL;
   size_t want = (size_t)json_integer_value(cnt);
   char jpath[4300];
   (void)snprintf(jpath, sizeof(jpath), "%s.items", path);
   _cleanup_free_ char *text = NULL;
   size_t len = 0;
-  if (sbx_read_file(jpath, 1u << 30, &text, &len) < 0)
-    return NULL;
-  json_t *items = json_array();
-  char *p = text, *end = text + len;
-  while (items && json_array_size(items) < want && p < end) {
+  int r = sbx_read_file(jpath, 1u << 30, &text, &len);
+  if (r < 0)
+    return r;
+  _cleanup_json_ json_t *items = json_array();
+  _cleanup_json_ json_t *best = NULL; /* the newest good checkpoint */
+  size_t best_end = 0, want_end = 0;
+  bool have_want = false;
+  for (char *p = text, *end = text + len; items && p < end;) {
     char *nl = memchr(p, '\n', (size_t)(end - p));
     if (!nl)
       break;
@@ -1243,32 +1301,48 @@ static json_t *rs_read_journal(const char *path, json_t *rs) {
       json_decref(it);
       break;
     }
-    json_array_append_new(items, it);
+    size_t line_end = (size_t)(nl + 1 - text);
     p = nl + 1;
+    json_t *cp = json_object_get(it, RS_CHECKPOINT);
+    if (cp) {
+      json_t *cs = json_object_get(cp, "seq");
+      json_t *cn = json_object_get(cp, "items_count");
+      /* Its items come before it, in the same write. */
+      if (json_is_object(cp) && json_is_integer(cs) &&
+          json_integer_value(cs) > seq && json_is_integer(cn) &&
+          (size_t)json_integer_value(cn) == json_array_size(items) &&
+          (!best || json_integer_value(cs) >
+                        json_integer_value(json_object_get(best, "seq")))) {
+        json_decref(best);
+        best = json_incref(cp);
+        best_end = line_end;
+      }
+      json_decref(it);
+      continue;
+    }
+    json_array_append_new(items, it);
+    if (json_array_size(items) == want && !have_want) {
+      have_want = true;
+      want_end = line_end;
+    }
   }
-  if (json_array_size(items) != want) {
-    json_decref(items);
-    return NULL;
+  if (!items)
+    return -ENOMEM;
+  size_t cut = want_end;
+  if (best) {
+    if (json_object_update(rs, best) < 0)
+      return -ENOMEM;
+    want = (size_t)json_integer_value(json_object_get(best, "items_count"));
+    cut = best_end;
+  } else if (!have_want) {
+    return -EINVAL;
   }
-  return items;
-}
-
-/* Cuts the journal at PATH to its first N lines. */
-static int truncate_journal(const char *path, size_t n) {
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  int r = sbx_read_file(path, 1u << 30, &text, &len);
-  if (r < 0)
-    return r;
-  size_t off = 0, lines = 0;
-  while (off < len && lines < n) {
-    char *nl = memchr(text + off, '\n', len - off);
-    if (!nl)
-      break;
-    off = (size_t)(nl - text) + 1;
-    lines++;
-  }
-  return truncate(path, (off_t)off) < 0 ? -errno : 0;
+  while (json_array_size(items) > want)
+    (void)json_array_remove(items, json_array_size(items) - 1);
+  if (truncate(jpath, (off_t)cut) < 0)
+    return -errno;
+  *items_out = TAKE_PTR(items);
+  return 0;
 }
 
 /* Loads the run state at o->resume_path: conversation, agent, turn,
@@ -1287,7 +1361,9 @@ static int rs_resume(struct run *run, const struct agent **start,
   }
   json_error_t je;
   json_t *rs = json_loadb(text, len, 0, &je);
-  json_t *items = rs_read_journal(o->resume_path, rs);
+  json_t *items = NULL;
+  if (json_is_object(rs))
+    (void)rs_load_journal(o->resume_path, rs, &items);
   json_t *agent = json_object_get(rs, "agent");
   const char *id = json_string_value(json_object_get(rs, "run_id"));
   const char *status = json_string_value(json_object_get(rs, "status"));
@@ -1315,10 +1391,8 @@ static int rs_resume(struct run *run, const struct agent **start,
   (void)snprintf(sh->rs_path, sizeof(sh->rs_path), "%s", o->resume_path);
   run->items = items;
   sh->rs_items = json_array_size(items);
-  /* Lines beyond the count (a crash between journal and state) go. */
-  char jpath[4300];
-  (void)snprintf(jpath, sizeof(jpath), "%s.items", o->resume_path);
-  (void)truncate_journal(jpath, sh->rs_items);
+  sh->rs_written = true;
+  sh->rs_seq = json_integer_value(json_object_get(rs, "seq"));
   *start = o->agents->agents[json_integer_value(agent)];
   json_t *turn = json_object_get(rs, "turn");
   run->first_turn = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
@@ -1427,7 +1501,7 @@ int runner_run(const struct run_options *o, struct run_result *res,
   if (!e)
     e = &local;
   uint64_t t0 = sbx_now_ns();
-  struct shared sh = {.o = o};
+  struct shared sh = {.o = o, .rs_jfd = -1};
   if (sbx_random_id(sh.run_id) < 0)
     return sbx_error_set(e, SBX_INTERNAL, EIO, "cannot make a run id");
   if (o->events && events_new(o->events, sh.run_id, &sh.ev, e) < 0)
@@ -1462,6 +1536,8 @@ int runner_run(const struct run_options *o, struct run_result *res,
     events_run_paused(sh.ev, sh.rs_path, res->turns);
   else
     run_end(run, r, e, t0);
+  if (sh.rs_jfd >= 0)
+    (void)close(sh.rs_jfd);
   if (sh.rs) {
     (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh.rs_path);
     /* Only a paused run (or a killed one, which never gets here) leaves

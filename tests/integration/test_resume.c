@@ -254,6 +254,76 @@ Test(resume, killed_at_five_points_resumes_to_the_same_answer) {
   }
 }
 
+static void append_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "a");
+  cr_assert_not_null(f, "%s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* What a kill can leave at the end of the journal (items without their
+ * checkpoint, half a line) and checkpoints that do not fit are ignored,
+ * and the journal is cut back. */
+Test(resume, journal_tail_left_by_a_kill_is_ignored) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"exec_command\": [\"echo\"]}}");
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"t1\", "
+      "\"arguments\": {\"cmd\": \"echo one\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"t2\", "
+      "\"arguments\": {\"cmd\": \"echo two > two.txt\"}}]},"
+      " {\"text\": \"finished\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "paused: %s", r.err);
+  char *rs = paused_state(r.err);
+  sbx_run_free(&r);
+  char jp[512];
+  (void)snprintf(jp, sizeof(jp), "%s.items", rs);
+  /* The journal so far: 5 items and a checkpoint from the end of turn 1. */
+  size_t len = 0;
+  char *text = NULL;
+  FILE *f = fopen(jp, "r");
+  cr_assert_not_null(f);
+  (void)getdelim(&text, &len, '\0', f);
+  fclose(f);
+  cr_expect(strstr(text, "{\"sbx.checkpoint\":") != NULL, "%s", text);
+  free(text);
+  append_text(jp, "{\"type\": \"message\", \"role\": \"user\", "
+                  "\"content\": \"INJECTED-1\"}\n");
+  append_text(jp, "{\"sbx.checkpoint\": {\"seq\": 1, \"items_count\": 6, "
+                  "\"status\": \"running\"}}\n");
+  append_text(jp, "{\"sbx.checkpoint\": {\"seq\": 99, \"items_count\": 2, "
+                  "\"status\": \"running\"}}\n");
+  append_text(jp, "{\"type\": \"message\", \"role\": \"user\", \"content\": "
+                  "\"INJECTED-2");
+  const char *ok[] = {"approve", rs, "t2", NULL};
+  sbx_run(&r, NULL, ok);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "finished\n");
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_assert_eq(json_array_size(reqs), 3);
+  json_t *last = json_object_get(
+      json_object_get(json_array_get(reqs, 2), "body"), "input");
+  char *dump = json_dumps(last, JSON_COMPACT);
+  cr_expect(strstr(dump, "INJECTED") == NULL, "%s", dump);
+  /* user, t1 call and output, t2 call and output */
+  cr_expect_eq(json_array_size(last), 5, "%s", dump);
+  free(dump);
+  json_decref(reqs);
+  free(rs);
+}
+
 Test(resume, resume_errors) {
   struct sbx_run_out r;
   const char *missing[] = {"run", "--resume", "/nonexistent/state.json", NULL};
