@@ -37,6 +37,9 @@
 #define REPLAY_MAX_CALLS 100000u
 #define SSE_MAX_EVENT_BYTES ((size_t)16 << 20)
 
+/* The conversation text a request may carry. */
+#define MODEL_MAX_INPUT_TEXT ((size_t)1 << 30)
+
 struct model_client {
   enum model_api api;
   char *url;         /* the endpoint */
@@ -58,6 +61,15 @@ struct model_client {
   char *replay_path; /* NULL when not replaying */
   json_t *replay;    /* array of recorded lines */
   size_t replay_next;
+
+  /* The Responses API takes the whole conversation every turn: the items
+   * sent last time, serialized once, for the next body (input_text). */
+  struct input_cache {
+    json_t **items; /* referenced; compared by identity */
+    size_t *ends;   /* text.len after each item */
+    size_t n, cap;
+    struct sbx_buf text; /* their JSON, comma-separated */
+  } in;
 
   pthread_mutex_t lock; /* serializes model_call */
 };
@@ -138,6 +150,11 @@ struct model_client *model_client_free(struct model_client *m) {
   free(m->record_path);
   free(m->replay_path);
   json_decref(m->replay);
+  for (size_t i = 0; i < m->in.n; i++)
+    json_decref(m->in.items[i]);
+  free(m->in.items);
+  free(m->in.ends);
+  sbx_buf_free(&m->in.text);
   (void)pthread_mutex_destroy(&m->lock);
   free(m);
   return NULL;
@@ -300,6 +317,8 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "unknown model API %d", (int)cfg->api);
   struct model_client *m = calloc(1, sizeof(*m));
+  if (m)
+    sbx_buf_init(&m->in.text, MODEL_MAX_INPUT_TEXT);
   if (!m)
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
   m->record_fd = -1;
@@ -659,12 +678,80 @@ static int attempt_call(struct model_client *m, const char *body,
   return r;
 }
 
+/* Brings the cache up to INPUT: keeps the items it starts with (the same
+ * values, as a conversation that only grows passes them), serializes the
+ * rest. The items must not change once given to the client. */
+static int input_cache_update(struct input_cache *c, json_t *input) {
+  size_t n = json_array_size(input), keep = 0;
+  while (keep < c->n && keep < n &&
+         c->items[keep] == json_array_get(input, keep))
+    keep++;
+  for (size_t i = keep; i < c->n; i++)
+    json_decref(c->items[i]);
+  c->n = keep;
+  c->text.len = keep ? c->ends[keep - 1] : 0;
+  if (c->text.data)
+    c->text.data[c->text.len] = '\0';
+  if (n > c->cap) {
+    size_t cap = n < 64 ? 64 : n * 2;
+    json_t **items = realloc(c->items, cap * sizeof(*items));
+    if (!items)
+      return -ENOMEM;
+    c->items = items;
+    size_t *ends = realloc(c->ends, cap * sizeof(*ends));
+    if (!ends)
+      return -ENOMEM;
+    c->ends = ends;
+    c->cap = cap;
+  }
+  for (size_t i = keep; i < n; i++) {
+    json_t *it = json_array_get(input, i);
+    _cleanup_free_ char *t = json_dumps(it, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!t || (i > 0 && sbx_buf_append(&c->text, ",", 1) < 0) ||
+        sbx_buf_append(&c->text, t, strlen(t)) < 0)
+      return -ENOMEM;
+    c->items[i] = json_incref(it);
+    c->ends[i] = c->text.len;
+    c->n = i + 1;
+  }
+  return 0;
+}
+
+/* BODY's text, as json_dumps(BODY, JSON_COMPACT) with its "input" first:
+ * a Responses body's input comes from the cache. New string or NULL. */
+static char *body_text(struct model_client *m, json_t *body, size_t *len) {
+  json_t *input = json_object_get(body, "input");
+  if (m->api != MODEL_API_RESPONSES || !json_is_array(input)) {
+    char *t = json_dumps(body, JSON_COMPACT);
+    *len = t ? strlen(t) : 0;
+    return t;
+  }
+  _cleanup_json_ json_t *rest = json_copy(body); /* shallow */
+  if (!rest || json_object_del(rest, "input") < 0 ||
+      input_cache_update(&m->in, input) < 0)
+    return NULL;
+  _cleanup_free_ char *r = json_dumps(rest, JSON_COMPACT);
+  if (!r)
+    return NULL;
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, m->in.text.len + strlen(r) + 16);
+  bool empty = strcmp(r, "{}") == 0;
+  if (sbx_buf_append(&b, "{\"input\":[", 10) < 0 ||
+      sbx_buf_append(&b, m->in.text.data ? m->in.text.data : "",
+                     m->in.text.len) < 0 ||
+      sbx_buf_append(&b, empty ? "]}" : "],", 2) < 0 ||
+      (!empty && sbx_buf_append(&b, r + 1, strlen(r + 1)) < 0))
+    return NULL;
+  *len = b.len;
+  return sbx_buf_steal(&b, NULL);
+}
+
 static int live_call(struct model_client *m, json_t *body, json_t **reply,
                      bool *streamed, struct sbx_error *e) {
-  _cleanup_free_ char *text = json_dumps(body, JSON_COMPACT);
+  size_t len = 0;
+  _cleanup_free_ char *text = body_text(m, body, &len);
   if (!text)
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  size_t len = strlen(text);
   for (unsigned attempt = 0;; attempt++) {
     bool retry;
     long long retry_after;

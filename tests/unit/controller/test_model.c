@@ -743,6 +743,45 @@ Test(model, responses_request_body) {
   model_client_free(m);
 }
 
+/* The conversation is serialized item by item and kept between calls:
+ * whatever the calls' inputs share, each body sent is the one built. */
+Test(model, responses_body_across_calls_is_the_built_body) {
+  test_model_server_start(&srv,
+                          "[{\"text\": \"1\"}, {\"text\": \"2\"}, {\"text\": "
+                          "\"3\"}, {\"text\": \"4\"}, {\"text\": \"5\"}]",
+                          NULL);
+  struct model_config cfg = config(MODEL_API_RESPONSES);
+  struct model_client *m = client(&cfg);
+  _cleanup_json_ json_t *grow = user_input("first \"quoted\" \u00e9\n");
+  json_t *first = json_array_get(grow, 0);
+  _cleanup_json_ json_t *other = json_array();
+  json_array_append(other, first);
+  json_array_append_new(other, json_pack("{s:s, s:s, s:s}", "type", "message",
+                                         "role", "user", "content", "other"));
+  _cleanup_json_ json_t *empty = json_array();
+  json_t *inputs[5] = {grow, grow, other, empty, grow};
+  for (size_t i = 0; i < 5; i++) {
+    if (i == 1) /* the same array, grown */
+      json_array_append_new(grow, json_pack("{s:s, s:s, s:s, s:s}", "type",
+                                            "function_call", "call_id", "c1",
+                                            "name", "exec_command", "arguments",
+                                            "{\"cmd\":\"ls\"}"));
+    struct model_request req = {
+        .model = "gpt-test", .instructions = "x", .input = inputs[i]};
+    struct model_response out = {0};
+    struct sbx_error e = {0};
+    cr_assert_eq(model_call(m, &req, &out, &e), 0, "call %zu: %s", i, e.msg);
+    model_response_clear(&out);
+    _cleanup_json_ json_t *b = request_body(i);
+    _cleanup_json_ json_t *built = model_build_body(m, &req);
+    cr_expect(json_equal(b, built), "call %zu: the body sent is the built one",
+              i);
+    cr_expect_eq(json_array_size(json_object_get(b, "input")),
+                 json_array_size(inputs[i]), "call %zu", i);
+  }
+  model_client_free(m);
+}
+
 Test(model, chat_request_body_from_items) {
   struct model_config cfg = {.api = MODEL_API_CHAT,
                              .base_url = "http://127.0.0.1:1/v1"};
