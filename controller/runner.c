@@ -61,7 +61,18 @@ struct agent_state {
   bool ready;
   bool borrowed;                    /* --sandbox: not ours to close */
   char record_id[STATE_ID_LEN + 1]; /* recorded in the state dir, or "" */
+  /* Built at the first turn and the same for every turn after. */
+  char *instr;
+  json_t *tools; /* for tools_api */
+  enum model_api tools_api;
 };
+
+static void state_clear(struct agent_state *st) {
+  manifest_free(st->manifest);
+  free(st->instr);
+  json_decref(st->tools);
+  memset(st, 0, sizeof(*st));
+}
 
 struct run {
   struct shared *sh;
@@ -245,8 +256,7 @@ static void close_states(struct run *run, bool pause) {
         st->sb->backend->detach(st->sb);
       else
         sandbox_free(st->sb);
-      manifest_free(st->manifest);
-      memset(st, 0, sizeof(*st));
+      state_clear(st);
       continue;
     }
     if (st->ready)
@@ -266,8 +276,7 @@ static void close_states(struct run *run, bool pause) {
       if (st->record_id[0])
         state_remove(run->sh->o->state_dir, st->record_id);
     }
-    manifest_free(st->manifest);
-    memset(st, 0, sizeof(*st));
+    state_clear(st);
   }
   trace_set_int(cs, "sandbox.session_count", n);
   trace_end(cs);
@@ -934,10 +943,15 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
         .root = st->sb ? st->sb->root : "/workspace",
         .cwd = o->cwd,
     };
-    _cleanup_free_ char *instr = instructions_build(&ii);
-    if (!instr)
+    if (!st->instr && !(st->instr = instructions_build(&ii)))
       return -ENOMEM;
-    _cleanup_json_ json_t *tools = build_tools(a, api);
+    const char *instr = st->instr;
+    if (!st->tools || st->tools_api != api) {
+      json_decref(st->tools);
+      st->tools = build_tools(a, api);
+      st->tools_api = api;
+    }
+    json_t *tools = st->tools;
     _cleanup_json_ json_t *settings = settings_json(&a->model_settings);
     _cleanup_json_ json_t *input = turn_input(run->items);
     _cleanup_json_ json_t *extra = NULL;
