@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake pkg-config git clang clang-format libclang-rt-14-dev
-  libnng-dev protobuf-c-compiler libprotobuf-c-dev libcurl4-openssl-dev
+  patch protobuf-c-compiler libprotobuf-c-dev libcurl4-openssl-dev
   libarchive-dev libseccomp-dev libjansson-dev libcriterion-dev
   libmbedtls-dev libzstd-dev liblz4-dev libacl1-dev nettle-dev libbz2-dev
   liblzma-dev libxml2-dev libicu-dev zlib1g-dev libssl-dev

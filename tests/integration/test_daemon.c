@@ -208,3 +208,21 @@ Test(daemon, tagged_requests_from_a_restarted_client_run_once) {
   cr_expect_eq(st.st_size, 2, "the command ran once");
   test_daemon_stop(&t);
 }
+
+/* Peers that hang up during the SP handshake (nng 1.5.2's issue 1518 in
+ * Debian's build: the listener stopped for good) do not stop sandboxd from
+ * serving: clients that come after them, and the one already connected. */
+Test(daemon, hung_up_handshakes_do_not_stop_the_listener) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  test_daemon_hang_ups(t.url, 150);
+  struct sbx_error e = {0};
+  cr_expect_eq(sbx_hello(t.client, NULL, &e), 0, "connected client: %s", e.msg);
+  for (int i = 0; i < 3; i++) {
+    struct sbx_client *c = test_daemon_client(&t, NULL);
+    cr_expect_eq(sbx_hello(c, NULL, &e), 0, "new client %d: %s", i, e.msg);
+    sbx_client_free(c);
+    test_daemon_hang_ups(t.url, 30);
+  }
+  test_daemon_stop(&t);
+}

@@ -118,6 +118,23 @@ Test(tls, client_without_or_with_a_foreign_certificate_is_refused) {
   test_daemon_stop(&t);
 }
 
+/* Peers that hang up during the TLS or SP handshake, and clients refused
+ * for their certificate, leave the listener serving. */
+Test(tls, hung_up_handshakes_do_not_stop_the_listener) {
+  struct test_daemon t;
+  start_tls(&t);
+  test_daemon_hang_ups(t.url, 120);
+  struct sbx_error e = {0};
+  struct sbx_client *rogue = tls_client(&t, "rogue");
+  cr_expect_lt(sbx_hello(rogue, NULL, &e), 0, "certificate of another CA");
+  sbx_client_free(rogue);
+  test_daemon_hang_ups(t.url, 30);
+  struct sbx_client *c = tls_client(&t, "client");
+  cr_expect_eq(sbx_hello(c, NULL, &e), 0, "%s", e.msg);
+  t.client = c;
+  test_daemon_stop(&t);
+}
+
 Test(tls, tls_listen_needs_all_three_files) {
   char cmd[512];
   (void)snprintf(cmd, sizeof(cmd),

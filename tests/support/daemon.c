@@ -1,14 +1,18 @@
 #include "daemon.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -151,4 +155,41 @@ Sbx__V1__Response *test_daemon_raw_call(const char *url, const void *buf,
   nng_close(s);
   cr_assert_not_null(r);
   return r;
+}
+
+void test_daemon_hang_ups(const char *url, unsigned n) {
+  struct sockaddr_un un = {.sun_family = AF_UNIX};
+  struct sockaddr_in in = {.sin_family = AF_INET};
+  struct sockaddr *sa;
+  socklen_t salen;
+  if (strncmp(url, "ipc://", 6) == 0) {
+    cr_assert_lt(strlen(url + 6), sizeof(un.sun_path));
+    memcpy(un.sun_path, url + 6, strlen(url + 6) + 1);
+    sa = (struct sockaddr *)&un;
+    salen = sizeof(un);
+  } else {
+    const char *hp = strstr(url, "://");
+    cr_assert_not_null(hp, "%s", url);
+    const char *colon = strrchr(hp + 3, ':');
+    cr_assert_not_null(colon, "%s", url);
+    char host[64];
+    (void)snprintf(host, sizeof(host), "%.*s", (int)(colon - hp - 3), hp + 3);
+    cr_assert_eq(inet_pton(AF_INET, host, &in.sin_addr), 1, "%s", host);
+    in.sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10));
+    sa = (struct sockaddr *)&in;
+    salen = sizeof(in);
+  }
+  static const char half[] = {0, 'S', 'P', 0};
+  static const char wrong[] = {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T'};
+  for (unsigned i = 0; i < n; i++) {
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(connect(fd, sa, salen), 0, "connect %s: %s", url,
+                 strerror(errno));
+    if (i % 3 == 1)
+      (void)!write(fd, half, sizeof(half));
+    else if (i % 3 == 2)
+      (void)!write(fd, wrong, sizeof(wrong));
+    close(fd);
+  }
 }

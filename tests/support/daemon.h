@@ -31,6 +31,10 @@ struct sbx_client *test_daemon_client(struct test_daemon *t, const char *token);
  * sbx__v1__response__free_unpacked). Asserts on transport errors. */
 Sbx__V1__Response *test_daemon_raw_call(const char *url, const void *buf,
                                         size_t len);
+/* Connects to URL's address (ipc:// path, or tcp:// / tls+tcp:// host:port)
+ * N times and hangs up during the handshake: at once, after half an SP
+ * header, or after a wrong one. */
+void test_daemon_hang_ups(const char *url, unsigned n);
 /* Path of the built sandboxd. */
 const char *test_sandboxd_path(void);
 
