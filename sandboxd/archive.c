@@ -480,15 +480,24 @@ static int ex_flush(struct exporter *ex) {
   return 0;
 }
 
+/* Whether a streamed export was closed; then fails with ex->err set. Checked
+ * before every write and every chunk read from a file (compression may
+ * hold back its output for long). */
+static bool ex_cancelled(struct exporter *ex) {
+  if (!ex->stream || !__atomic_load_n(&ex->stream->cancel, __ATOMIC_ACQUIRE))
+    return false;
+  ex->err =
+      sbx_error_set(ex->e, SBX_UNAVAILABLE, ECANCELED, "the export was closed");
+  return true;
+}
+
 /* libarchive's output: small writes (headers, small files) are coalesced;
  * large ones (file data) go straight to the spool after a flush, with no
  * extra copy. */
 static la_ssize_t ex_write_cb(struct archive *a, void *cd, const void *buf,
                               size_t n) {
   struct exporter *ex = cd;
-  if (ex->stream && __atomic_load_n(&ex->stream->cancel, __ATOMIC_ACQUIRE)) {
-    ex->err = sbx_error_set(ex->e, SBX_UNAVAILABLE, ECANCELED,
-                            "the export was closed");
+  if (ex_cancelled(ex)) {
     archive_set_error(a, ECANCELED, "export closed");
     return -1;
   }
@@ -658,6 +667,8 @@ static int ex_file(struct exporter *ex, int dfd, const char *name,
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   uint64_t left = (uint64_t)st.st_size;
   while (left > 0) {
+    if (ex_cancelled(ex))
+      return ex->err;
     size_t want = left < COPY_BUF_BYTES ? (size_t)left : COPY_BUF_BYTES;
     ssize_t n = read(fd, ex->rbuf, want);
     if (n < 0) {
@@ -686,6 +697,8 @@ static int ex_entry(struct exporter *ex, int dfd, const char *name, size_t clen,
                     unsigned depth) {
   char q[NAME_SHOWN + 4];
   struct stat st;
+  if (ex_cancelled(ex))
+    return ex->err;
   if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno == ENOENT)
       return 0;
