@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -255,4 +256,53 @@ Test(archive_daemon, hostile_archives_write_nothing) {
   free(s);
   free(b.d);
   test_daemon_stop(&t);
+}
+
+Test(archive_daemon, shutdown_during_a_streamed_export_is_clean) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  char p[512];
+  (void)snprintf(p, sizeof(p), "%s/src", t.root);
+  cr_assert_eq(mkdir(p, 0755), 0);
+  /* 24 MiB that zstd at level 19 takes seconds over. */
+  size_t n = 8u << 20;
+  unsigned char *data = malloc(n);
+  cr_assert_not_null(data);
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    data[i] = (unsigned char)(x & 0x0f);
+  }
+  for (int i = 0; i < 3; i++) {
+    (void)snprintf(p, sizeof(p), "%s/src/f%d", t.root, i);
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, data, n), (ssize_t)n);
+    close(fd);
+  }
+  free(data);
+  Sbx__V1__ArchiveExportStart a = SBX__V1__ARCHIVE_EXPORT_START__INIT;
+  a.path = "src";
+  a.compression = SBX__V1__COMPRESSION__COMPRESSION_ZSTD;
+  a.zstd_level = 19;
+  a.stream = true;
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_archive_export_start(t.client, &a, &r, &e), 0, "%s", e.msg);
+  uint64_t handle = r->archive_export_start->handle;
+  sbx_client_reply_free(r);
+  cr_assert_eq(sbx_archive_export_read(t.client, handle, 0, 100, &r, &e), 0,
+               "%s", e.msg);
+  cr_expect(!r->archive_export_read->eof, "the export is still produced");
+  sbx_client_reply_free(r);
+  /* test_daemon_stop expects a clean exit within 5 s. */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  test_daemon_stop(&t);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took =
+      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  cr_expect_lt(took, 2.0, "shutdown took %.2f s", took);
 }
