@@ -191,12 +191,15 @@ static int excludes_make(const struct snapshot_spec *spec,
 /* A reader thread fetches the next chunks while the caller hashes and
  * writes the current one: sandboxd's reads and our writes overlap. */
 #define PREFETCH 2 /* chunks queued ahead */
+/* How long a streamed export may send nothing before we give up. */
+#define EXPORT_STALL_NS (120ull * 1000000000ull)
 
 struct exporter {
   struct sbx_client *client;
   uint64_t handle;
-  uint64_t total;
-  uint64_t off; /* bytes handed to the caller's chunks so far */
+  uint64_t total; /* the size given at start; 0 when streamed */
+  uint64_t max;   /* the most archive bytes accepted */
+  uint64_t off;   /* bytes handed to the caller's chunks so far */
   bool open;
   /* the chunk being handed out */
   Sbx__V1__Response *reply;
@@ -210,20 +213,23 @@ struct exporter {
   Sbx__V1__Response *q[PREFETCH];
   size_t qhead, qcount;
   uint64_t fetched; /* archive bytes fetched by the reader */
+  bool eof;         /* the reader has fetched the whole archive */
   bool done;        /* the reader has stopped: end, error or stop */
   bool stop;        /* the caller gave up */
   int err;
   struct sbx_error rerr;
 };
 
-/* Fetches chunk after chunk, checking that they add up to the total the
- * sandbox announced (it may lie), until the end, an error or a stop. */
+/* Fetches chunk after chunk until eof, an error or a stop. A size given at
+ * start must be met exactly (the sandbox may lie); a streamed archive is
+ * held to x->max as it arrives. */
 static void *export_reader(void *arg) {
   struct exporter *x = arg;
-  uint64_t off = 0;
+  uint64_t off = 0, last_ns = sbx_now_ns();
   int r = 0;
+  bool eof = false;
   struct sbx_error e = {0};
-  while (off < x->total) {
+  while (!eof) {
     pthread_mutex_lock(&x->mu);
     while (x->qcount == PREFETCH && !x->stop)
       pthread_cond_wait(&x->cv, &x->mu);
@@ -231,16 +237,18 @@ static void *export_reader(void *arg) {
     pthread_mutex_unlock(&x->mu);
     if (stop)
       break;
-    uint64_t want = x->total - off;
+    uint64_t want = CHUNK_BYTES;
+    if (x->total && x->total - off < want)
+      want = x->total - off;
     Sbx__V1__Response *rep = NULL;
-    r = sbx_archive_export_read(
-        x->client, x->handle, off,
-        want < CHUNK_BYTES ? (uint32_t)want : CHUNK_BYTES, &rep, &e);
+    r = sbx_archive_export_read(x->client, x->handle, off, (uint32_t)want, &rep,
+                                &e);
     if (r < 0)
       break;
     Sbx__V1__ArchiveExportReadReply *c = rep->archive_export_read;
-    if (c->data.len > want || c->data.len == 0 ||
-        (c->eof && c->data.len != want)) {
+    eof = c->eof;
+    if (x->total && (c->data.len > want || c->data.len == 0 ||
+                     eof != (off + c->data.len == x->total))) {
       r = sbx_error_set(&e, SBX_INTERNAL, EPROTO,
                         "sandboxd sent %zu archive bytes at offset %" PRIu64
                         " of %" PRIu64,
@@ -248,6 +256,31 @@ static void *export_reader(void *arg) {
       sbx_client_reply_free(rep);
       break;
     }
+    if (c->data.len > x->max - off) {
+      char sz[32];
+      http_format_size((size_t)x->max, sz, sizeof(sz));
+      r = sbx_error_set(&e, SBX_LIMIT_EXCEEDED, EFBIG,
+                        "the workspace archive is larger than the snapshot "
+                        "limit of %s",
+                        sz);
+      sbx_client_reply_free(rep);
+      break;
+    }
+    if (c->data.len == 0) {
+      sbx_client_reply_free(rep);
+      if (eof)
+        break;
+      /* Still being produced: sandboxd waited; ask again, not forever. */
+      if (sbx_now_ns() - last_ns > EXPORT_STALL_NS) {
+        r = sbx_error_set(&e, SBX_UNAVAILABLE, ETIMEDOUT,
+                          "the workspace archive made no progress for %llu s",
+                          EXPORT_STALL_NS / 1000000000ull);
+        break;
+      }
+      (void)usleep(10000);
+      continue;
+    }
+    last_ns = sbx_now_ns();
     off += c->data.len;
     pthread_mutex_lock(&x->mu);
     x->q[(x->qhead + x->qcount) % PREFETCH] = rep;
@@ -258,6 +291,7 @@ static void *export_reader(void *arg) {
   }
   pthread_mutex_lock(&x->mu);
   x->done = true;
+  x->eof = eof && r == 0;
   x->err = r;
   if (r < 0)
     x->rerr = e;
@@ -266,13 +300,16 @@ static void *export_reader(void *arg) {
   return NULL;
 }
 
+/* Starts the export and its reader. STREAM: sandboxd produces the archive
+ * while it is read (its size is then unknown until the end). */
 static int export_open(struct exporter *x, struct sandbox *sb,
                        const struct excludes *ex,
                        enum snapshot_compression comp, uint64_t max_bytes,
-                       struct sbx_error *e) {
-  *x = (struct exporter){.client = sb->client};
+                       bool stream, struct sbx_error *e) {
+  *x = (struct exporter){.client = sb->client, .max = max_bytes};
   Sbx__V1__ArchiveExportStart a = SBX__V1__ARCHIVE_EXPORT_START__INIT;
   a.path = (char *)".";
+  a.stream = stream;
   a.excludes = ex->v;
   a.n_excludes = ex->n;
   a.compression = comp == SNAPSHOT_UNCOMPRESSED
@@ -321,10 +358,6 @@ static int export_next(struct exporter *x, size_t max, const uint8_t **data,
     x->reply = NULL;
     x->data = NULL;
     x->len = x->pos = 0;
-    if (x->off == x->total) {
-      *len = 0;
-      return 0;
-    }
     pthread_mutex_lock(&x->mu);
     while (x->qcount == 0 && !x->done)
       pthread_cond_wait(&x->cv, &x->mu);
@@ -336,6 +369,7 @@ static int export_next(struct exporter *x, size_t max, const uint8_t **data,
       pthread_cond_broadcast(&x->cv);
     }
     int err = x->err;
+    bool eof = x->eof;
     pthread_mutex_unlock(&x->mu);
     if (!rep) {
       if (err < 0) {
@@ -343,10 +377,12 @@ static int export_next(struct exporter *x, size_t max, const uint8_t **data,
           *e = x->rerr;
         return err;
       }
+      if (eof) {
+        *len = 0;
+        return 0;
+      }
       return sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                           "the archive ended after %" PRIu64 " of %" PRIu64
-                           " bytes",
-                           x->off, x->total);
+                           "the archive ended after %" PRIu64 " bytes", x->off);
     }
     x->reply = rep;
     x->data = rep->archive_export_read->data.data;
@@ -726,13 +762,19 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
   struct progress arch;
   progress_begin(&arch, progress, progress_arg, "archiving", 0);
   progress_report(&arch, 0, 0, false);
+  /* A local file is written as the archive is produced; an upload needs
+   * its length first. */
   r = export_open(&s.ex, sb, &ex, spec->compression,
                   spec->max_bytes ? spec->max_bytes : SNAPSHOT_MAX_INPUT_BYTES,
-                  e);
+                  spec->type == SNAPSHOT_LOCAL, e);
   excludes_free(&ex);
   if (r == 0) {
-    log_debug("snapshot: sandboxd archived %" PRIu64 " bytes in %.3f s",
-              s.ex.total, (double)(sbx_now_ns() - t0) / 1e9);
+    if (s.ex.total)
+      log_debug("snapshot: sandboxd archived %" PRIu64 " bytes in %.3f s",
+                s.ex.total, (double)(sbx_now_ns() - t0) / 1e9);
+    else
+      log_debug("snapshot: sandboxd started a streamed export in %.3f s",
+                (double)(sbx_now_ns() - t0) / 1e9);
     t0 = sbx_now_ns();
     arch.total = s.ex.total;
     progress_report(&arch, s.ex.total, 0, true);
@@ -753,9 +795,9 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
   }
   log_debug("snapshot: stored %s in %.3f s", out->location,
             (double)(sbx_now_ns() - t0) / 1e9);
-  progress_report(&s.prog, s.ex.total, 0, true);
+  progress_report(&s.prog, s.ex.off, 0, true);
   out->type = spec->type;
-  out->size = s.ex.total;
+  out->size = s.ex.off;
   (void)snprintf(out->version, sizeof(out->version), "%s",
                  SNAPSHOT_FINGERPRINT_VERSION);
   return 0;
@@ -771,7 +813,7 @@ int snapshot_fingerprint(const struct snapshot_spec *spec, struct sandbox *sb,
     return r;
   struct exporter x;
   r = export_open(&x, sb, &ex, spec ? spec->compression : SNAPSHOT_ZSTD,
-                  UINT64_MAX, e);
+                  UINT64_MAX, true, e);
   excludes_free(&ex);
   struct sbx_sha256 sha;
   sbx_sha256_init(&sha);

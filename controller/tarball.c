@@ -15,12 +15,15 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "clock.h"
 #include "path.h"
 
 #define TREE_MAX_DEPTH 256
 #define PULL_MAX_BYTES                                                         \
   (64ull << 30) /* archive bytes accepted from a sandbox                       \
                  */
+/* How long a streamed export may send nothing before a pull gives up. */
+#define PULL_STALL_NS (120ull * 1000000000ull)
 
 static int openat2_beneath(int dfd, const char *path, int flags) {
   struct open_how how = {
@@ -399,11 +402,14 @@ int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
                  struct sbx_error *e) {
   Sbx__V1__ArchiveExportStart st = SBX__V1__ARCHIVE_EXPORT_START__INIT;
   st.path = (char *)src;
+  st.stream = true;
   Sbx__V1__Response *resp = NULL;
   int r = sbx_archive_export_start(c, &st, &resp, e);
   if (r < 0)
     return r;
   uint64_t handle = resp->archive_export_start->handle;
+  /* 0 while the archive is produced (streamed); a sandboxd without streaming
+   * gives the size. */
   uint64_t total = resp->archive_export_start->total_bytes;
   sbx_client_reply_free(resp);
   resp = NULL;
@@ -420,18 +426,45 @@ int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
     r = sbx_error_set(e, SBX_OK, -fd, "cannot create a temp file");
     goto out;
   }
-  for (uint64_t off = 0; off < total;) {
+  /* Until eof; the limit is checked as the bytes arrive. */
+  uint64_t off = 0, last_ns = sbx_now_ns();
+  for (bool eof = false; !eof;) {
     r = sbx_archive_export_read(c, handle, off, TARBALL_CHUNK, &resp, e);
     if (r < 0)
       goto out;
     const ProtobufCBinaryData *d = &resp->archive_export_read->data;
-    bool eof = resp->archive_export_read->eof;
-    if (d->len > total - off || (d->len == 0 && !eof)) {
+    eof = resp->archive_export_read->eof;
+    /* A size given at start must be met exactly. */
+    bool bad =
+        total && (d->len > total - off || (eof && off + d->len != total) ||
+                  (d->len == 0 && !eof));
+    if (bad) {
       sbx_client_reply_free(resp);
       r = sbx_error_set(e, SBX_INTERNAL, EPROTO,
                         "sandboxd sent more or less than the archive");
       goto out;
     }
+    if (d->len > PULL_MAX_BYTES - off) {
+      sbx_client_reply_free(resp);
+      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, EFBIG,
+                        "the archive of \"%s\" is larger than %llu bytes", src,
+                        PULL_MAX_BYTES);
+      goto out;
+    }
+    if (d->len == 0 && !eof) {
+      /* Still being produced: sandboxd waited; ask again, not forever. */
+      sbx_client_reply_free(resp);
+      resp = NULL;
+      if (sbx_now_ns() - last_ns > PULL_STALL_NS) {
+        r = sbx_error_set(e, SBX_UNAVAILABLE, ETIMEDOUT,
+                          "the archive of \"%s\" made no progress for %llu s",
+                          src, PULL_STALL_NS / 1000000000ull);
+        goto out;
+      }
+      (void)usleep(10000);
+      continue;
+    }
+    last_ns = sbx_now_ns();
     if (pwrite(fd, d->data, d->len, (off_t)off) != (ssize_t)d->len) {
       sbx_client_reply_free(resp);
       r = sbx_error_set(e, SBX_OK, errno, "cannot spool the archive: %m");
@@ -441,12 +474,7 @@ int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
     sbx_client_reply_free(resp);
     resp = NULL;
     if (progress)
-      progress_meter_update(progress, off, total, off == total);
-    if (eof && off < total) {
-      r = sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                        "sandboxd ended the archive early");
-      goto out;
-    }
+      progress_meter_update(progress, off, total, eof);
   }
   if (lseek(fd, 0, SEEK_SET) < 0) {
     r = -errno;

@@ -40,6 +40,12 @@
 #define HEADER_ALLOWANCE                                                       \
   (16u << 10) /* tar stream bytes per member beyond                            \
                  its data: headers, pax records */
+/* A read ahead of a streamed export's production waits for this many bytes
+ * (or the end) at most STREAM_WAIT_MS; at most STREAM_WAITERS_MAX reads wait
+ * at once, so waiting reads cannot take every worker for long. */
+#define STREAM_MIN_REPLY (1u << 20)
+#define STREAM_WAIT_MS 2000u
+#define STREAM_WAITERS_MAX 2u
 
 /* ---- transfers and the table ---- */
 
@@ -52,14 +58,40 @@ struct xfer_limits {
   uint64_t extracted_bytes;
 };
 
+/* A streamed export: a producer thread writes the archive into the spool
+ * while reads serve what it has written. */
+struct xstream {
+  pthread_t thread;
+  bool started; /* the thread runs or ran: join it */
+  bool cancel;  /* atomic: stop producing (close, expiry, shutdown) */
+  /* the producer's job; its own until it is done */
+  struct sandboxd_limits lim;
+  int dir_fd;
+  int spool_fd; /* borrowed from the transfer */
+  char *excl_pool;
+  char **excl;
+  size_t nexcl;
+  int level;
+  /* under mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t produced; /* bytes in the spool */
+  uint64_t wake_at;  /* a waiting read wants this many */
+  bool waiting;
+  bool done;             /* the producer has finished */
+  int err;               /* its result, once done */
+  struct sbx_error fail; /* why it failed */
+};
+
 struct xfer {
   uint64_t handle;
   enum xfer_kind kind;
   enum xfer_state state;
-  bool busy;        /* a call is using it; under the table's lock */
-  uint64_t last_ms; /* last use, for idle expiry */
-  int spool_fd;     /* the unlinked archive file; -1 once finished */
-  uint64_t size;    /* export: archive bytes; import: bytes received */
+  bool busy;              /* a call is using it; under the table's lock */
+  uint64_t last_ms;       /* last use, for idle expiry */
+  int spool_fd;           /* the unlinked archive file; -1 once finished */
+  uint64_t size;          /* export: archive bytes; import: bytes received */
+  struct xstream *stream; /* a streamed export; NULL otherwise */
   /* import only */
   int dest_fd; /* O_PATH|O_DIRECTORY of the destination */
   struct xfer_limits lim;
@@ -75,11 +107,40 @@ struct archive_table {
   uint32_t nslots;
   uint64_t idle_ms;
   struct xfer *graveyard; /* closed, freed by the next blocking call */
+  unsigned waiting;       /* reads waiting for a streamed export */
+  bool stopping;          /* archive_table_stop was called */
 };
+
+static void xstream_cancel(struct xstream *s) {
+  __atomic_store_n(&s->cancel, true, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&s->mu);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Stops the producer (it checks for a cancel before every write) and frees
+ * the stream. */
+static struct xstream *xstream_free(struct xstream *s) {
+  if (!s)
+    return NULL;
+  if (s->started) {
+    xstream_cancel(s);
+    (void)pthread_join(s->thread, NULL);
+  }
+  if (s->dir_fd >= 0)
+    (void)close(s->dir_fd);
+  free(s->excl);
+  free(s->excl_pool);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  return NULL;
+}
 
 static struct xfer *xfer_free(struct xfer *x) {
   if (!x)
     return NULL;
+  xstream_free(x->stream);
   if (x->spool_fd >= 0)
     (void)close(x->spool_fd);
   if (x->dest_fd >= 0)
@@ -126,6 +187,20 @@ void archive_table_free(struct archive_table *t) {
   pthread_mutex_destroy(&t->mu);
   free(t->slots);
   free(t);
+}
+
+void archive_table_stop(struct archive_table *t) {
+  if (!t)
+    return;
+  pthread_mutex_lock(&t->mu);
+  __atomic_store_n(&t->stopping, true, __ATOMIC_RELEASE);
+  for (uint32_t i = 0; i < t->nslots; i++)
+    if (t->slots[i] && t->slots[i]->stream)
+      xstream_cancel(t->slots[i]->stream);
+  for (struct xfer *x = t->graveyard; x; x = x->next)
+    if (x->stream)
+      xstream_cancel(x->stream);
+  pthread_mutex_unlock(&t->mu);
 }
 
 void archive_table_set_idle_ms(struct archive_table *t, uint64_t ms) {
@@ -367,6 +442,7 @@ struct exporter {
   int out_fd;
   uint64_t out_bytes;
   uint64_t max_out;
+  struct xstream *stream; /* streamed: publish progress, honour a cancel */
   char *obuf;
   size_t olen;
   char *rbuf; /* file contents */
@@ -380,6 +456,18 @@ struct exporter {
   size_t hl_n, hl_cap;
 };
 
+/* Tells a streamed export's readers that ex->out_bytes are in the spool. */
+static void ex_publish(struct exporter *ex) {
+  struct xstream *s = ex->stream;
+  if (!s)
+    return;
+  pthread_mutex_lock(&s->mu);
+  s->produced = ex->out_bytes;
+  if (s->waiting && s->produced >= s->wake_at)
+    pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
 static int ex_flush(struct exporter *ex) {
   if (ex->olen == 0)
     return 0;
@@ -388,7 +476,19 @@ static int ex_flush(struct exporter *ex) {
     return r;
   ex->out_bytes += ex->olen;
   ex->olen = 0;
+  ex_publish(ex);
   return 0;
+}
+
+/* Whether a streamed export was closed; then fails with ex->err set. Checked
+ * before every write and every chunk read from a file (compression may
+ * hold back its output for long). */
+static bool ex_cancelled(struct exporter *ex) {
+  if (!ex->stream || !__atomic_load_n(&ex->stream->cancel, __ATOMIC_ACQUIRE))
+    return false;
+  ex->err =
+      sbx_error_set(ex->e, SBX_UNAVAILABLE, ECANCELED, "the export was closed");
+  return true;
 }
 
 /* libarchive's output: small writes (headers, small files) are coalesced;
@@ -397,6 +497,10 @@ static int ex_flush(struct exporter *ex) {
 static la_ssize_t ex_write_cb(struct archive *a, void *cd, const void *buf,
                               size_t n) {
   struct exporter *ex = cd;
+  if (ex_cancelled(ex)) {
+    archive_set_error(a, ECANCELED, "export closed");
+    return -1;
+  }
   if (ex->out_bytes + ex->olen + n > ex->max_out) {
     ex->err = sbx_error_set(
         ex->e, SBX_LIMIT_EXCEEDED, EFBIG,
@@ -409,8 +513,10 @@ static la_ssize_t ex_write_cb(struct archive *a, void *cd, const void *buf,
     r = ex_flush(ex);
     if (r == 0)
       r = write_all(ex->out_fd, buf, n);
-    if (r == 0)
+    if (r == 0) {
       ex->out_bytes += n;
+      ex_publish(ex);
+    }
   } else {
     if (ex->olen + n > OUT_BUF_BYTES)
       r = ex_flush(ex);
@@ -561,6 +667,8 @@ static int ex_file(struct exporter *ex, int dfd, const char *name,
   (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   uint64_t left = (uint64_t)st.st_size;
   while (left > 0) {
+    if (ex_cancelled(ex))
+      return ex->err;
     size_t want = left < COPY_BUF_BYTES ? (size_t)left : COPY_BUF_BYTES;
     ssize_t n = read(fd, ex->rbuf, want);
     if (n < 0) {
@@ -589,6 +697,8 @@ static int ex_entry(struct exporter *ex, int dfd, const char *name, size_t clen,
                     unsigned depth) {
   char q[NAME_SHOWN + 4];
   struct stat st;
+  if (ex_cancelled(ex))
+    return ex->err;
   if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno == ENOENT)
       return 0;
@@ -742,13 +852,16 @@ static void exporter_fini(struct exporter *ex) {
   free(ex->rbuf);
 }
 
-/* Writes the archive of DIR_FD into OUT_FD; returns its size in *TOTAL. */
-static int export_tree(struct rpc_call *c, int dir_fd, int out_fd, char **excl,
-                       size_t nexcl, int zstd_level, uint64_t *total) {
-  const struct sandboxd_limits *l = &c->d->limits;
+/* Writes the archive of DIR_FD into OUT_FD within the limits L; returns its
+ * size in *TOTAL. With STREAM, publishes its progress there as it goes. */
+static int export_tree(const struct sandboxd_limits *l, struct sbx_error *e,
+                       int dir_fd, int out_fd, char **excl, size_t nexcl,
+                       int zstd_level, struct xstream *stream,
+                       uint64_t *total) {
   struct exporter ex = {
-      .e = &c->err,
+      .e = e,
       .out_fd = out_fd,
+      .stream = stream,
       .max_out = l->archive_max_input_bytes,
       .excl = excl,
       .nexcl = nexcl,
@@ -761,14 +874,14 @@ static int export_tree(struct rpc_call *c, int dir_fd, int out_fd, char **excl,
   ex.a = archive_write_new();
   ex.ent = archive_entry_new();
   if (!ex.obuf || !ex.rbuf || !ex.a || !ex.ent) {
-    r = sbx_error_set(&c->err, SBX_OK, ENOMEM, "out of memory");
+    r = sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
     goto out;
   }
   /* Unblocked output: libarchive hands data straight to ex_write_cb, which
    * does its own buffering; the archive ends after its two zero blocks. */
   if (archive_write_set_format_pax(ex.a) != ARCHIVE_OK ||
       archive_write_set_bytes_per_block(ex.a, 0) != ARCHIVE_OK) {
-    r = la_fail(&c->err, ex.a, "cannot set up the archive");
+    r = la_fail(e, ex.a, "cannot set up the archive");
     goto out;
   }
   if (zstd_level > 0) {
@@ -777,13 +890,13 @@ static int export_tree(struct rpc_call *c, int dir_fd, int out_fd, char **excl,
     if (archive_write_add_filter_zstd(ex.a) != ARCHIVE_OK ||
         archive_write_set_filter_option(ex.a, "zstd", "compression-level",
                                         lv) != ARCHIVE_OK) {
-      r = la_fail(&c->err, ex.a, "cannot set up zstd compression");
+      r = la_fail(e, ex.a, "cannot set up zstd compression");
       goto out;
     }
   }
   if (archive_write_open2(ex.a, &ex, NULL, ex_write_cb, NULL, NULL) !=
       ARCHIVE_OK) {
-    r = ex.err ? ex.err : la_fail(&c->err, ex.a, "cannot start the archive");
+    r = ex.err ? ex.err : la_fail(e, ex.a, "cannot start the archive");
     goto out;
   }
   if (!(nexcl == 1 && strcmp(excl[0], ".") == 0)) {
@@ -792,12 +905,12 @@ static int export_tree(struct rpc_call *c, int dir_fd, int out_fd, char **excl,
       goto out;
   }
   if (archive_write_close(ex.a) != ARCHIVE_OK) {
-    r = ex.err ? ex.err : la_fail(&c->err, ex.a, "cannot finish the archive");
+    r = ex.err ? ex.err : la_fail(e, ex.a, "cannot finish the archive");
     goto out;
   }
   r = ex_flush(&ex);
   if (r < 0) {
-    r = sbx_error_set(&c->err, SBX_OK, -r,
+    r = sbx_error_set(e, SBX_OK, -r,
                       "cannot write the archive's temporary file: %s",
                       strerror(-r));
     goto out;
@@ -806,6 +919,76 @@ static int export_tree(struct rpc_call *c, int dir_fd, int out_fd, char **excl,
 out:
   exporter_fini(&ex);
   return r;
+}
+
+/* The producer of a streamed export: the archive into the spool, then the
+ * result for the readers. */
+static void *export_producer(void *arg) {
+  struct xstream *s = arg;
+  struct sbx_error e = {0};
+  uint64_t total = 0;
+  int r = export_tree(&s->lim, &e, s->dir_fd, s->spool_fd, s->excl, s->nexcl,
+                      s->level, s, &total);
+  (void)close(s->dir_fd);
+  s->dir_fd = -1;
+  if (r < 0) {
+    if (e.code == SBX_OK)
+      e.code = sbx_code_from_errno(-r);
+    log_debug("archive: streamed export stopped: %s", e.msg);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->done = true;
+  s->err = r;
+  if (r < 0)
+    s->fail = e;
+  else
+    s->produced = total;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+/* Sets X up as a streamed export and starts its producer; takes *DIR_FD,
+ * *SPOOL and the excludes. */
+static int export_stream_start(struct rpc_call *c, struct xfer *x, int *dir_fd,
+                               int *spool, char **excl_pool, char ***excl,
+                               size_t nexcl, int level) {
+  struct xstream *s = calloc(1, sizeof(*s));
+  if (!s)
+    return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
+  s->dir_fd = -1;
+  int r = pthread_mutex_init(&s->mu, NULL);
+  if (r != 0) {
+    free(s);
+    return rpc_fail(c, SBX_OK, r, "cannot start the export: %s", strerror(r));
+  }
+  pthread_condattr_t ca;
+  r = pthread_condattr_init(&ca);
+  if (r == 0) {
+    r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (r == 0)
+      r = pthread_cond_init(&s->cv, &ca);
+    (void)pthread_condattr_destroy(&ca);
+  }
+  if (r != 0) {
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return rpc_fail(c, SBX_OK, r, "cannot start the export: %s", strerror(r));
+  }
+  s->lim = c->d->limits;
+  s->dir_fd = TAKE_FD(*dir_fd);
+  x->spool_fd = TAKE_FD(*spool);
+  s->spool_fd = x->spool_fd;
+  s->excl_pool = TAKE_PTR(*excl_pool);
+  s->excl = TAKE_PTR(*excl);
+  s->nexcl = nexcl;
+  s->level = level;
+  x->stream = s;
+  r = pthread_create(&s->thread, NULL, export_producer, s);
+  if (r != 0)
+    return rpc_fail(c, SBX_OK, r, "cannot start the export: %s", strerror(r));
+  s->started = true;
+  return 0;
 }
 
 int rpc_archive_export_start(struct rpc_call *c) {
@@ -877,9 +1060,13 @@ int rpc_archive_export_start(struct rpc_call *c) {
   if (spool < 0)
     return spool;
 
+  Sbx__V1__ArchiveStartReply *rep =
+      sbx_arena_new(&c->arena, Sbx__V1__ArchiveStartReply);
   struct xfer *x = calloc(1, sizeof(*x));
-  if (!x)
+  if (!rep || !x) {
+    free(x);
     return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
+  }
   x->kind = XFER_EXPORT;
   x->spool_fd = -1;
   x->dest_fd = -1;
@@ -889,20 +1076,24 @@ int rpc_archive_export_start(struct rpc_call *c) {
     return r;
   }
   uint64_t total = 0;
-  r = export_tree(c, dir_fd, spool, excl, nexcl, level, &total);
-  if (r < 0) {
-    table_remove(c, x);
-    return r;
+  if (rq->stream) {
+    r = export_stream_start(c, x, &dir_fd, &spool, &excl_pool, &excl, nexcl,
+                            level);
+    if (r < 0) {
+      table_remove(c, x);
+      return r;
+    }
+  } else {
+    r = export_tree(&c->d->limits, &c->err, dir_fd, spool, excl, nexcl, level,
+                    NULL, &total);
+    if (r < 0) {
+      table_remove(c, x);
+      return r;
+    }
+    x->spool_fd = TAKE_FD(spool);
+    x->size = total;
+    x->state = XFER_DONE;
   }
-  Sbx__V1__ArchiveStartReply *rep =
-      sbx_arena_new(&c->arena, Sbx__V1__ArchiveStartReply);
-  if (!rep) {
-    table_remove(c, x);
-    return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
-  }
-  x->spool_fd = TAKE_FD(spool);
-  x->size = total;
-  x->state = XFER_DONE;
   (void)posix_fadvise(x->spool_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   sbx__v1__archive_start_reply__init(rep);
   rep->handle = x->handle;
@@ -910,6 +1101,62 @@ int rpc_archive_export_start(struct rpc_call *c) {
   c->resp->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_EXPORT_START;
   c->resp->archive_export_start = rep;
   table_release(c, x);
+  return 0;
+}
+
+/* Waits (bounded) until the streamed export S has produced the bytes a read
+ * at OFFSET of at most MAX wants, or has ended; the bytes in the spool go to
+ * *SIZE and whether production is complete to *DONE. A production error
+ * fails the read. */
+static int stream_wait(struct rpc_call *c, struct xstream *s, uint64_t offset,
+                       uint64_t max, uint64_t *size, bool *done) {
+  struct archive_table *t = table_of(c);
+  if (offset > s->lim.archive_max_input_bytes)
+    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
+                    "offset %" PRIu64 " is past the largest archive (%" PRIu64
+                    " bytes)",
+                    offset, s->lim.archive_max_input_bytes);
+  uint64_t want = max < STREAM_MIN_REPLY ? max : STREAM_MIN_REPLY;
+  uint64_t want_end = offset > UINT64_MAX - want ? UINT64_MAX : offset + want;
+  pthread_mutex_lock(&s->mu);
+  bool ready = s->done || s->produced >= want_end;
+  pthread_mutex_unlock(&s->mu);
+  bool stopping = __atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE);
+  if (!ready && !stopping &&
+      __atomic_add_fetch(&t->waiting, 1, __ATOMIC_ACQ_REL) <=
+          STREAM_WAITERS_MAX) {
+    struct timespec dl;
+    (void)clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += STREAM_WAIT_MS / 1000;
+    dl.tv_nsec += (long)(STREAM_WAIT_MS % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->waiting = true;
+    s->wake_at = want_end;
+    while (!s->done && s->produced < want_end &&
+           !__atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE))
+      if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT)
+        break;
+    s->waiting = false;
+    pthread_mutex_unlock(&s->mu);
+    (void)__atomic_sub_fetch(&t->waiting, 1, __ATOMIC_ACQ_REL);
+  } else if (!ready && !stopping) {
+    (void)__atomic_sub_fetch(&t->waiting, 1, __ATOMIC_ACQ_REL);
+  }
+  pthread_mutex_lock(&s->mu);
+  *size = s->produced;
+  *done = s->done;
+  int err = s->done ? s->err : 0;
+  if (err < 0)
+    c->err = s->fail;
+  pthread_mutex_unlock(&s->mu);
+  if (err < 0)
+    return err;
+  if (!*done && __atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
+    return rpc_fail(c, SBX_UNAVAILABLE, ESHUTDOWN, "sandboxd is shutting down");
   return 0;
 }
 
@@ -925,17 +1172,25 @@ int rpc_archive_export_read(struct rpc_call *c) {
   r = table_acquire(c, rq->handle, XFER_EXPORT, &x);
   if (r < 0)
     return r;
-  if (rq->offset > x->size) {
-    r = rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
-                 "offset %" PRIu64 " is past the archive's end (%" PRIu64
-                 " bytes)",
-                 rq->offset, x->size);
-    goto out;
-  }
   uint64_t max = c->d->limits.max_read_bytes;
   if (rq->max_bytes && rq->max_bytes < max)
     max = rq->max_bytes;
-  uint64_t left = x->size - rq->offset;
+  /* The bytes readable now and whether that is the whole archive. */
+  uint64_t size = x->size;
+  bool done = true;
+  if (x->stream) {
+    r = stream_wait(c, x->stream, rq->offset, max, &size, &done);
+    if (r < 0)
+      goto out;
+  }
+  if (done && rq->offset > size) {
+    r = rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
+                 "offset %" PRIu64 " is past the archive's end (%" PRIu64
+                 " bytes)",
+                 rq->offset, size);
+    goto out;
+  }
+  uint64_t left = rq->offset < size ? size - rq->offset : 0;
   size_t n = (size_t)(left < max ? left : max);
   Sbx__V1__ArchiveExportReadReply *rep =
       sbx_arena_new(&c->arena, Sbx__V1__ArchiveExportReadReply);
@@ -962,7 +1217,7 @@ int rpc_archive_export_read(struct rpc_call *c) {
   rep->data.data = buf;
   rep->data.len = n;
   rep->offset = rq->offset;
-  rep->eof = rq->offset + n == x->size;
+  rep->eof = done && rq->offset + n == size;
   c->resp->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_EXPORT_READ;
   c->resp->archive_export_read = rep;
 out:
@@ -2241,6 +2496,9 @@ int rpc_archive_close(struct rpc_call *c) {
       t->slots[i] = NULL;
       x->next = t->graveyard;
       t->graveyard = x;
+      /* The producer stops now; the next blocking call joins it. */
+      if (x->stream)
+        xstream_cancel(x->stream);
     }
     break;
   }

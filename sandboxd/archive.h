@@ -11,6 +11,14 @@
  * entries, archive_max_extracted_bytes of data or archive_max_input_bytes of
  * archive) is refused with LIMIT_EXCEEDED.
  *
+ * A streamed export (ArchiveExportStart.stream) is produced into the spool
+ * by a thread of its own while reads serve the ranges already written: a
+ * read ahead of production waits at most a few seconds (and at most two
+ * reads wait at once, so they cannot hold every worker), then returns what
+ * there is, possibly nothing, with eof false. A production error fails every
+ * read after it. Closing the transfer stops the producer at its next write;
+ * the next blocking archive call joins it.
+ *
  * Import spools received chunks (offset must equal the bytes received; a
  * repeated chunk is acknowledged, not appended), then at finish checks the
  * whole archive before it writes anything: member count, the sum of sizes,
@@ -41,6 +49,10 @@
  * every open transfer; no handler may run then). 0 or -ENOMEM. */
 int archive_table_new(struct sandboxd *d, struct archive_table **out);
 void archive_table_free(struct archive_table *t);
+/* Stops every streamed export's production and wakes its waiting read,
+ * which then fails with UNAVAILABLE; for shutdown, before the workers are
+ * joined. Thread-safe; T may be NULL. */
+void archive_table_stop(struct archive_table *t);
 /* How long a transfer may stay idle before it is dropped (for tests). */
 void archive_table_set_idle_ms(struct archive_table *t, uint64_t ms);
 

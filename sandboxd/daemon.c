@@ -272,6 +272,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
    * server still runs; only then may it free its calls. */
   proc_table_shutdown(d.procs, d.shutdown_grace_ms ? d.shutdown_grace_ms
                                                    : DAEMON_KILL_GRACE_MS);
+  archive_table_stop(d.archives);
   if (!server_wait_clients_gone(srv, DAEMON_LINGER_MS))
     log_debug("closing with clients still connected");
   server_free(srv);

@@ -650,6 +650,9 @@ int sbx_archive_export_start(struct sbx_client *c,
                    c->timeout_ms * 10, out, e);
 }
 
+/* The longest sandboxd makes a streamed export's read wait, with room. */
+#define EXPORT_READ_WAIT_MS 5000u
+
 int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
                             uint64_t offset, uint32_t max_bytes,
                             Sbx__V1__Response **out, struct sbx_error *e) {
@@ -658,8 +661,9 @@ int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
   a.offset = offset;
   a.max_bytes = max_bytes;
   Sbx__V1__Response *r = NULL;
-  int ret =
-      call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_READ, &a, 0, &r, e);
+  /* A read of a streamed export may wait a few seconds for production. */
+  int ret = call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_READ, &a,
+                      c->timeout_ms + EXPORT_READ_WAIT_MS, &r, e);
   if (ret < 0)
     return ret;
   Sbx__V1__ArchiveExportReadReply *x = r->archive_export_read;

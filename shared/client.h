@@ -114,6 +114,9 @@ int sbx_patch_apply(struct sbx_client *c, const char *patch, const char *dir,
 int sbx_archive_export_start(struct sbx_client *c,
                              Sbx__V1__ArchiveExportStart *a,
                              Sbx__V1__Response **out, struct sbx_error *e);
+/* A chunk at OFFSET of at most MAX_BYTES (0: the server's maximum). With a
+ * streamed export (a.stream, total_bytes 0 in the reply) the chunk may be
+ * shorter or empty while the archive is produced; read until eof. */
 int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
                             uint64_t offset, uint32_t max_bytes,
                             Sbx__V1__Response **out, struct sbx_error *e);

@@ -4,6 +4,7 @@
 #include SBX_LIBARCHIVE_H
 #include <archive_entry.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -240,6 +241,26 @@ Test(snapshot, local_round_trip_keeps_content_modes_links_and_empty_dirs) {
   cr_expect(exists("tmp/kept.bin"), "restore keeps excluded paths");
   cr_expect_not(exists("tmp/cache.bin"), "excluded paths are not saved");
   snapshot_record_clear(&rec);
+}
+
+Test(snapshot, snapshot_over_its_limit_is_refused_and_leaves_no_file) {
+  fill();
+  struct snapshot_spec spec = local_spec();
+  spec.compression = SNAPSHOT_UNCOMPRESSED;
+  spec.max_bytes = 64 << 10;
+  struct snapshot_record rec = {0};
+  struct sbx_error e = {0};
+  cr_assert_lt(snapshot_save(&spec, &SB, NULL, NULL, &rec, NULL, NULL, &e), 0);
+  cr_expect_eq(e.code, SBX_LIMIT_EXCEEDED, "%s", e.msg);
+  cr_expect_str_eq(e.msg, "the workspace archive is larger than the snapshot "
+                          "limit of 64 KiB");
+  DIR *d = opendir(base);
+  cr_assert_not_null(d);
+  struct dirent *de;
+  while ((de = readdir(d)))
+    cr_expect(strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0,
+              "\"%s\" was left behind", de->d_name);
+  closedir(d);
 }
 
 Test(snapshot, uncompressed_snapshot_is_a_plain_tar) {

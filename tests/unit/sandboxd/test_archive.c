@@ -53,9 +53,10 @@ static void keep(struct outcome *o, struct harness_call *hc) {
   memcpy(o->msg, hc->call.err.msg, sizeof(o->msg));
 }
 
-static int export_start(const char *path, const char **excl, size_t nexcl,
-                        Sbx__V1__Compression comp, uint64_t *handle,
-                        uint64_t *total, struct outcome *o) {
+static int export_start_as(const char *path, const char **excl, size_t nexcl,
+                           Sbx__V1__Compression comp, bool stream,
+                           uint64_t *handle, uint64_t *total,
+                           struct outcome *o) {
   Sbx__V1__Request req;
   sbx__v1__request__init(&req);
   Sbx__V1__ArchiveExportStart b;
@@ -64,6 +65,7 @@ static int export_start(const char *path, const char **excl, size_t nexcl,
   b.excludes = (char **)excl;
   b.n_excludes = nexcl;
   b.compression = comp;
+  b.stream = stream;
   req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_START;
   req.archive_export_start = &b;
   struct harness_call *hc = harness_call(&h, &req, rpc_archive_export_start);
@@ -77,6 +79,12 @@ static int export_start(const char *path, const char **excl, size_t nexcl,
   }
   harness_call_free(hc);
   return rc;
+}
+
+static int export_start(const char *path, const char **excl, size_t nexcl,
+                        Sbx__V1__Compression comp, uint64_t *handle,
+                        uint64_t *total, struct outcome *o) {
+  return export_start_as(path, excl, nexcl, comp, false, handle, total, o);
 }
 
 static int export_read(uint64_t handle, uint64_t off, uint32_t max,
@@ -1463,4 +1471,322 @@ Test(archive, busy_transfer_is_a_conflict) {
     cr_skip_test("finish ended before a second call got in");
   cr_assert_eq(archive_close(handle, NULL), 0);
   free(t.buf.data);
+}
+
+/* ---- streamed exports ---- */
+
+#define STREAM_MAX (64u << 20) /* the most a test reads from one stream */
+
+/* Reads the streamed export HANDLE from offset 0 to eof in chunks of the
+ * sizes in CHUNKS (cycled), asking again where a read returns nothing;
+ * returns the archive (new, STREAM_MAX bytes allocated) and its length. */
+static unsigned char *stream_read_all(uint64_t handle, const uint32_t *chunks,
+                                      size_t nchunks, size_t *len) {
+  unsigned char *buf = malloc(STREAM_MAX);
+  cr_assert_not_null(buf);
+  uint64_t off = 0;
+  bool eof = false;
+  struct outcome o = {0};
+  for (size_t i = 0, empty = 0; !eof; i++) {
+    size_t got = 0;
+    uint32_t want = chunks[i % nchunks];
+    cr_assert_leq(off + want, STREAM_MAX);
+    int rc = export_read(handle, off, want, buf + off, &got, &eof, &o);
+    cr_assert_eq(rc, 0, "read at %llu: %s", (unsigned long long)off, o.msg);
+    off += got;
+    empty = got ? 0 : empty + 1;
+    cr_assert_lt(empty, 20, "no progress at %llu", (unsigned long long)off);
+  }
+  *len = off;
+  return buf;
+}
+
+Test(archive, streamed_export_equals_plain_export) {
+  build_tree("src");
+  static const Sbx__V1__Compression comps[] = {
+      SBX__V1__COMPRESSION__COMPRESSION_NONE,
+      SBX__V1__COMPRESSION__COMPRESSION_ZSTD};
+  for (size_t k = 0; k < SBX_ARRAY_SIZE(comps); k++) {
+    size_t plain_len, len;
+    unsigned char *plain =
+        export_all("src", NULL, 0, comps[k], odd_chunks, 1, &plain_len);
+    uint64_t handle, total = 1;
+    struct outcome o = {0};
+    cr_assert_eq(
+        export_start_as("src", NULL, 0, comps[k], true, &handle, &total, &o), 0,
+        "%s", o.msg);
+    cr_expect_eq(total, 0, "a streamed export's size is not known at start");
+    unsigned char *got =
+        stream_read_all(handle, odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
+    cr_assert_eq(archive_close(handle, &o), 0, "%s", o.msg);
+    cr_assert_eq(len, plain_len, "streamed %zu bytes, plain %zu", len,
+                 plain_len);
+    cr_expect_eq(memcmp(got, plain, len), 0,
+                 "a streamed export has the plain export's bytes");
+    free(got);
+    free(plain);
+  }
+}
+
+Test(archive, streamed_reads_are_resumable) {
+  build_tree("src");
+  uint64_t handle, total;
+  struct outcome o = {0};
+  cr_assert_eq(export_start_as("src", NULL, 0,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               &handle, &total, &o),
+               0, "%s", o.msg);
+  /* The first bytes, read while the rest may still be produced. */
+  unsigned char first[4096], again[4096];
+  size_t got1 = 0, got2 = 0;
+  bool eof;
+  do
+    cr_assert_eq(export_read(handle, 0, sizeof(first), first, &got1, &eof, &o),
+                 0, "%s", o.msg);
+  while (got1 == 0 && !eof);
+  size_t len;
+  const uint32_t big[] = {1u << 20};
+  unsigned char *all = stream_read_all(handle, big, 1, &len);
+  cr_assert_gt(len, BIG_LEN);
+  /* Old offsets read the same after later reads and after the end. */
+  cr_assert_eq(export_read(handle, 0, sizeof(again), again, &got2, &eof, &o), 0,
+               "%s", o.msg);
+  cr_expect_eq(got2, sizeof(again));
+  cr_expect(!eof);
+  cr_expect_eq(memcmp(first, again, got1), 0);
+  cr_expect_eq(memcmp(all, again, got2), 0);
+  size_t mid = len / 2;
+  cr_assert_eq(export_read(handle, mid, sizeof(again), again, &got2, &eof, &o),
+               0);
+  cr_expect_eq(got2, sizeof(again));
+  cr_expect_eq(memcmp(all + mid, again, got2), 0);
+  /* The end, then past it. */
+  cr_assert_eq(export_read(handle, len - 1, 100, again, &got2, &eof, &o), 0);
+  cr_expect_eq(got2, 1);
+  cr_expect(eof);
+  cr_assert_eq(export_read(handle, len, 100, again, &got2, &eof, &o), 0);
+  cr_expect_eq(got2, 0);
+  cr_expect(eof);
+  cr_expect_lt(export_read(handle, len + 1, 100, again, &got2, &eof, &o), 0);
+  cr_expect_eq(o.code, SBX_INVALID_ARGUMENT, "%s", o.msg);
+  cr_assert_eq(archive_close(handle, NULL), 0);
+  free(all);
+}
+
+/* A tree that takes a while to archive: zstd at level 19 over 24 MiB. */
+static void build_slow_tree(const char *rel) {
+  char p[512];
+  mk_dir(rel, 0755);
+  unsigned char *data = pattern(8u << 20, 3);
+  for (size_t i = 0; i < (8u << 20); i++)
+    data[i] &= 0x0f; /* compressible: zstd works hard */
+  for (int i = 0; i < 3; i++) {
+    (void)snprintf(p, sizeof(p), "%s/f%d", rel, i);
+    mk_file(p, data, 8u << 20, 0644);
+  }
+  free(data);
+}
+
+static int export_slow(const char *rel, uint64_t *handle, struct outcome *o) {
+  Sbx__V1__Request req;
+  sbx__v1__request__init(&req);
+  Sbx__V1__ArchiveExportStart b;
+  sbx__v1__archive_export_start__init(&b);
+  b.path = (char *)rel;
+  b.compression = SBX__V1__COMPRESSION__COMPRESSION_ZSTD;
+  b.zstd_level = 19;
+  b.stream = true;
+  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_START;
+  req.archive_export_start = &b;
+  struct harness_call *hc = harness_call(&h, &req, rpc_archive_export_start);
+  int rc = hc->rc;
+  keep(o, hc);
+  if (rc == 0)
+    *handle = hc->resp.archive_export_start->handle;
+  harness_call_free(hc);
+  return rc;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+Test(archive, streamed_read_ahead_of_production_is_bounded) {
+  build_slow_tree("src");
+  uint64_t handle;
+  struct outcome o = {0};
+  cr_assert_eq(export_slow("src", &handle, &o), 0, "%s", o.msg);
+  unsigned char buf[100];
+  size_t got = 1;
+  bool eof = true;
+  /* Far past anything an archive may hold: refused at once. */
+  cr_expect_lt(export_read(handle, UINT64_MAX, 100, buf, &got, &eof, &o), 0);
+  cr_expect_eq(o.code, SBX_INVALID_ARGUMENT, "%s", o.msg);
+  cr_expect_lt(export_read(handle, h.d.limits.archive_max_input_bytes + 1, 100,
+                           buf, &got, &eof, &o),
+               0);
+  cr_expect_eq(o.code, SBX_INVALID_ARGUMENT, "%s", o.msg);
+  /* Past what is produced (the archive is far smaller): a bounded wait,
+   * then nothing; or, once the archive is complete, past its end. */
+  double t0 = now_s();
+  int rc = export_read(handle, 512u << 20, 100, buf, &got, &eof, &o);
+  double waited = now_s() - t0;
+  cr_expect_lt(waited, 10.0, "a read waited %.1f s", waited);
+  if (rc == 0) {
+    cr_expect_eq(got, 0);
+    cr_expect(!eof);
+  } else {
+    cr_expect_eq(o.code, SBX_INVALID_ARGUMENT, "%s", o.msg);
+  }
+  cr_assert_eq(archive_close(handle, NULL), 0);
+}
+
+Test(archive, close_stops_production) {
+  build_slow_tree("src");
+  uint64_t handle;
+  struct outcome o = {0};
+  cr_assert_eq(export_slow("src", &handle, &o), 0, "%s", o.msg);
+  unsigned char buf[100];
+  size_t got;
+  bool eof;
+  cr_assert_eq(export_read(handle, 0, 100, buf, &got, &eof, &o), 0, "%s",
+               o.msg);
+  cr_expect(!eof, "the export is not finished at once");
+  double t0 = now_s();
+  cr_assert_eq(archive_close(handle, &o), 0, "%s", o.msg);
+  /* The next blocking call joins the producer. */
+  cr_expect_lt(export_read(handle, 0, 100, buf, &got, &eof, &o), 0);
+  cr_expect_eq(o.code, SBX_NOT_FOUND, "%s", o.msg);
+  double took = now_s() - t0;
+  cr_expect_lt(took, 2.0, "stopping the producer took %.2f s", took);
+  /* One left in production is stopped by the table's teardown. */
+  cr_assert_eq(export_slow("src", &handle, &o), 0, "%s", o.msg);
+}
+
+struct waiting_read {
+  uint64_t handle;
+  int rc;
+  struct outcome o;
+  size_t got;
+};
+
+static void *read_thread(void *arg) {
+  struct waiting_read *w = arg;
+  unsigned char buf[100];
+  bool eof;
+  w->rc = export_read(w->handle, 256u << 20, 100, buf, &w->got, &eof, &w->o);
+  return NULL;
+}
+
+Test(archive, stop_wakes_a_waiting_read) {
+  build_slow_tree("src");
+  struct waiting_read w = {0};
+  struct outcome o = {0};
+  cr_assert_eq(export_slow("src", &w.handle, &o), 0, "%s", o.msg);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, read_thread, &w), 0);
+  usleep(200000);
+  double t0 = now_s();
+  archive_table_stop(h.d.archives);
+  pthread_join(th, NULL);
+  double took = now_s() - t0;
+  cr_expect_lt(took, 1.0, "the read took %.2f s to answer", took);
+  cr_expect_lt(w.rc, 0);
+  cr_expect_eq(w.o.code, SBX_UNAVAILABLE, "%s", w.o.msg);
+}
+
+Test(archive, streamed_production_error_reaches_the_reader) {
+  /* Nested directories whose path is longer than a member's may be. */
+  mk_dir("src", 0755);
+  char name[201];
+  memset(name, 'n', 200);
+  name[200] = '\0';
+  char p[4200];
+  pathf(p, sizeof(p), "src");
+  int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  cr_assert_geq(fd, 0);
+  for (int i = 0; i < 24; i++) {
+    cr_assert_eq(mkdirat(fd, name, 0755), 0, "%s", strerror(errno));
+    int next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(next, 0);
+    close(fd);
+    fd = next;
+  }
+  close(fd);
+  uint64_t handle, total;
+  struct outcome o = {0};
+  cr_assert_eq(export_start_as("src", NULL, 0,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               &handle, &total, &o),
+               0, "%s", o.msg);
+  unsigned char *buf = malloc(1u << 20);
+  cr_assert_not_null(buf);
+  uint64_t off = 0;
+  int rc = 0;
+  for (int i = 0; i < 100 && rc == 0; i++) {
+    size_t got = 0;
+    bool eof = false;
+    rc = export_read(handle, off, 1u << 20, buf, &got, &eof, &o);
+    cr_assert(rc < 0 || !eof, "the export succeeded");
+    off += got;
+  }
+  cr_assert_lt(rc, 0);
+  cr_expect_eq(o.code, SBX_INVALID_ARGUMENT, "%s", o.msg);
+  cr_expect(strstr(o.msg, "a path beneath \"nnnn") &&
+                strstr(o.msg, "is too long"),
+            "the message names the path: %s", o.msg);
+  /* Every later read says the same. */
+  size_t got;
+  bool eof;
+  cr_expect_lt(export_read(handle, 0, 100, buf, &got, &eof, &o), 0);
+  cr_expect_eq(o.code, SBX_INVALID_ARGUMENT, "%s", o.msg);
+  cr_assert_eq(archive_close(handle, NULL), 0);
+  free(buf);
+}
+
+Test(archive, streamed_export_keeps_limits) {
+  build_tree("src");
+  h.d.limits.archive_max_members = 5;
+  uint64_t handle, total;
+  struct outcome o = {0};
+  cr_assert_eq(export_start_as("src", NULL, 0,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               &handle, &total, &o),
+               0, "%s", o.msg);
+  unsigned char buf[4096];
+  int rc = 0;
+  uint64_t off = 0;
+  for (int i = 0; i < 1000 && rc == 0; i++) {
+    size_t got = 0;
+    bool eof = false;
+    rc = export_read(handle, off, sizeof(buf), buf, &got, &eof, &o);
+    cr_assert(rc < 0 || !eof, "the export succeeded");
+    off += got;
+  }
+  cr_assert_lt(rc, 0);
+  cr_expect_eq(o.code, SBX_LIMIT_EXCEEDED, "%s", o.msg);
+  cr_expect(strstr(o.msg, "more than 5 entries"), "%s", o.msg);
+  cr_assert_eq(archive_close(handle, NULL), 0);
+  /* The archive's size limit too. */
+  h.d.limits.archive_max_members = 100000;
+  h.d.limits.archive_max_input_bytes = 1u << 20;
+  cr_assert_eq(export_start_as("src", NULL, 0,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               &handle, &total, &o),
+               0, "%s", o.msg);
+  rc = 0;
+  off = 0;
+  for (int i = 0; i < 1000 && rc == 0; i++) {
+    size_t got = 0;
+    bool eof = false;
+    rc = export_read(handle, off, sizeof(buf), buf, &got, &eof, &o);
+    cr_assert(rc < 0 || !eof, "the export succeeded");
+    off += got;
+  }
+  cr_assert_lt(rc, 0);
+  cr_expect_eq(o.code, SBX_LIMIT_EXCEEDED, "%s", o.msg);
+  cr_expect_leq(off, 1u << 20);
+  cr_assert_eq(archive_close(handle, NULL), 0);
 }
