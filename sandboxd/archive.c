@@ -1125,14 +1125,7 @@ static int stream_wait(struct rpc_call *c, struct xstream *s, uint64_t offset,
   if (!ready && !stopping &&
       __atomic_add_fetch(&t->waiting, 1, __ATOMIC_ACQ_REL) <=
           STREAM_WAITERS_MAX) {
-    struct timespec dl;
-    (void)clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += STREAM_WAIT_MS / 1000;
-    dl.tv_nsec += (long)(STREAM_WAIT_MS % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-      dl.tv_sec++;
-      dl.tv_nsec -= 1000000000L;
-    }
+    struct timespec dl = sbx_deadline_in(CLOCK_MONOTONIC, STREAM_WAIT_MS);
     pthread_mutex_lock(&s->mu);
     s->waiting = true;
     s->wake_at = want_end;

@@ -845,14 +845,7 @@ void proc_thread_init(struct proc_table *t) {
 
 int proc_wait_pid(struct proc_table *t, pid_t pid, int *status,
                   unsigned timeout_ms) {
-  struct timespec until;
-  (void)clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += timeout_ms / 1000;
-  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  struct timespec until = sbx_deadline_in(CLOCK_REALTIME, timeout_ms);
   int r = 0;
   pthread_mutex_lock(&t->mu);
   wake(t);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "clock.h"
 #include "dispatch.h"
 #include "fileio.h"
 #include "log.h"
@@ -724,21 +725,8 @@ bool server_shutdown_requested(struct server *s) {
   return v;
 }
 
-/* An absolute CLOCK_REALTIME time TIMEOUT_MS from now. */
-static struct timespec deadline_in(unsigned timeout_ms) {
-  struct timespec ts;
-  (void)clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += timeout_ms / 1000;
-  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 bool server_wait_clients_gone(struct server *s, unsigned timeout_ms) {
-  struct timespec ts = deadline_in(timeout_ms);
+  struct timespec ts = sbx_deadline_in(CLOCK_REALTIME, timeout_ms);
   pthread_mutex_lock(&s->smu);
   while (s->npipes > 0)
     if (pthread_cond_timedwait(&s->scv, &s->smu, &ts) != 0)
@@ -749,7 +737,7 @@ bool server_wait_clients_gone(struct server *s, unsigned timeout_ms) {
 }
 
 void server_wait_shutdown(struct server *s, unsigned timeout_ms) {
-  struct timespec ts = deadline_in(timeout_ms);
+  struct timespec ts = sbx_deadline_in(CLOCK_REALTIME, timeout_ms);
   pthread_mutex_lock(&s->smu);
   while (!s->shutdown)
     if (pthread_cond_timedwait(&s->scv, &s->smu, &ts) != 0)

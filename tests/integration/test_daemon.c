@@ -147,14 +147,8 @@ Test(daemon, repeated_mutating_request_runs_once) {
   w.mode = SBX__V1__WRITE_MODE__WRITE_APPEND;
   req.body_case = SBX__V1__REQUEST__BODY_FILE_WRITE;
   req.file_write = &w;
-  req.token.data = (uint8_t *)t.token;
-  req.token.len = strlen(t.token);
-  req.version = 1;
-  req.id = "append-1";
-  uint8_t buf[512];
-  size_t n = sbx__v1__request__pack(&req, buf);
-  Sbx__V1__Response *a = test_daemon_raw_call(t.url, buf, n);
-  Sbx__V1__Response *b = test_daemon_raw_call(t.url, buf, n);
+  Sbx__V1__Response *a, *b;
+  test_daemon_send_twice(&t, &req, "append-1", &a, &b);
   cr_assert_eq(a->body_case, SBX__V1__RESPONSE__BODY_FILE_WRITE);
   cr_assert_eq(b->body_case, SBX__V1__RESPONSE__BODY_FILE_WRITE);
   cr_expect_eq(a->file_write->size, 5);
@@ -162,16 +156,16 @@ Test(daemon, repeated_mutating_request_runs_once) {
   sbx__v1__response__free_unpacked(a, NULL);
   sbx__v1__response__free_unpacked(b, NULL);
   /* A new id appends again. */
-  req.id = "append-2";
-  n = sbx__v1__request__pack(&req, buf);
-  Sbx__V1__Response *c = test_daemon_raw_call(t.url, buf, n);
-  cr_expect_eq(c->file_write->size, 10);
-  sbx__v1__response__free_unpacked(c, NULL);
+  test_daemon_send_twice(&t, &req, "append-2", &a, &b);
+  cr_expect_eq(a->file_write->size, 10);
+  cr_expect_eq(b->file_write->size, 10);
+  sbx__v1__response__free_unpacked(a, NULL);
+  sbx__v1__response__free_unpacked(b, NULL);
   char path[256];
   (void)snprintf(path, sizeof(path), "%s/log.txt", t.root);
   struct stat st;
   cr_assert_eq(stat(path, &st), 0);
-  cr_expect_eq(st.st_size, 10, "two appends for three requests");
+  cr_expect_eq(st.st_size, 10, "two appends for four requests");
   test_daemon_stop(&t);
 }
 

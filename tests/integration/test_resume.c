@@ -69,6 +69,22 @@ static const char *output_of(json_t *reqs, const char *call_id) {
   return NULL;
 }
 
+/* Approves CALL in the paused run state RS, resumes it against the model
+ * server at BASE_URL and expects it to finish with WANT on stdout. */
+static void approve_and_resume(const char *rs, const char *call,
+                               const char *base_url, const char *want) {
+  struct sbx_run_out r;
+  const char *ok[] = {"approve", rs, call, NULL};
+  sbx_run(&r, NULL, ok);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, want);
+  sbx_run_free(&r);
+}
+
 Test(resume, paused_for_approval_approved_from_another_process) {
   const char *a = write_agent(
       "{\"name\": \"A\", \"approvals\": {\"exec_command\": [\"cat\"]}}");
@@ -93,15 +109,7 @@ Test(resume, paused_for_approval_approved_from_another_process) {
   cr_expect_eq(r.status, 1);
   cr_expect(strstr(r.err, "no pending call \"nope\"") != NULL, "%s", r.err);
   sbx_run_free(&r);
-  const char *ok[] = {"approve", rs, "w1", NULL};
-  sbx_run(&r, NULL, ok);
-  cr_expect_eq(r.status, 0, "%s", r.err);
-  sbx_run_free(&r);
-  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
-  sbx_run(&r, srv.base_url, res);
-  cr_expect_eq(r.status, 0, "%s", r.err);
-  cr_expect_str_eq(r.out, "all done\n");
-  sbx_run_free(&r);
+  approve_and_resume(rs, "w1", srv.base_url, "all done\n");
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   cr_expect_eq(json_array_size(reqs), 3, "no model call was repeated");
@@ -301,15 +309,7 @@ Test(resume, journal_tail_left_by_a_kill_is_ignored) {
                   "\"status\": \"running\"}}\n");
   append_text(jp, "{\"type\": \"message\", \"role\": \"user\", \"content\": "
                   "\"INJECTED-2");
-  const char *ok[] = {"approve", rs, "t2", NULL};
-  sbx_run(&r, NULL, ok);
-  cr_expect_eq(r.status, 0, "%s", r.err);
-  sbx_run_free(&r);
-  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
-  sbx_run(&r, srv.base_url, res);
-  cr_expect_eq(r.status, 0, "%s", r.err);
-  cr_expect_str_eq(r.out, "finished\n");
-  sbx_run_free(&r);
+  approve_and_resume(rs, "t2", srv.base_url, "finished\n");
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   cr_assert_eq(json_array_size(reqs), 3);

@@ -157,6 +157,22 @@ Sbx__V1__Response *test_daemon_raw_call(const char *url, const void *buf,
   return r;
 }
 
+void test_daemon_send_twice(struct test_daemon *t, Sbx__V1__Request *req,
+                            const char *id, Sbx__V1__Response **a,
+                            Sbx__V1__Response **b) {
+  req->token.data = (uint8_t *)t->token;
+  req->token.len = strlen(t->token);
+  req->version = 1;
+  req->id = (char *)id;
+  size_t n = sbx__v1__request__get_packed_size(req);
+  uint8_t *buf = malloc(n);
+  cr_assert_not_null(buf);
+  cr_assert_eq(sbx__v1__request__pack(req, buf), n);
+  *a = test_daemon_raw_call(t->url, buf, n);
+  *b = test_daemon_raw_call(t->url, buf, n);
+  free(buf);
+}
+
 void test_daemon_hang_ups(const char *url, unsigned n) {
   struct sockaddr_un un = {.sun_family = AF_UNIX};
   struct sockaddr_in in = {.sin_family = AF_INET};

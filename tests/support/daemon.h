@@ -31,6 +31,12 @@ struct sbx_client *test_daemon_client(struct test_daemon *t, const char *token);
  * sbx__v1__response__free_unpacked). Asserts on transport errors. */
 Sbx__V1__Response *test_daemon_raw_call(const char *url, const void *buf,
                                         size_t len);
+/* Sends REQ (its body set) twice with the same ID and T's token, each on a
+ * fresh REQ socket, as a client retrying after a lost reply would; *A and *B
+ * get the replies (free with sbx__v1__response__free_unpacked). */
+void test_daemon_send_twice(struct test_daemon *t, Sbx__V1__Request *req,
+                            const char *id, Sbx__V1__Response **a,
+                            Sbx__V1__Response **b);
 /* Connects to URL's address (ipc:// path, or tcp:// / tls+tcp:// host:port)
  * N times and hangs up during the handshake: at once, after half an SP
  * header, or after a wrong one. */

@@ -53,9 +53,10 @@ static void keep(struct outcome *o, struct harness_call *hc) {
   memcpy(o->msg, hc->call.err.msg, sizeof(o->msg));
 }
 
+/* zstd_level 0: the server's default. */
 static int export_start_as(const char *path, const char **excl, size_t nexcl,
-                           Sbx__V1__Compression comp, bool stream,
-                           uint64_t *handle, uint64_t *total,
+                           Sbx__V1__Compression comp, int zstd_level,
+                           bool stream, uint64_t *handle, uint64_t *total,
                            struct outcome *o) {
   Sbx__V1__Request req;
   sbx__v1__request__init(&req);
@@ -65,6 +66,7 @@ static int export_start_as(const char *path, const char **excl, size_t nexcl,
   b.excludes = (char **)excl;
   b.n_excludes = nexcl;
   b.compression = comp;
+  b.zstd_level = zstd_level;
   b.stream = stream;
   req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_START;
   req.archive_export_start = &b;
@@ -84,7 +86,7 @@ static int export_start_as(const char *path, const char **excl, size_t nexcl,
 static int export_start(const char *path, const char **excl, size_t nexcl,
                         Sbx__V1__Compression comp, uint64_t *handle,
                         uint64_t *total, struct outcome *o) {
-  return export_start_as(path, excl, nexcl, comp, false, handle, total, o);
+  return export_start_as(path, excl, nexcl, comp, 0, false, handle, total, o);
 }
 
 static int export_read(uint64_t handle, uint64_t off, uint32_t max,
@@ -1513,8 +1515,8 @@ Test(archive, streamed_export_equals_plain_export) {
     uint64_t handle, total = 1;
     struct outcome o = {0};
     cr_assert_eq(
-        export_start_as("src", NULL, 0, comps[k], true, &handle, &total, &o), 0,
-        "%s", o.msg);
+        export_start_as("src", NULL, 0, comps[k], 0, true, &handle, &total, &o),
+        0, "%s", o.msg);
     cr_expect_eq(total, 0, "a streamed export's size is not known at start");
     unsigned char *got =
         stream_read_all(handle, odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
@@ -1533,7 +1535,7 @@ Test(archive, streamed_reads_are_resumable) {
   uint64_t handle, total;
   struct outcome o = {0};
   cr_assert_eq(export_start_as("src", NULL, 0,
-                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, 0, true,
                                &handle, &total, &o),
                0, "%s", o.msg);
   /* The first bytes, read while the rest may still be produced. */
@@ -1587,24 +1589,11 @@ static void build_slow_tree(const char *rel) {
   free(data);
 }
 
+/* A streamed export slow to produce (zstd at level 19). */
 static int export_slow(const char *rel, uint64_t *handle, struct outcome *o) {
-  Sbx__V1__Request req;
-  sbx__v1__request__init(&req);
-  Sbx__V1__ArchiveExportStart b;
-  sbx__v1__archive_export_start__init(&b);
-  b.path = (char *)rel;
-  b.compression = SBX__V1__COMPRESSION__COMPRESSION_ZSTD;
-  b.zstd_level = 19;
-  b.stream = true;
-  req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_START;
-  req.archive_export_start = &b;
-  struct harness_call *hc = harness_call(&h, &req, rpc_archive_export_start);
-  int rc = hc->rc;
-  keep(o, hc);
-  if (rc == 0)
-    *handle = hc->resp.archive_export_start->handle;
-  harness_call_free(hc);
-  return rc;
+  uint64_t total;
+  return export_start_as(rel, NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_ZSTD,
+                         19, true, handle, &total, o);
 }
 
 static double now_s(void) {
@@ -1718,7 +1707,7 @@ Test(archive, streamed_production_error_reaches_the_reader) {
   uint64_t handle, total;
   struct outcome o = {0};
   cr_assert_eq(export_start_as("src", NULL, 0,
-                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, 0, true,
                                &handle, &total, &o),
                0, "%s", o.msg);
   unsigned char *buf = malloc(1u << 20);
@@ -1752,7 +1741,7 @@ Test(archive, streamed_export_keeps_limits) {
   uint64_t handle, total;
   struct outcome o = {0};
   cr_assert_eq(export_start_as("src", NULL, 0,
-                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, 0, true,
                                &handle, &total, &o),
                0, "%s", o.msg);
   unsigned char buf[4096];
@@ -1773,7 +1762,7 @@ Test(archive, streamed_export_keeps_limits) {
   h.d.limits.archive_max_members = 100000;
   h.d.limits.archive_max_input_bytes = 1u << 20;
   cr_assert_eq(export_start_as("src", NULL, 0,
-                               SBX__V1__COMPRESSION__COMPRESSION_NONE, true,
+                               SBX__V1__COMPRESSION__COMPRESSION_NONE, 0, true,
                                &handle, &total, &o),
                0, "%s", o.msg);
   rc = 0;
