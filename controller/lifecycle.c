@@ -195,6 +195,7 @@ int lifecycle_check_cwd(struct sandbox *sb, const char *cwd, const char *run_as,
     st.run_as = (char *)run_as;
     st.timeout_ms = 10000;
     st.no_stdin = true;
+    st.wait_ms = 15000; /* past the timeout: the reply says how it ended */
     r = sbx_exec_start(sb->client, &st, &resp, &ie);
     if (r < 0)
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOTDIR,
@@ -202,14 +203,8 @@ int lifecycle_check_cwd(struct sandbox *sb, const char *cwd, const char *run_as,
                            "or is not accessible (as user \"%s\": %s).",
                            cwd, run_as, ie.msg);
     uint64_t id = resp->exec_start->exec_id;
-    sbx_client_reply_free(resp);
-    Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
-    rd.exec_id = id;
-    rd.wait_ms = 15000;
-    rd.until_exit = true;
-    r = sbx_exec_read(sb->client, &rd, &resp, &ie);
-    bool ok = r == 0 && resp->exec_read->exited &&
-              resp->exec_read->exit_code == 0 && resp->exec_read->signal == 0;
+    const Sbx__V1__ExecReadReply *x = resp->exec_start->output;
+    bool ok = x->exited && x->exit_code == 0 && x->signal == 0;
     sbx_client_reply_free(resp);
     (void)sbx_exec_release(sb->client, id, &ie);
     if (!ok)

@@ -532,6 +532,9 @@ Test(sandbox_cli, run_as_writes_files_owned_by_that_user) {
   char p[512];
   (void)snprintf(p, sizeof(p), "%s/shared/mine.txt",
                  json_string_value(json_object_get(info, "root")));
+  char priv[512];
+  (void)snprintf(priv, sizeof(priv), "%s/private",
+                 json_string_value(json_object_get(info, "root")));
   json_decref(info);
   sbx_run_free(&o);
   struct stat st;
@@ -546,6 +549,16 @@ Test(sandbox_cli, run_as_writes_files_owned_by_that_user) {
   cr_expect(strstr(o.err, "Sandbox working directory \"nosuch\" does not "
                           "exist or is not accessible"),
             "%s", o.err);
+  json_decref(reqs);
+  sbx_run_free(&o);
+  /* One that exists but the user may not enter: asked of a shell run as
+   * the user. */
+  cr_assert_eq(mkdir(priv, 0700), 0, "%s", priv);
+  run_in(id, ap, "true", (const char *const[]){"--cwd", "private", NULL}, &o,
+         &reqs);
+  cr_expect_eq(o.status, 2);
+  cr_expect(strstr(o.err, "(user \"sbxclitu\" cannot enter and read it)"), "%s",
+            o.err);
   json_decref(reqs);
   sbx_run_free(&o);
   sbx(&o, (const char *const[]){"rm", id, NULL});
