@@ -378,8 +378,10 @@ static int sandbox_call(struct sbx_client *c, const char *cmd,
     return ret;
   }
   uint64_t id = r->exec_start->exec_id;
-  uint64_t off = r->exec_start->output->next_offset;
-  bool done = r->exec_start->output->exited && r->exec_start->output->eof;
+  const Sbx__V1__ExecReadReply *x = r->exec_start->output;
+  uint64_t off =
+      x ? x->next_offset : 0; /* none: a sandboxd that did not wait */
+  bool done = x && x->exited && x->eof;
   sbx_client_reply_free(r);
   while (!done) {
     Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;

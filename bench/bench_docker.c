@@ -107,9 +107,9 @@ static uint64_t exec_true(struct sandbox *s) {
     die("exec start", e.msg);
   uint64_t id = r->exec_start->exec_id;
   const Sbx__V1__ExecReadReply *x = r->exec_start->output;
-  bool done = x->exited && x->eof;
-  uint64_t off = x->next_offset;
-  int code = x->exit_code;
+  bool done = x && x->exited && x->eof; /* none: sandboxd did not wait */
+  uint64_t off = x ? x->next_offset : 0;
+  int code = x ? x->exit_code : 0;
   sbx_client_reply_free(r);
   while (!done) {
     Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;

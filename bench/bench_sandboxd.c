@@ -74,7 +74,14 @@ static int sbx_true(struct sbx_client *c, bool waiting, uint64_t *ns) {
   }
   uint64_t id = r->exec_start->exec_id;
   bool done = false;
-  bool ok = !waiting || true_done(r->exec_start->output, &done);
+  const Sbx__V1__ExecReadReply *x = r->exec_start->output;
+  if (waiting && !x) {
+    (void)fprintf(stderr, "bench: this sandboxd does not wait in ExecStart "
+                          "(no \"exec_start_wait\" feature)\n");
+    sbx_client_reply_free(r);
+    return -ENOTSUP;
+  }
+  bool ok = !waiting || true_done(x, &done);
   sbx_client_reply_free(r);
   if (!ok)
     return -EIO;

@@ -203,8 +203,23 @@ int lifecycle_check_cwd(struct sandbox *sb, const char *cwd, const char *run_as,
                            "or is not accessible (as user \"%s\": %s).",
                            cwd, run_as, ie.msg);
     uint64_t id = resp->exec_start->exec_id;
-    const Sbx__V1__ExecReadReply *x = resp->exec_start->output;
-    bool ok = x->exited && x->exit_code == 0 && x->signal == 0;
+    bool have = resp->exec_start->output != NULL;
+    if (!have) {
+      /* A sandboxd that did not wait: read until the exit. */
+      sbx_client_reply_free(resp);
+      resp = NULL;
+      Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
+      rd.exec_id = id;
+      rd.wait_ms = 15000;
+      rd.until_exit = true;
+      have = sbx_exec_read(sb->client, &rd, &resp, &ie) == 0;
+    }
+    const Sbx__V1__ExecReadReply *x =
+        !have ? NULL
+        : resp->body_case == SBX__V1__RESPONSE__BODY_EXEC_START
+            ? resp->exec_start->output
+            : resp->exec_read;
+    bool ok = x && x->exited && x->exit_code == 0 && x->signal == 0;
     sbx_client_reply_free(resp);
     (void)sbx_exec_release(sb->client, id, &ie);
     if (!ok)

@@ -536,8 +536,9 @@ static json_t *exec_command(struct toolbox *t, json_t *args, struct op *op) {
   }
   uint64_t exec_id = r->exec_start->exec_id;
   uint64_t offset = 0;
-  bool done;
-  ret = absorb(r->exec_start->output, tty, &offset, &c, &done);
+  bool done = false;
+  if (r->exec_start->output) /* absent from a sandboxd that did not wait */
+    ret = absorb(r->exec_start->output, tty, &offset, &c, &done);
   sbx_client_reply_free(r);
   if (ret == 0 && !done && sbx_now_ms() < deadline)
     ret = collect(t, exec_id, tty, &offset, deadline, &c, &e);

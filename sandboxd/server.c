@@ -766,8 +766,10 @@ int rpc_hello(struct rpc_call *c) {
     return -ENOMEM;
   sbx__v1__hello_reply__init(h);
   sbx__v1__limits__init(l);
-  static char *features[] = {"exec", "pty",   "files",   "patch", "archive",
-                             "zstd", "users", "seccomp", "run_as"};
+  /* run_as last: it is left out when sandboxd is not root. */
+  static char *features[] = {
+      "exec",  "pty",     "files",           "patch",         "archive", "zstd",
+      "users", "seccomp", "exec_start_wait", "export_stream", "run_as"};
   h->version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
   h->server_version = (char *)sandboxd_version();
   h->features = features;

@@ -448,8 +448,10 @@ int sbx_exec_start(struct sbx_client *c, Sbx__V1__ExecStart *a,
                       a->wait_ms + c->timeout_ms, &r, e);
   if (ret < 0)
     return ret;
+  /* A sandboxd without "exec_start_wait" answers a waiting start at once,
+   * without output: the caller reads as after a plain start. */
   const Sbx__V1__ExecReadReply *x = r->exec_start->output;
-  if (a->wait_ms ? !x || !read_reply_ok(x, 0, a->max_bytes) : x != NULL) {
+  if (x && (!a->wait_ms || !read_reply_ok(x, 0, a->max_bytes))) {
     sbx_client_reply_free(r);
     return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                          "sandboxd sent an inconsistent exec start reply");

@@ -26,6 +26,16 @@ Test(daemon, hello_reports_root_limits_and_version) {
   cr_expect_eq(h->limits->max_processes, 64);
   cr_expect_eq(h->limits->retention_tail, 1u << 20);
   cr_expect_eq(h->limits->archive_max_members, 100000);
+  /* What a client may rely on; run_as only when sandboxd is root. */
+  static const char *const want[] = {"exec", "archive", "exec_start_wait",
+                                     "export_stream", "run_as"};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    bool found = false;
+    for (size_t j = 0; j < h->n_features; j++)
+      found |= strcmp(h->features[j], want[i]) == 0;
+    cr_expect(found || (strcmp(want[i], "run_as") == 0 && geteuid() != 0),
+              "feature \"%s\" missing", want[i]);
+  }
   sbx_client_reply_free(r);
   int st = test_daemon_stop(&t);
   cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
