@@ -263,19 +263,46 @@ static int table_insert(struct rpc_call *c, struct xfer *x) {
   return 0;
 }
 
+static int check_table(struct rpc_call *c) {
+  if (!table_of(c))
+    return rpc_fail(c, SBX_INTERNAL, EINVAL,
+                    "archive transfers are not set up");
+  return 0;
+}
+
+/* The slot of the open transfer HANDLE, or NULL; call with t->mu held. */
+static struct xfer **find_locked(struct archive_table *t, uint64_t handle) {
+  for (uint32_t i = 0; i < t->nslots; i++)
+    if (t->slots[i] && t->slots[i]->handle == handle)
+      return &t->slots[i];
+  return NULL;
+}
+
+static int xfer_not_found(struct rpc_call *c, uint64_t handle) {
+  return rpc_fail(c, SBX_NOT_FOUND, ENOENT,
+                  "archive transfer %016" PRIx64 " not found (closed or "
+                  "expired)",
+                  handle);
+}
+
+static int xfer_busy(struct rpc_call *c, uint64_t handle) {
+  return rpc_fail(
+      c, SBX_CONFLICT, EBUSY,
+      "archive transfer %016" PRIx64 " is busy with another request", handle);
+}
+
 /* Finds HANDLE of KIND and marks it busy for the caller. */
 static int table_acquire(struct rpc_call *c, uint64_t handle,
                          enum xfer_kind kind, struct xfer **out) {
+  int r = check_table(c);
+  if (r < 0)
+    return r;
   struct archive_table *t = table_of(c);
-  struct xfer *found = NULL;
   bool busy = false;
   pthread_mutex_lock(&t->mu);
   struct xfer *dead = table_reap_locked(t);
-  for (uint32_t i = 0; i < t->nslots; i++)
-    if (t->slots[i] && t->slots[i]->handle == handle) {
-      found = t->slots[i];
-      break;
-    }
+  struct xfer **slot = find_locked(t, handle);
+  struct xfer *found = slot ? *slot : NULL;
   if (found && found->kind == kind) {
     busy = found->busy;
     if (!busy) {
@@ -286,19 +313,14 @@ static int table_acquire(struct rpc_call *c, uint64_t handle,
   pthread_mutex_unlock(&t->mu);
   xfer_free_list(dead);
   if (!found)
-    return rpc_fail(c, SBX_NOT_FOUND, ENOENT,
-                    "archive transfer %016" PRIx64 " not found (closed or "
-                    "expired)",
-                    handle);
+    return xfer_not_found(c, handle);
   if (found->kind != kind)
     return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
                     "archive transfer %016" PRIx64 " is an %s, not an %s",
                     handle, found->kind == XFER_EXPORT ? "export" : "import",
                     kind == XFER_EXPORT ? "export" : "import");
   if (busy)
-    return rpc_fail(
-        c, SBX_CONFLICT, EBUSY,
-        "archive transfer %016" PRIx64 " is busy with another request", handle);
+    return xfer_busy(c, handle);
   *out = found;
   return 0;
 }
@@ -320,13 +342,6 @@ static void table_remove(struct rpc_call *c, struct xfer *x) {
       t->slots[i] = NULL;
   pthread_mutex_unlock(&t->mu);
   xfer_free(x);
-}
-
-static int check_table(struct rpc_call *c) {
-  if (!table_of(c))
-    return rpc_fail(c, SBX_INTERNAL, EINVAL,
-                    "archive transfers are not set up");
-  return 0;
 }
 
 /* ---- small helpers ---- */
@@ -992,10 +1007,10 @@ static int export_stream_start(struct rpc_call *c, struct xfer *x, int *dir_fd,
 }
 
 int rpc_archive_export_start(struct rpc_call *c) {
-  const Sbx__V1__ArchiveExportStart *rq = c->req->archive_export_start;
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_START || !rq)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
-                    "archive export start without a body");
+  const Sbx__V1__ArchiveExportStart *rq =
+      RPC_BODY(c, ARCHIVE_EXPORT_START, archive_export_start);
+  if (!rq)
+    return rpc_no_body(c);
   int r = check_table(c);
   if (r < 0)
     return r;
@@ -1154,15 +1169,12 @@ static int stream_wait(struct rpc_call *c, struct xstream *s, uint64_t offset,
 }
 
 int rpc_archive_export_read(struct rpc_call *c) {
-  const Sbx__V1__ArchiveExportRead *rq = c->req->archive_export_read;
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_ARCHIVE_EXPORT_READ || !rq)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
-                    "archive export read without a body");
-  int r = check_table(c);
-  if (r < 0)
-    return r;
+  const Sbx__V1__ArchiveExportRead *rq =
+      RPC_BODY(c, ARCHIVE_EXPORT_READ, archive_export_read);
+  if (!rq)
+    return rpc_no_body(c);
   struct xfer *x = NULL;
-  r = table_acquire(c, rq->handle, XFER_EXPORT, &x);
+  int r = table_acquire(c, rq->handle, XFER_EXPORT, &x);
   if (r < 0)
     return r;
   uint64_t max = c->d->limits.max_read_bytes;
@@ -1258,10 +1270,10 @@ static uint64_t lower_limit(uint64_t asked, uint64_t server) {
 }
 
 int rpc_archive_import_start(struct rpc_call *c) {
-  const Sbx__V1__ArchiveImportStart *rq = c->req->archive_import_start;
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_START || !rq)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
-                    "archive import start without a body");
+  const Sbx__V1__ArchiveImportStart *rq =
+      RPC_BODY(c, ARCHIVE_IMPORT_START, archive_import_start);
+  if (!rq)
+    return rpc_no_body(c);
   int r = check_table(c);
   if (r < 0)
     return r;
@@ -1344,15 +1356,12 @@ static int xfer_refuse_finished(struct rpc_call *c, struct xfer *x) {
 }
 
 int rpc_archive_import_write(struct rpc_call *c) {
-  const Sbx__V1__ArchiveImportWrite *rq = c->req->archive_import_write;
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_WRITE || !rq)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
-                    "archive import write without a body");
-  int r = check_table(c);
-  if (r < 0)
-    return r;
+  const Sbx__V1__ArchiveImportWrite *rq =
+      RPC_BODY(c, ARCHIVE_IMPORT_WRITE, archive_import_write);
+  if (!rq)
+    return rpc_no_body(c);
   struct xfer *x = NULL;
-  r = table_acquire(c, rq->handle, XFER_IMPORT, &x);
+  int r = table_acquire(c, rq->handle, XFER_IMPORT, &x);
   if (r < 0)
     return r;
   Sbx__V1__ArchiveImportWriteReply *rep =
@@ -2406,15 +2415,12 @@ static int im_pass2(struct importer *im) {
 }
 
 int rpc_archive_import_finish(struct rpc_call *c) {
-  const Sbx__V1__ArchiveImportFinish *rq = c->req->archive_import_finish;
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_FINISH || !rq)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
-                    "archive import finish without a body");
-  int r = check_table(c);
-  if (r < 0)
-    return r;
+  const Sbx__V1__ArchiveImportFinish *rq =
+      RPC_BODY(c, ARCHIVE_IMPORT_FINISH, archive_import_finish);
+  if (!rq)
+    return rpc_no_body(c);
   struct xfer *x = NULL;
-  r = table_acquire(c, rq->handle, XFER_IMPORT, &x);
+  int r = table_acquire(c, rq->handle, XFER_IMPORT, &x);
   if (r < 0)
     return r;
   Sbx__V1__ArchiveImportFinishReply *rep =
@@ -2469,42 +2475,29 @@ out:
 /* Runs on an nng thread: the transfer goes to the graveyard and the next
  * blocking archive call frees it (closing a large spool can take a while). */
 int rpc_archive_close(struct rpc_call *c) {
-  const Sbx__V1__ArchiveClose *rq = c->req->archive_close;
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_ARCHIVE_CLOSE || !rq)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
-                    "archive close without a body");
+  const Sbx__V1__ArchiveClose *rq = RPC_BODY(c, ARCHIVE_CLOSE, archive_close);
+  if (!rq)
+    return rpc_no_body(c);
   int r = check_table(c);
   if (r < 0)
     return r;
   struct archive_table *t = table_of(c);
-  bool found = false, busy = false;
   pthread_mutex_lock(&t->mu);
-  for (uint32_t i = 0; i < t->nslots; i++) {
-    struct xfer *x = t->slots[i];
-    if (!x || x->handle != rq->handle)
-      continue;
-    found = true;
-    busy = x->busy;
-    if (!busy) {
-      t->slots[i] = NULL;
-      x->next = t->graveyard;
-      t->graveyard = x;
-      /* The producer stops now; the next blocking call joins it. */
-      if (x->stream)
-        xstream_cancel(x->stream);
-    }
-    break;
+  struct xfer **slot = find_locked(t, rq->handle);
+  struct xfer *x = slot ? *slot : NULL;
+  bool busy = x && x->busy;
+  if (x && !busy) {
+    *slot = NULL;
+    x->next = t->graveyard;
+    t->graveyard = x;
+    /* The producer stops now; the next blocking call joins it. */
+    if (x->stream)
+      xstream_cancel(x->stream);
   }
   pthread_mutex_unlock(&t->mu);
-  if (!found)
-    return rpc_fail(c, SBX_NOT_FOUND, ENOENT,
-                    "archive transfer %016" PRIx64 " not found (closed or "
-                    "expired)",
-                    rq->handle);
+  if (!x)
+    return xfer_not_found(c, rq->handle);
   if (busy)
-    return rpc_fail(c, SBX_CONFLICT, EBUSY,
-                    "archive transfer %016" PRIx64
-                    " is busy with another request",
-                    rq->handle);
+    return xfer_busy(c, rq->handle);
   return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_ARCHIVE_CLOSE);
 }

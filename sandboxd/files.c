@@ -421,11 +421,9 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
 /* ---- stat, exists ------------------------------------------------------- */
 
 int rpc_file_stat(struct rpc_call *c) {
-  const Sbx__V1__FileStat *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_STAT ? c->req->file_stat
-                                                            : NULL;
+  const Sbx__V1__FileStat *m = RPC_BODY(c, FILE_STAT, file_stat);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_stat request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   struct sbxd_loc loc;
   _cleanup_close_ int dfd = open_leaf_parent(c, path, false, &loc, NULL);
@@ -443,12 +441,9 @@ int rpc_file_stat(struct rpc_call *c) {
 }
 
 int rpc_file_exists(struct rpc_call *c) {
-  const Sbx__V1__FileExists *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_EXISTS
-          ? c->req->file_exists
-          : NULL;
+  const Sbx__V1__FileExists *m = RPC_BODY(c, FILE_EXISTS, file_exists);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_exists request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   Sbx__V1__FileExistsReply *rep =
       sbx_arena_new(&c->arena, Sbx__V1__FileExistsReply);
@@ -484,11 +479,9 @@ int rpc_file_exists(struct rpc_call *c) {
 /* ---- read --------------------------------------------------------------- */
 
 int rpc_file_read(struct rpc_call *c) {
-  const Sbx__V1__FileRead *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_READ ? c->req->file_read
-                                                            : NULL;
+  const Sbx__V1__FileRead *m = RPC_BODY(c, FILE_READ, file_read);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_read request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   if (m->offset > (uint64_t)INT64_MAX)
     return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
@@ -770,12 +763,9 @@ static int write_atomic(struct rpc_call *c, int dfd, const char *name,
 }
 
 int rpc_file_write(struct rpc_call *c) {
-  const Sbx__V1__FileWrite *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_WRITE
-          ? c->req->file_write
-          : NULL;
+  const Sbx__V1__FileWrite *m = RPC_BODY(c, FILE_WRITE, file_write);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_write request");
+    return rpc_no_body(c);
   struct write_req w = {.m = m, .path = m->path ? m->path : ""};
   switch (m->mode) {
   case SBX__V1__WRITE_MODE__WRITE_TRUNCATE:
@@ -999,11 +989,9 @@ static int list_push(struct rpc_call *c, struct list_state *s, int fd,
 }
 
 int rpc_file_list(struct rpc_call *c) {
-  const Sbx__V1__FileList *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_LIST ? c->req->file_list
-                                                            : NULL;
+  const Sbx__V1__FileList *m = RPC_BODY(c, FILE_LIST, file_list);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_list request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   size_t limit = c->d->limits.max_list_entries;
   if (m->limit && m->limit < limit)
@@ -1130,12 +1118,9 @@ int rpc_file_list(struct rpc_call *c) {
 /* ---- mkdir -------------------------------------------------------------- */
 
 int rpc_file_mkdir(struct rpc_call *c) {
-  const Sbx__V1__FileMkdir *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_MKDIR
-          ? c->req->file_mkdir
-          : NULL;
+  const Sbx__V1__FileMkdir *m = RPC_BODY(c, FILE_MKDIR, file_mkdir);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_mkdir request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   int r = check_mode(c, m->mode);
   if (r < 0)
@@ -1198,12 +1183,9 @@ static int remove_one(int dir_fd, const char *name, const struct stat *st,
 }
 
 int rpc_file_remove(struct rpc_call *c) {
-  const Sbx__V1__FileRemove *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_REMOVE
-          ? c->req->file_remove
-          : NULL;
+  const Sbx__V1__FileRemove *m = RPC_BODY(c, FILE_REMOVE, file_remove);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_remove request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   Sbx__V1__FileRemoveReply *rep =
       sbx_arena_new(&c->arena, Sbx__V1__FileRemoveReply);
@@ -1258,12 +1240,9 @@ int rpc_file_remove(struct rpc_call *c) {
 /* ---- rename ------------------------------------------------------------- */
 
 int rpc_file_rename(struct rpc_call *c) {
-  const Sbx__V1__FileRename *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_RENAME
-          ? c->req->file_rename
-          : NULL;
+  const Sbx__V1__FileRename *m = RPC_BODY(c, FILE_RENAME, file_rename);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_rename request");
+    return rpc_no_body(c);
   const char *from = m->from ? m->from : "";
   const char *to = m->to ? m->to : "";
   struct sbxd_loc lf, lt;
@@ -1370,12 +1349,9 @@ static int apply_tree(struct rpc_call *c, int dfd, const char *name,
 }
 
 int rpc_file_chmod(struct rpc_call *c) {
-  const Sbx__V1__FileChmod *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_CHMOD
-          ? c->req->file_chmod
-          : NULL;
+  const Sbx__V1__FileChmod *m = RPC_BODY(c, FILE_CHMOD, file_chmod);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_chmod request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   int r = check_mode(c, m->mode);
   if (r < 0)
@@ -1402,12 +1378,9 @@ int rpc_file_chmod(struct rpc_call *c) {
 }
 
 int rpc_file_chown(struct rpc_call *c) {
-  const Sbx__V1__FileChown *m =
-      c->req->body_case == SBX__V1__REQUEST__BODY_FILE_CHOWN
-          ? c->req->file_chown
-          : NULL;
+  const Sbx__V1__FileChown *m = RPC_BODY(c, FILE_CHOWN, file_chown);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no file_chown request");
+    return rpc_no_body(c);
   const char *path = m->path ? m->path : "";
   struct owner o;
   int r = owner_ids(c, m->user, m->group, &o.uid, &o.gid);

@@ -339,10 +339,9 @@ static int commit(struct pstate *s) {
 }
 
 int rpc_patch_apply(struct rpc_call *c) {
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_PATCH_APPLY ||
-      !c->req->patch_apply)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "not a patch request");
-  const Sbx__V1__PatchApply *m = c->req->patch_apply;
+  const Sbx__V1__PatchApply *m = RPC_BODY(c, PATCH_APPLY, patch_apply);
+  if (!m)
+    return rpc_no_body(c);
   const char *text = m->patch ? m->patch : "";
   const char *dir = m->dir ? m->dir : "";
   struct sbx_patch *p = NULL;

@@ -1367,10 +1367,9 @@ int rpc_exec_start(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
     return rpc_fail(c, SBX_UNAVAILABLE, EAGAIN, "processes are not available");
-  if (c->req->body_case != SBX__V1__REQUEST__BODY_EXEC_START ||
-      !c->req->exec_start)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "exec start: no request");
-  const Sbx__V1__ExecStart *st = c->req->exec_start;
+  const Sbx__V1__ExecStart *st = RPC_BODY(c, EXEC_START, exec_start);
+  if (!st)
+    return rpc_no_body(c);
 
   _cleanup_(start_plan_done) struct start_plan sp = {.cwd_fd = -1};
   int r;
@@ -1472,17 +1471,8 @@ int rpc_exec_start(struct rpc_call *c) {
 
 /* ---- the other RPCs --------------------------------------------------- */
 
-/* The request body of C when it is of CASE, else NULL. */
-#define BODY(c, CASE, field)                                                   \
-  ((c)->req->body_case == SBX__V1__REQUEST__BODY_##CASE ? (c)->req->field      \
-                                                        : NULL)
-
 static int no_table(struct rpc_call *c) {
   return rpc_fail(c, SBX_UNAVAILABLE, EAGAIN, "processes are not available");
-}
-
-static int no_body(struct rpc_call *c) {
-  return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "missing request body");
 }
 
 static int not_found(struct rpc_call *c, uint64_t id) {
@@ -1529,9 +1519,9 @@ int rpc_exec_read(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
     return no_table(c);
-  const Sbx__V1__ExecRead *rq = BODY(c, EXEC_READ, exec_read);
+  const Sbx__V1__ExecRead *rq = RPC_BODY(c, EXEC_READ, exec_read);
   if (!rq)
-    return no_body(c);
+    return rpc_no_body(c);
   pthread_mutex_lock(&t->mu);
   /* Once parked (RPC_PENDING), C is the thread's: it may complete it as
    * soon as the lock is released. */
@@ -1595,9 +1585,9 @@ int rpc_exec_write(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
     return no_table(c);
-  const Sbx__V1__ExecWrite *rq = BODY(c, EXEC_WRITE, exec_write);
+  const Sbx__V1__ExecWrite *rq = RPC_BODY(c, EXEC_WRITE, exec_write);
   if (!rq)
-    return no_body(c);
+    return rpc_no_body(c);
   pthread_mutex_lock(&t->mu);
   int r = exec_write_locked(t, c, rq);
   pthread_mutex_unlock(&t->mu);
@@ -1629,9 +1619,9 @@ int rpc_exec_signal(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
     return no_table(c);
-  const Sbx__V1__ExecSignal *rq = BODY(c, EXEC_SIGNAL, exec_signal);
+  const Sbx__V1__ExecSignal *rq = RPC_BODY(c, EXEC_SIGNAL, exec_signal);
   if (!rq)
-    return no_body(c);
+    return rpc_no_body(c);
   pthread_mutex_lock(&t->mu);
   int r = exec_signal_locked(t, c, rq);
   pthread_mutex_unlock(&t->mu);
@@ -1665,9 +1655,9 @@ int rpc_exec_resize(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
     return no_table(c);
-  const Sbx__V1__ExecResize *rq = BODY(c, EXEC_RESIZE, exec_resize);
+  const Sbx__V1__ExecResize *rq = RPC_BODY(c, EXEC_RESIZE, exec_resize);
   if (!rq)
-    return no_body(c);
+    return rpc_no_body(c);
   pthread_mutex_lock(&t->mu);
   int r = exec_resize_locked(t, c, rq);
   pthread_mutex_unlock(&t->mu);
@@ -1728,9 +1718,9 @@ int rpc_exec_release(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
     return no_table(c);
-  const Sbx__V1__ExecRelease *rq = BODY(c, EXEC_RELEASE, exec_release);
+  const Sbx__V1__ExecRelease *rq = RPC_BODY(c, EXEC_RELEASE, exec_release);
   if (!rq)
-    return no_body(c);
+    return rpc_no_body(c);
   struct waiter *done = NULL;
   int r;
   pthread_mutex_lock(&t->mu);

@@ -15,6 +15,8 @@
 #ifndef SANDBOXD_RPC_H
 #define SANDBOXD_RPC_H
 
+#include <errno.h>
+
 #include "arena.h"
 #include "err.h"
 #include "sandboxd.h"
@@ -47,6 +49,18 @@ static inline void rpc_complete(struct rpc_call *c, int r) {
 /* Fills c->err and returns the negative errno, for one-line error returns. */
 #define rpc_fail(c, code, errno_, ...)                                         \
   sbx_error_set(&(c)->err, (code), (errno_), __VA_ARGS__)
+
+/* C's request body, the one-of member FIELD, when the body is of CASE;
+ * else NULL (a request built without one reaches a handler only from a
+ * test or a fuzzer: the server dispatches on the body case). */
+#define RPC_BODY(c, CASE, field)                                               \
+  ((c)->req->body_case == SBX__V1__REQUEST__BODY_##CASE ? (c)->req->field      \
+                                                        : NULL)
+
+/* The failure for a request without the handler's body. */
+static inline int rpc_no_body(struct rpc_call *c) {
+  return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "missing request body");
+}
 
 /* An empty body for RPCs that reply with Empty; returns 0 or -ENOMEM. */
 int rpc_reply_empty(struct rpc_call *c, Sbx__V1__Response__BodyCase which);

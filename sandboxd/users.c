@@ -837,16 +837,10 @@ static int reply(struct ensure *en) {
   return 0;
 }
 
-static const Sbx__V1__UsersEnsure *request(struct rpc_call *c) {
-  return c->req->body_case == SBX__V1__REQUEST__BODY_USERS_ENSURE
-             ? c->req->users_ensure
-             : NULL;
-}
-
 int users_ensure_files(struct rpc_call *c, const char *etc) {
-  const Sbx__V1__UsersEnsure *m = request(c);
+  const Sbx__V1__UsersEnsure *m = RPC_BODY(c, USERS_ENSURE, users_ensure);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no users_ensure request");
+    return rpc_no_body(c);
   int r = validate(c, m);
   if (r < 0)
     return r;
@@ -883,9 +877,9 @@ int users_ensure_files(struct rpc_call *c, const char *etc) {
 }
 
 int rpc_users_ensure(struct rpc_call *c) {
-  const Sbx__V1__UsersEnsure *m = request(c);
+  const Sbx__V1__UsersEnsure *m = RPC_BODY(c, USERS_ENSURE, users_ensure);
   if (!m)
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL, "no users_ensure request");
+    return rpc_no_body(c);
   if (!c->d->is_root)
     return rpc_fail(c, SBX_PERMISSION_DENIED, EPERM,
                     "creating users needs sandboxd to run as root");
