@@ -290,6 +290,36 @@ static void dir_of(const char *path, char *out, size_t n) {
     (void)snprintf(out, n, "%.*s", (int)(slash - path), path);
 }
 
+/* Attaches to the recorded sandbox ID for SUB: 0, or the exit status after
+ * saying why not (2 for a usage error such as an unknown ID). */
+static int attach_for(struct common *c, const char *sub, const char *id,
+                      struct lifecycle_record *rec, struct sandbox **sb) {
+  struct sbx_error e = {0};
+  int k = cli_attach(c->state_dir, id, rec, sb, &e);
+  if (k == 0)
+    return 0;
+  return k == 2 ? usage_error(c, sub, "%s", e.msg) : fail_msg(c, &e, -1);
+}
+
+/* The options every subcommand takes (--state-dir, --json, --help) and
+ * the answer to an unknown one: -1 when parsing goes on, else the exit
+ * status (0 after --help). */
+static int common_option(struct common *c, const char *sub, int ch) {
+  switch (ch) {
+  case 'S':
+    c->state_dir = optarg;
+    return -1;
+  case 'J':
+    c->json = true;
+    return -1;
+  case 'h':
+    usage_sub(stdout, sub);
+    return 0;
+  default:
+    return usage_error(c, sub, "unknown option");
+  }
+}
+
 static int cmd_create(struct common *c, int argc, char **argv) {
   enum {
     O_MANIFEST = 256,
@@ -370,17 +400,11 @@ static int cmd_create(struct common *c, int argc, char **argv) {
                            optarg);
       lo.bo.docker.network_mode = optarg;
       break;
-    case 'S':
-      c->state_dir = optarg;
-      break;
-    case 'J':
-      c->json = true;
-      break;
-    case 'h':
-      usage_sub(stdout, "create");
-      return 0;
-    default:
-      return usage_error(c, "create", "unknown option");
+    default: {
+      int r = common_option(c, "create", ch);
+      if (r >= 0)
+        return r;
+    }
     }
   }
   if (optind != argc)
@@ -515,22 +539,16 @@ static int parse_common_only(struct common *c, const char *sub, int argc,
   optind = 1;
   while ((ch = getopt_long(argc, argv, "+hf", opts, NULL)) != -1) {
     switch (ch) {
-    case 'S':
-      c->state_dir = optarg;
-      break;
-    case 'J':
-      c->json = true;
-      break;
     case 'f':
       if (!force)
         return usage_error(c, sub, "unknown option \"--force\"");
       *force = true;
       break;
-    case 'h':
-      usage_sub(stdout, sub);
-      return 0;
-    default:
-      return usage_error(c, sub, "unknown option");
+    default: {
+      int r = common_option(c, sub, ch);
+      if (r >= 0)
+        return r;
+    }
     }
   }
   return -1;
@@ -905,17 +923,11 @@ static int cmd_exec(struct common *c, int argc, char **argv) {
       timeout = (unsigned)v;
       break;
     }
-    case 'S':
-      c->state_dir = optarg;
-      break;
-    case 'J':
-      c->json = true;
-      break;
-    case 'h':
-      usage_sub(stdout, "exec");
-      return 0;
-    default:
-      return usage_error(c, "exec", "unknown option");
+    default: {
+      int r = common_option(c, "exec", ch);
+      if (r >= 0)
+        return r;
+    }
     }
   }
   if (argc - optind < 1)
@@ -930,9 +942,9 @@ static int cmd_exec(struct common *c, int argc, char **argv) {
   struct lifecycle_record rec;
   struct sandbox *sb = NULL;
   struct sbx_error e = {0};
-  int k = cli_attach(c->state_dir, id, &rec, &sb, &e);
+  int k = attach_for(c, "exec", id, &rec, &sb);
   if (k)
-    return k == 2 ? usage_error(c, "exec", "%s", e.msg) : fail_msg(c, &e, -1);
+    return k;
   uint64_t exec_id = 0;
   int r = start_exec(sb, argv + optind, (size_t)(argc - optind), cwd, user, tty,
                      interactive, env, nenv, timeout, &exec_id, &e);
@@ -1061,18 +1073,15 @@ static int cmd_shell(struct common *c, int argc, char **argv) {
     case O_SHELL:
       shell = optarg;
       break;
-    case 'S':
-      c->state_dir = optarg;
-      break;
     case 'J':
       return usage_error(c, "shell",
                          "shell is interactive: --json is not "
                          "available (use exec --json)");
-    case 'h':
-      usage_sub(stdout, "shell");
-      return 0;
-    default:
-      return usage_error(c, "shell", "unknown option");
+    default: {
+      int r = common_option(c, "shell", ch);
+      if (r >= 0)
+        return r;
+    }
     }
   }
   if (argc - optind != 1)
@@ -1080,9 +1089,9 @@ static int cmd_shell(struct common *c, int argc, char **argv) {
   struct lifecycle_record rec;
   struct sandbox *sb = NULL;
   struct sbx_error e = {0};
-  int k = cli_attach(c->state_dir, argv[optind], &rec, &sb, &e);
+  int k = attach_for(c, "shell", argv[optind], &rec, &sb);
   if (k)
-    return k == 2 ? usage_error(c, "shell", "%s", e.msg) : fail_msg(c, &e, -1);
+    return k;
   char *sh_argv[4];
   size_t sh_argc;
   if (shell) {
@@ -1477,9 +1486,9 @@ static int cmd_cp(struct common *c, int argc, char **argv) {
   struct lifecycle_record rec;
   struct sandbox *sb = NULL;
   struct sbx_error e = {0};
-  int k = cli_attach(c->state_dir, sr ? sid : did, &rec, &sb, &e);
+  int k = attach_for(c, "cp", sr ? sid : did, &rec, &sb);
   if (k)
-    return k == 2 ? usage_error(c, "cp", "%s", e.msg) : fail_msg(c, &e, -1);
+    return k;
   uint64_t files = 0;
   int r = sr ? cp_out(sb, rec.manifest, spath, dst, &files, &e)
              : cp_in(sb, rec.manifest, src, dpath, &files, &e);
@@ -1516,17 +1525,11 @@ static int cmd_apply_patch(struct common *c, int argc, char **argv) {
     case 'd':
       dir = optarg;
       break;
-    case 'S':
-      c->state_dir = optarg;
-      break;
-    case 'J':
-      c->json = true;
-      break;
-    case 'h':
-      usage_sub(stdout, "apply-patch");
-      return 0;
-    default:
-      return usage_error(c, "apply-patch", "unknown option");
+    default: {
+      int r = common_option(c, "apply-patch", ch);
+      if (r >= 0)
+        return r;
+    }
     }
   }
   if (argc - optind != 1)
@@ -1560,11 +1563,10 @@ static int cmd_apply_patch(struct common *c, int argc, char **argv) {
   struct lifecycle_record rec;
   struct sandbox *sb = NULL;
   struct sbx_error e = {0};
-  int k = cli_attach(c->state_dir, argv[optind], &rec, &sb, &e);
+  int k = attach_for(c, "apply-patch", argv[optind], &rec, &sb);
   if (k) {
     sbx_buf_free(&b);
-    return k == 2 ? usage_error(c, "apply-patch", "%s", e.msg)
-                  : fail_msg(c, &e, -1);
+    return k;
   }
   Sbx__V1__Response *resp = NULL;
   int r = sbx_patch_apply(sb->client, b.data, dir, false, &resp, &e);
