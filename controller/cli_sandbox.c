@@ -716,20 +716,6 @@ struct reader {
   struct sbx_error e;
 };
 
-static int write_all(int fd, const void *p, size_t n) {
-  const char *s = p;
-  while (n > 0) {
-    ssize_t k = write(fd, s, n);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k < 0)
-      return -errno;
-    s += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
 static void *reader_main(void *arg) {
   struct reader *rd = arg;
   uint64_t off = 0;
@@ -749,11 +735,11 @@ static void *reader_main(void *arg) {
       int n = snprintf(note, sizeof(note),
                        "\n[sbx: %llu bytes of output were dropped]\n",
                        (unsigned long long)x->gap);
-      (void)write_all(2, note, (size_t)n);
+      (void)sbx_write_all(2, note, (size_t)n);
     }
     if (x->data.len) {
       if (rd->fd >= 0)
-        (void)write_all(rd->fd, x->data.data, x->data.len);
+        (void)sbx_write_all(rd->fd, x->data.data, x->data.len);
       else
         (void)sbx_buf_append(rd->buf, x->data.data, x->data.len);
     }
@@ -1383,7 +1369,7 @@ static int cp_out_file(struct sandbox *sb, const char *src, const char *target,
       break;
     size_t n = resp->file_read->data.len;
     bool eof = resp->file_read->eof;
-    r = write_all(fd, resp->file_read->data.data, n);
+    r = sbx_write_all(fd, resp->file_read->data.data, n);
     sbx_client_reply_free(resp);
     if (r < 0) {
       r = sbx_error_set(e, SBX_OK, -r, "cannot write \"%s\"", tmp);

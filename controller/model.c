@@ -18,6 +18,7 @@
 
 #include "buf.h"
 #include "cleanup.h"
+#include "fileio.h"
 #include "http.h"
 #include "log.h"
 #include "model_internal.h"
@@ -791,15 +792,10 @@ static int record_write(struct model_client *m, json_t *body, json_t *reply,
   memcpy(buf, text, n);
   buf[n++] = '\n';
   /* One write per line, so concurrent writers never interleave lines. */
-  for (size_t off = 0; off < n;) {
-    ssize_t w = write(m->record_fd, buf + off, n - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0)
-      return sbx_error_set(e, SBX_OK, errno, "cannot write recording %s: %m",
-                           m->record_path);
-    off += (size_t)w;
-  }
+  int r = sbx_write_all(m->record_fd, buf, n);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot write recording %s: %s",
+                         m->record_path, strerror(-r));
   return 0;
 }
 

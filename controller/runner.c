@@ -742,15 +742,7 @@ static int rs_append(struct shared *sh, const char *text, size_t len) {
   }
   /* One write: a kill leaves at most a partial last line, which a resume
    * ignores. */
-  for (size_t off = 0; off < len;) {
-    ssize_t w = write(sh->rs_jfd, text + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0)
-      return -errno;
-    off += (size_t)w;
-  }
-  return 0;
+  return sbx_write_all(sh->rs_jfd, text, len);
 }
 
 /* Saves the root run's state: the conversation, the current agent, the

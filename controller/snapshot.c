@@ -17,6 +17,7 @@
 #include "cleanup.h"
 #include "client.h"
 #include "clock.h"
+#include "fileio.h"
 #include "http.h"
 #include "log.h"
 #include "path.h"
@@ -425,21 +426,6 @@ static void export_close(struct exporter *x) {
 
 /* ---- writing files ---- */
 
-static int write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* Creates PATH and its missing parents; the ones created get MODE. */
 static int mkdir_p(const char *path, mode_t mode, struct sbx_error *e) {
   _cleanup_free_ char *p = strdup(path);
@@ -699,7 +685,7 @@ static int save_local(const struct snapshot_spec *spec, struct saver *s,
     if (r < 0 || len == 0)
       break;
     sbx_sha256_update(&s->sha, data, len);
-    r = write_all(fd, data, len);
+    r = sbx_write_all(fd, data, len);
     if (r < 0) {
       r = sbx_error_set(e, SBX_OK, -r, "cannot write \"%s\": %s", tmpl,
                         strerror(-r));
@@ -852,7 +838,7 @@ static int dl_data(void *arg, const char *data, size_t len) {
                          "the snapshot is larger than the input limit of %s",
                          sz);
   }
-  int r = write_all(d->fd, data, len);
+  int r = sbx_write_all(d->fd, data, len);
   if (r < 0)
     return sbx_error_set(&d->err, SBX_OK, -r,
                          "cannot write the downloaded snapshot: %s",

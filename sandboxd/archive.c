@@ -20,6 +20,7 @@
 
 #include "cleanup.h"
 #include "clock.h"
+#include "fileio.h"
 #include "log.h"
 #include "rand.h"
 #include "resolve.h"
@@ -362,21 +363,6 @@ static const char *shown(const char *name, char out[NAME_SHOWN + 4]) {
   return out;
 }
 
-static int write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
   const char *p = buf;
   while (n > 0) {
@@ -486,7 +472,7 @@ static void ex_publish(struct exporter *ex) {
 static int ex_flush(struct exporter *ex) {
   if (ex->olen == 0)
     return 0;
-  int r = write_all(ex->out_fd, ex->obuf, ex->olen);
+  int r = sbx_write_all(ex->out_fd, ex->obuf, ex->olen);
   if (r < 0)
     return r;
   ex->out_bytes += ex->olen;
@@ -527,7 +513,7 @@ static la_ssize_t ex_write_cb(struct archive *a, void *cd, const void *buf,
   if (n >= DIRECT_WRITE) {
     r = ex_flush(ex);
     if (r == 0)
-      r = write_all(ex->out_fd, buf, n);
+      r = sbx_write_all(ex->out_fd, buf, n);
     if (r == 0) {
       ex->out_bytes += n;
       ex_publish(ex);

@@ -22,6 +22,7 @@
 
 #include "buf.h"
 #include "cleanup.h"
+#include "fileio.h"
 #include "files.h"
 #include "rand.h"
 #include "userdb.h"
@@ -382,16 +383,8 @@ static int db_write(int etc_fd, const char *name, const struct sbx_buf *b,
       etc_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
     return -errno;
-  size_t done = 0;
-  while (done < b->len && r == 0) {
-    ssize_t n = write(fd, b->data + done, b->len - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      r = n < 0 ? -errno : -EIO;
-    else
-      done += (size_t)n;
-  }
+  if (r == 0)
+    r = sbx_write_all(fd, b->data, b->len);
   if (r == 0 && fchown(fd, old->st_uid, old->st_gid) < 0 && errno != EPERM)
     r = -errno;
   if (r == 0 && fchmod(fd, old->st_mode & 07777) < 0)

@@ -57,6 +57,20 @@ int sbx_read_file(const char *path, size_t max, char **out, size_t *len) {
   return *out ? 0 : -ENOMEM;
 }
 
+int sbx_write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return k < 0 ? -errno : -EIO;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
 static int write_replace(const char *path, const void *data, size_t len,
                          unsigned mode, bool sync) {
   char tmp[PATH_MAX];
@@ -71,19 +85,7 @@ static int write_replace(const char *path, const void *data, size_t len,
       open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0)
     return -errno;
-  const char *p = data;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t k = write(fd, p, left);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k < 0) {
-      r = -errno;
-      break;
-    }
-    p += k;
-    left -= (size_t)k;
-  }
+  r = sbx_write_all(fd, data, len);
   if (r == 0 && fchmod(fd, mode) < 0)
     r = -errno;
   if (r == 0 && sync && fsync(fd) < 0)

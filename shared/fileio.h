@@ -4,6 +4,10 @@
 
 #include <stddef.h>
 
+/* Writes all N bytes of BUF to FD, going on after short writes and EINTR.
+ * 0 or a negative errno (-EIO for a write that wrote nothing). */
+int sbx_write_all(int fd, const void *buf, size_t n);
+
 /* Reads PATH into *OUT (new, NUL-terminated; *LEN bytes without the NUL).
  * -EFBIG when the file holds more than MAX bytes. */
 int sbx_read_file(const char *path, size_t max, char **out, size_t *len);
