@@ -571,6 +571,43 @@ static int http_status_error(const struct http_response *resp,
                        n ? body : "unexpected status");
 }
 
+/* A request to a remote snapshot store: the URL as shown in messages and
+ * the token's header. */
+struct remote {
+  char *shown;
+  struct auth a;
+};
+
+/* Sends REQ (its method, body and callbacks set) to URL with the snapshot
+ * token; RM holds what messages about the reply need: remote_clear it,
+ * whatever the result. A non-2xx status is the caller's to judge. */
+static int remote_send(const struct snapshot_spec *spec, const char *url,
+                       struct http_request *req, struct remote *rm,
+                       struct http_response *resp, struct sbx_error *e) {
+  *rm = (struct remote){0};
+  if (http_url_redact(url, &rm->shown) < 0)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  int r = auth_load(&rm->a, spec, e);
+  if (r < 0)
+    return r;
+  struct http_client *hc = NULL;
+  r = http_client_new(&hc, e);
+  if (r < 0)
+    return r;
+  req->url = url;
+  req->url_display = rm->shown;
+  req->headers = rm->a.headers;
+  req->connect_timeout_ms = HTTP_CONNECT_MS;
+  r = http_send(hc, req, resp, e);
+  http_client_free(hc);
+  return r;
+}
+
+static void remote_clear(struct remote *rm) {
+  free(rm->shown);
+  auth_clear(&rm->a);
+}
+
 /* ---- save ---- */
 
 struct saver {
@@ -604,24 +641,7 @@ static int save_remote(const struct snapshot_spec *spec, struct saver *s,
   int r = remote_url(spec->url, file, &url, e);
   if (r < 0)
     return r;
-  _cleanup_free_ char *shown = NULL;
-  if (http_url_redact(url, &shown) < 0)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  struct auth a;
-  r = auth_load(&a, spec, e);
-  if (r < 0)
-    return r;
-  struct http_client *hc = NULL;
-  r = http_client_new(&hc, e);
-  if (r < 0) {
-    auth_clear(&a);
-    return r;
-  }
   struct http_request req = {
-      .url = url,
-      .url_display = shown,
-      .headers = a.headers,
-      .connect_timeout_ms = HTTP_CONNECT_MS,
       .stall_timeout_ms = HTTP_STALL_MS,
       .method = "PUT",
       .stream_body = true,
@@ -630,22 +650,17 @@ static int save_remote(const struct snapshot_spec *spec, struct saver *s,
       .upload_len = s->ex.total,
   };
   struct http_response resp = {0};
-  r = http_send(hc, &req, &resp, e);
-  hc = http_client_free(hc);
-  if (r < 0) {
-    if (e && s->err.msg[0])
-      *e = s->err;
-    auth_clear(&a);
-    return r;
-  }
-  if (resp.status < 200 || resp.status > 299)
-    r = http_status_error(&resp, shown, &a, e);
+  struct remote rm;
+  r = remote_send(spec, url, &req, &rm, &resp, e);
+  if (r < 0 && e && s->err.msg[0])
+    *e = s->err; /* the export's own failure, not the upload's */
+  if (r == 0 && (resp.status < 200 || resp.status > 299))
+    r = http_status_error(&resp, rm.shown, &rm.a, e);
   http_response_clear(&resp);
-  auth_clear(&a);
-  if (r < 0)
-    return r;
-  out->location = TAKE_PTR(shown);
-  return 0;
+  if (r == 0)
+    out->location = TAKE_PTR(rm.shown);
+  remote_clear(&rm);
+  return r;
 }
 
 static int save_local(const struct snapshot_spec *spec, struct saver *s,
@@ -875,44 +890,27 @@ static int download(const struct snapshot_spec *spec,
   int r = restore_url(spec, rec, &url, e);
   if (r < 0)
     return r;
-  _cleanup_free_ char *shown = NULL;
-  if (http_url_redact(url, &shown) < 0)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  struct auth a;
-  r = auth_load(&a, spec, e);
-  if (r < 0)
-    return r;
   struct dl d = {
       .fd = temp_file(e), .max = max_input, .sha = sha, .prog = prog};
-  if (d.fd < 0) {
-    auth_clear(&a);
+  if (d.fd < 0)
     return d.fd;
-  }
-  struct http_client *hc = NULL;
-  r = http_client_new(&hc, e);
+  struct http_request req = {
+      .stall_timeout_ms = HTTP_STALL_MS,
+      .max_response_bytes = SIZE_MAX, /* dl_data applies max_input */
+      .method = "GET",
+      .stream_body = true,
+      .on_data = dl_data,
+      .data_arg = &d,
+  };
   struct http_response resp = {0};
-  if (r == 0) {
-    struct http_request req = {
-        .url = url,
-        .url_display = shown,
-        .headers = a.headers,
-        .connect_timeout_ms = HTTP_CONNECT_MS,
-        .stall_timeout_ms = HTTP_STALL_MS,
-        .max_response_bytes = SIZE_MAX, /* dl_data applies max_input */
-        .method = "GET",
-        .stream_body = true,
-        .on_data = dl_data,
-        .data_arg = &d,
-    };
-    r = http_send(hc, &req, &resp, e);
-    hc = http_client_free(hc);
-    if (e && r < 0 && d.err.msg[0])
-      *e = d.err;
-    if (r == 0 && (resp.status < 200 || resp.status > 299))
-      r = http_status_error(&resp, shown, &a, e);
-    http_response_clear(&resp);
-  }
-  auth_clear(&a);
+  struct remote rm;
+  r = remote_send(spec, url, &req, &rm, &resp, e);
+  if (e && r < 0 && d.err.msg[0])
+    *e = d.err; /* the download's own failure (a limit) */
+  if (r == 0 && (resp.status < 200 || resp.status > 299))
+    r = http_status_error(&resp, rm.shown, &rm.a, e);
+  http_response_clear(&resp);
+  remote_clear(&rm);
   if (r == 0 && lseek(d.fd, 0, SEEK_SET) < 0)
     r = sbx_error_set(e, SBX_OK, errno, "cannot rewind the download: %s",
                       strerror(errno));
@@ -1216,36 +1214,19 @@ int snapshot_exists(const struct snapshot_spec *spec,
   int r = restore_url(spec, rec, &url, e);
   if (r < 0)
     return r;
-  _cleanup_free_ char *shown = NULL;
-  if (http_url_redact(url, &shown) < 0)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  struct auth a;
-  r = auth_load(&a, spec, e);
-  if (r < 0)
-    return r;
-  struct http_client *hc = NULL;
-  r = http_client_new(&hc, e);
-  if (r == 0) {
-    struct http_request req = {
-        .url = url,
-        .url_display = shown,
-        .headers = a.headers,
-        .connect_timeout_ms = HTTP_CONNECT_MS,
-        .timeout_ms = HTTP_CONNECT_MS * 2,
-        .method = "HEAD",
-    };
-    struct http_response resp = {0};
-    r = http_send(hc, &req, &resp, e);
-    hc = http_client_free(hc);
-    if (r == 0) {
-      if (resp.status >= 200 && resp.status <= 299)
-        *exists = true;
-      else if (resp.status != 404)
-        r = http_status_error(&resp, shown, &a, e);
-    }
-    http_response_clear(&resp);
-  }
-  auth_clear(&a);
+  struct http_request req = {
+      .timeout_ms = HTTP_CONNECT_MS * 2,
+      .method = "HEAD",
+  };
+  struct http_response resp = {0};
+  struct remote rm;
+  r = remote_send(spec, url, &req, &rm, &resp, e);
+  if (r == 0 && resp.status >= 200 && resp.status <= 299)
+    *exists = true;
+  else if (r == 0 && resp.status != 404)
+    r = http_status_error(&resp, rm.shown, &rm.a, e);
+  http_response_clear(&resp);
+  remote_clear(&rm);
   return r;
 }
 
