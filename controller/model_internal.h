@@ -23,6 +23,9 @@ bool model_tool_choice_is_keyword(const char *s);
 /* The message of an API error object (borrowed from J, NULL when none):
  * error.message, error (a string), message or detail. */
 const char *model_error_message(json_t *j);
+/* Whether REPLY from URL is an object without an "error": 0, or the error
+ * (naming URL) that either API's parser reports. */
+int model_reply_check(json_t *reply, const char *url, struct sbx_error *e);
 /* Reads J[KEY] as an integer (0 when absent or not a number). */
 long long model_json_int(json_t *j, const char *key);
 
