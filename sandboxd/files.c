@@ -50,16 +50,6 @@
 
 /* ---- errors ------------------------------------------------------------- */
 
-/* strerror, lowercased for our messages ("permission denied"). */
-static const char *errstr(int err, char *buf, size_t n) {
-  const char *s = strerror_r(err, buf, n);
-  if (s != buf)
-    (void)snprintf(buf, n, "%s", s);
-  if (buf[0] >= 'A' && buf[0] <= 'Z' && buf[1] >= 'a' && buf[1] <= 'z')
-    buf[0] = (char)(buf[0] - 'A' + 'a');
-  return buf;
-}
-
 /* Fills C's error for ERR (positive) met on the client's PATH and returns
  * -ERR. WHAT names the operation ("cannot remove") or is NULL. */
 int files_fail_path(struct rpc_call *c, int err, const char *what,
@@ -94,7 +84,7 @@ int files_fail_path(struct rpc_call *c, int err, const char *what,
                     sep, path);
   default:
     return rpc_fail(c, SBX_OK, err, "%s%s\"%s\": %s", w, sep, path,
-                    errstr(err, b, sizeof(b)));
+                    sbx_strerror_lc(err, b, sizeof(b)));
   }
 }
 
@@ -351,7 +341,8 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
           r = rpc_fail(c, SBX_OK, -r,
                        "%s \"%s\": failed on \"%s\" beneath "
                        "it: %s",
-                       what, path, l->name, errstr(-r, eb, sizeof(eb)));
+                       what, path, l->name,
+                       sbx_strerror_lc(-r, eb, sizeof(eb)));
           break;
         }
       }
@@ -369,7 +360,7 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
       r = rpc_fail(c, SBX_OK, errno,
                    "%s \"%s\": cannot stat \"%s\" beneath "
                    "it: %s",
-                   what, path, n, errstr(errno, eb, sizeof(eb)));
+                   what, path, n, sbx_strerror_lc(errno, eb, sizeof(eb)));
       break;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -388,7 +379,7 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
         r = rpc_fail(c, SBX_OK, errno,
                      "%s \"%s\": cannot open \"%s\" beneath "
                      "it: %s",
-                     what, path, n, errstr(errno, eb, sizeof(eb)));
+                     what, path, n, sbx_strerror_lc(errno, eb, sizeof(eb)));
         break;
       }
       struct walk_level *cl = &stack[sp];
@@ -408,7 +399,7 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
     r = fn(dfd, n, &st, arg);
     if (r < 0) {
       r = rpc_fail(c, SBX_OK, -r, "%s \"%s\": failed on \"%s\" beneath it: %s",
-                   what, path, n, errstr(-r, eb, sizeof(eb)));
+                   what, path, n, sbx_strerror_lc(-r, eb, sizeof(eb)));
       break;
     }
   }
@@ -1085,7 +1076,7 @@ int rpc_file_list(struct rpc_call *c) {
         r = rpc_fail(c, SBX_OK, errno,
                      "cannot list \"%s\": cannot open "
                      "\"%s\" beneath it: %s",
-                     path, rel, errstr(errno, eb, sizeof(eb)));
+                     path, rel, sbx_strerror_lc(errno, eb, sizeof(eb)));
         break;
       }
       r = list_push(c, &s, cfd, need, limit - s.n + 1, path);

@@ -32,16 +32,6 @@
 #define USERS_LOCK_TRIES 1000    /* 10 ms each */
 #define USERS_DEFAULT_SHELL "/usr/sbin/nologin"
 
-/* strerror, lowercased for our messages ("permission denied"). */
-static const char *errstr(int err, char *buf, size_t n) {
-  const char *s = strerror_r(err, buf, n);
-  if (s != buf)
-    (void)snprintf(buf, n, "%s", s);
-  if (buf[0] >= 'A' && buf[0] <= 'Z' && buf[1] >= 'a' && buf[1] <= 'z')
-    buf[0] = (char)(buf[0] - 'A' + 'a');
-  return buf;
-}
-
 struct ensure {
   struct rpc_call *c;
   const char *etc; /* for userdb lookups; NULL is /etc */
@@ -258,7 +248,7 @@ static int tool(struct ensure *en, char *const argv[],
   const char *tn = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
   if (st < 0)
     return rpc_fail(en->c, SBX_INTERNAL, -st, "cannot run %s for \"%s\": %s",
-                    tn, name, errstr(-st, out, sizeof(out)));
+                    tn, name, sbx_strerror_lc(-st, out, sizeof(out)));
   return rpc_fail(en->c, st == 4 ? SBX_CONFLICT : SBX_INTERNAL, EIO,
                   "%s for \"%s\" failed (exit %d): %s", tn, name, st,
                   out[0] ? out : "no output");
@@ -331,7 +321,7 @@ static int tool_add_member(struct ensure *en, const char *group,
   if (st < 0)
     return rpc_fail(en->c, SBX_INTERNAL, -st,
                     "cannot run usermod to add \"%s\" to \"%s\": %s", user,
-                    group, errstr(-st, out, sizeof(out)));
+                    group, sbx_strerror_lc(-st, out, sizeof(out)));
   return rpc_fail(en->c, SBX_INTERNAL, EIO,
                   "usermod adding \"%s\" to \"%s\" failed (exit %d): %s", user,
                   group, st, out[0] ? out : "no output");
@@ -557,7 +547,7 @@ static int db_fail(struct ensure *en, int r, const char *what,
   char b[128];
   return rpc_fail(en->c, r == -EBADMSG ? SBX_INTERNAL : SBX_OK, -r,
                   "cannot %s %s/%s: %s", what, en->etc ? en->etc : "/etc", file,
-                  errstr(-r, b, sizeof(b)));
+                  sbx_strerror_lc(-r, b, sizeof(b)));
 }
 
 /* Loads FILE into B; a missing optional file leaves *PRESENT false. */
@@ -618,7 +608,7 @@ static int make_home(struct ensure *en, const char *home, uid_t uid,
       return 0;
     char b[128];
     return rpc_fail(en->c, SBX_OK, errno, "cannot create home \"%s\": %s", home,
-                    errstr(errno, b, sizeof(b)));
+                    sbx_strerror_lc(errno, b, sizeof(b)));
   }
   _cleanup_close_ int fd =
       open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -627,7 +617,7 @@ static int make_home(struct ensure *en, const char *home, uid_t uid,
     return rpc_fail(en->c, SBX_OK, errno,
                     "cannot give home \"%s\" to its "
                     "user: %s",
-                    home, errstr(errno, b, sizeof(b)));
+                    home, sbx_strerror_lc(errno, b, sizeof(b)));
   }
   return 0;
 }
@@ -842,7 +832,7 @@ int users_ensure_files(struct rpc_call *c, const char *etc) {
   if (etc_fd < 0) {
     char b[128];
     return rpc_fail(c, SBX_OK, errno, "cannot open \"%s\": %s", etc,
-                    errstr(errno, b, sizeof(b)));
+                    sbx_strerror_lc(errno, b, sizeof(b)));
   }
   en.etc_fd = etc_fd;
   _cleanup_close_ int lock = -1;

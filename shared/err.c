@@ -153,3 +153,12 @@ void sbx_error_clear(struct sbx_error *e) {
   if (e)
     memset(e, 0, sizeof(*e));
 }
+
+const char *sbx_strerror_lc(int err, char *buf, size_t n) {
+  const char *s = strerror_r(err, buf, n);
+  if (s != buf)
+    (void)snprintf(buf, n, "%s", s);
+  if (buf[0] >= 'A' && buf[0] <= 'Z' && buf[1] >= 'a' && buf[1] <= 'z')
+    buf[0] = (char)(buf[0] - 'A' + 'a');
+  return buf;
+}

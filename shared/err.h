@@ -50,5 +50,8 @@ int sbx_error_setv(struct sbx_error *e, enum sbx_code code, int err,
                    const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 void sbx_error_clear(struct sbx_error *e);
+/* strerror(ERR) into BUF (N bytes), lowercased as a message goes on after
+ * a colon ("permission denied"); returns BUF. Thread-safe. */
+const char *sbx_strerror_lc(int err, char *buf, size_t n);
 
 #endif
