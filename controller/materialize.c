@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "clock.h"
+#include "fileio.h"
 #include "log.h"
 #include "path.h"
 #include "sha256.h"
@@ -275,15 +275,6 @@ static int sandbox_sha256(struct sbx_client *c, const char *path, char out[65],
 /* ---- local sources --------------------------------------------------------
  */
 
-static int openat2_beneath(int dfd, const char *path, int flags) {
-  struct open_how how = {
-      .flags = (uint64_t)(flags | O_CLOEXEC),
-      .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-  };
-  long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
-  return fd < 0 ? -errno : (int)fd;
-}
-
 /* Opens the local source of EN beneath the base directory or a grant:
  * *ROOT_FD (new) is the directory it lies in, REL its path beneath. */
 static int open_source_root(struct mat *x, const struct manifest_entry *en,
@@ -350,9 +341,10 @@ static int open_source(struct mat *x, const struct manifest_entry *en, bool dir,
     return r;
   int fd = strcmp(rel, ".") == 0
                ? openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-               : openat2_beneath(root, rel,
-                                 dir ? O_RDONLY | O_DIRECTORY
-                                     : O_RDONLY | O_NOCTTY | O_NONBLOCK);
+               : sbx_openat2(root, rel,
+                             dir ? O_RDONLY | O_DIRECTORY
+                                 : O_RDONLY | O_NOCTTY | O_NONBLOCK,
+                             0, RESOLVE_NO_SYMLINKS);
   if (fd == -1)
     fd = -errno;
   if (fd < 0)

@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "clock.h"
+#include "fileio.h"
 #include "path.h"
 
 #define TREE_MAX_DEPTH 256
@@ -24,15 +24,6 @@
                  */
 /* How long a streamed export may send nothing before a pull gives up. */
 #define PULL_STALL_NS (120ull * 1000000000ull)
-
-static int openat2_beneath(int dfd, const char *path, int flags) {
-  struct open_how how = {
-      .flags = (uint64_t)(flags | O_CLOEXEC),
-      .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-  };
-  long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
-  return fd < 0 ? -errno : (int)fd;
-}
 
 static int tree_push(struct host_tree *t, const char *src, const char *name,
                      const struct stat *st, const char *link) {
@@ -185,7 +176,8 @@ int host_tree_scan(struct host_tree *t, int root_fd, const char *src,
   t->root_fd = root_fd;
   int fd = strcmp(src, ".") == 0
                ? openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-               : openat2_beneath(root_fd, src, O_RDONLY | O_DIRECTORY);
+               : sbx_openat2(root_fd, src, O_RDONLY | O_DIRECTORY, 0,
+                             RESOLVE_NO_SYMLINKS);
   if (fd < 0) {
     int err = fd == -1 ? errno : -fd;
     return sbx_error_set(e, SBX_OK, err, "%s: cannot open directory \"%s\": %s",
@@ -216,7 +208,8 @@ int host_tree_add(struct host_tree *t, int root_fd, const char *src,
 
 int host_item_open(const struct host_tree *t, const struct host_item *it,
                    const char *what, struct sbx_error *e) {
-  int fd = openat2_beneath(t->root_fd, it->src, O_RDONLY | O_NOCTTY);
+  int fd = sbx_openat2(t->root_fd, it->src, O_RDONLY | O_NOCTTY, 0,
+                       RESOLVE_NO_SYMLINKS);
   if (fd < 0)
     return sbx_error_set(e, SBX_OK, -fd, "%s: cannot open \"%s\": %s", what,
                          it->src, strerror(-fd));

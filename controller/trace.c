@@ -326,16 +326,6 @@ static void trim(const char **p, size_t *n) {
     (*n)--;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* An HTTP token character (RFC 9110). */
 static bool tchar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -394,9 +384,9 @@ int trace_parse_headers(const char *spec, char ***out, struct sbx_error *e) {
     size_t o = name_len + 2;
     for (size_t i = 0; i < val_len; i++) {
       char c = val[i];
-      if (c == '%' && i + 2 < val_len && hexval(val[i + 1]) >= 0 &&
-          hexval(val[i + 2]) >= 0) {
-        c = (char)(hexval(val[i + 1]) * 16 + hexval(val[i + 2]));
+      if (c == '%' && i + 2 < val_len && sbx_hex_value(val[i + 1]) >= 0 &&
+          sbx_hex_value(val[i + 2]) >= 0) {
+        c = (char)(sbx_hex_value(val[i + 1]) * 16 + sbx_hex_value(val[i + 2]));
         i += 2;
       }
       if (c == '\r' || c == '\n' || c == '\0') {

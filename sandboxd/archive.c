@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -377,22 +376,6 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
     off += (uint64_t)w;
   }
   return 0;
-}
-
-static int openat2_beneath(int dirfd, const char *path, int flags, mode_t mode,
-                           uint64_t resolve) {
-  struct open_how how = {
-      .flags = (uint64_t)(flags | O_CLOEXEC),
-      .mode = (flags & O_CREAT) ? mode : 0,
-      .resolve = resolve | RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-  };
-  for (;;) {
-    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-    if (fd >= 0)
-      return (int)fd;
-    if (errno != EINTR && errno != EAGAIN)
-      return -errno;
-  }
 }
 
 /* An unlinked temporary file for a spool: O_TMPFILE in $TMPDIR or /tmp,
@@ -1773,8 +1756,8 @@ static int dest_through_link(struct importer *im, const char *path, size_t n) {
   char buf[SBX_PATH_MAX];
   memcpy(buf, path, n);
   buf[n] = '\0';
-  int fd = openat2_beneath(im->x->dest_fd, buf, O_PATH | O_NOFOLLOW, 0,
-                           RESOLVE_NO_SYMLINKS);
+  int fd = sbx_openat2(im->x->dest_fd, buf, O_PATH | O_NOFOLLOW, 0,
+                       RESOLVE_NO_SYMLINKS);
   if (fd < 0)
     return fd == -ELOOP || fd == -EXDEV || fd == -ENOTDIR;
   struct stat st;
@@ -1932,8 +1915,8 @@ static int im_check_existing(struct importer *im) {
     if (mm->type == M_SELF)
       continue;
     const char *p = mpath(im, i);
-    int fd = openat2_beneath(im->x->dest_fd, p, O_PATH | O_NOFOLLOW, 0,
-                             RESOLVE_NO_SYMLINKS);
+    int fd = sbx_openat2(im->x->dest_fd, p, O_PATH | O_NOFOLLOW, 0,
+                         RESOLVE_NO_SYMLINKS);
     if (fd >= 0) {
       struct stat st;
       int r = fstat(fd, &st);
@@ -1954,8 +1937,8 @@ static int im_check_existing(struct importer *im) {
     memcpy(buf, p, mm->plen + 1);
     for (char *s = strchr(buf, '/'); s; s = strchr(s + 1, '/')) {
       *s = '\0';
-      int f = openat2_beneath(im->x->dest_fd, buf, O_PATH | O_DIRECTORY, 0,
-                              RESOLVE_NO_SYMLINKS);
+      int f = sbx_openat2(im->x->dest_fd, buf, O_PATH | O_DIRECTORY, 0,
+                          RESOLVE_NO_SYMLINKS);
       if (f >= 0) {
         (void)close(f);
         *s = '/';
@@ -2072,8 +2055,8 @@ static int im_parent(struct importer *im, size_t i, int *pfd,
   im->pfd = -1;
   memcpy(im->parent, p, n);
   im->parent[n] = '\0';
-  int fd = openat2_beneath(im->x->dest_fd, im->parent, O_PATH | O_DIRECTORY, 0,
-                           RESOLVE_NO_SYMLINKS);
+  int fd = sbx_openat2(im->x->dest_fd, im->parent, O_PATH | O_DIRECTORY, 0,
+                       RESOLVE_NO_SYMLINKS);
   if (fd < 0) {
     /* Create the missing directories one by one. */
     char buf[SBX_PATH_MAX];
@@ -2085,7 +2068,7 @@ static int im_parent(struct importer *im, size_t i, int *pfd,
       if (e)
         *e = '\0';
       int next =
-          openat2_beneath(fd, s, O_PATH | O_DIRECTORY, 0, RESOLVE_NO_SYMLINKS);
+          sbx_openat2(fd, s, O_PATH | O_DIRECTORY, 0, RESOLVE_NO_SYMLINKS);
       if (next == -ENOTDIR || next == -ELOOP) {
         /* Only a directory member may replace what is there (checked). */
         ssize_t a = im_lookup(im, buf, strlen(buf));
@@ -2096,8 +2079,8 @@ static int im_parent(struct importer *im, size_t i, int *pfd,
         if (mkdirat(fd, s, 0755) < 0 && errno != EEXIST)
           next = -errno;
         else
-          next = openat2_beneath(fd, s, O_PATH | O_DIRECTORY, 0,
-                                 RESOLVE_NO_SYMLINKS);
+          next =
+              sbx_openat2(fd, s, O_PATH | O_DIRECTORY, 0, RESOLVE_NO_SYMLINKS);
       }
       (void)close(fd);
       fd = next;
@@ -2239,8 +2222,8 @@ static int im_hardlink(struct importer *im, size_t i, int pfd,
     char buf[SBX_PATH_MAX];
     memcpy(buf, t, (size_t)(slash - t));
     buf[slash - t] = '\0';
-    tfd = openat2_beneath(im->x->dest_fd, buf, O_PATH | O_DIRECTORY, 0,
-                          RESOLVE_NO_SYMLINKS);
+    tfd = sbx_openat2(im->x->dest_fd, buf, O_PATH | O_DIRECTORY, 0,
+                      RESOLVE_NO_SYMLINKS);
     if (tfd < 0)
       return sbx_error_set(im->e, SBX_OK, -tfd, "cannot link \"%s\": %s",
                            shown(p, q), strerror(-tfd));
@@ -2268,8 +2251,7 @@ static int im_dir(struct importer *im, size_t i, int pfd, const char *name) {
   if (errno != EEXIST)
     return sbx_error_set(im->e, SBX_OK, errno, "cannot create \"%s\": %s",
                          shown(p, q), strerror(errno));
-  int fd =
-      openat2_beneath(pfd, name, O_PATH | O_DIRECTORY, 0, RESOLVE_NO_SYMLINKS);
+  int fd = sbx_openat2(pfd, name, O_PATH | O_DIRECTORY, 0, RESOLVE_NO_SYMLINKS);
   if (fd >= 0) {
     (void)close(fd);
     return 0;
@@ -2311,8 +2293,8 @@ static int im_dir_meta(struct importer *im) {
     const struct member *mm = &im->m[dirs[k]];
     const char *p = mpath(im, dirs[k]);
     _cleanup_close_ int fd =
-        openat2_beneath(im->x->dest_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW,
-                        0, RESOLVE_NO_SYMLINKS);
+        sbx_openat2(im->x->dest_fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0,
+                    RESOLVE_NO_SYMLINKS);
     if (fd < 0)
       return sbx_error_set(im->e, SBX_OK, -fd, "cannot open \"%s\": %s",
                            shown(p, q), strerror(-fd));

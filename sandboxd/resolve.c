@@ -2,10 +2,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "fileio.h"
 
 int sbxd_locate(struct sandboxd *d, const char *path, bool for_write,
                 struct sbxd_loc *out, struct sbx_error *e) {
@@ -33,26 +33,17 @@ int sbxd_locate(struct sandboxd *d, const char *path, bool for_write,
 
 int sbxd_openat(int base_fd, const char *rel, int flags, mode_t mode,
                 struct sbx_error *e) {
-  struct open_how how = {
-      .flags = (uint64_t)(flags | O_CLOEXEC),
-      .mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
-      .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-  };
-  for (;;) {
-    long fd = syscall(SYS_openat2, base_fd, rel, &how, sizeof(how));
-    if (fd >= 0)
-      return (int)fd;
-    int err = errno;
-    if (err == EINTR || err == EAGAIN)
-      continue;
-    if (err == EXDEV)
-      return sbx_error_set(e, SBX_PERMISSION_DENIED, EXDEV,
-                           "path \"%s\" escapes the workspace root", rel);
-    if (err == ELOOP)
-      return sbx_error_set(e, SBX_INVALID_ARGUMENT, ELOOP,
-                           "path \"%s\": a symbolic link is in the way", rel);
-    return sbx_error_set(e, SBX_OK, err, "\"%s\": %s", rel, strerror(err));
-  }
+  int fd = sbx_openat2(base_fd, rel, flags, mode, 0);
+  if (fd >= 0)
+    return fd;
+  int err = -fd;
+  if (err == EXDEV)
+    return sbx_error_set(e, SBX_PERMISSION_DENIED, EXDEV,
+                         "path \"%s\" escapes the workspace root", rel);
+  if (err == ELOOP)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ELOOP,
+                         "path \"%s\": a symbolic link is in the way", rel);
+  return sbx_error_set(e, SBX_OK, err, "\"%s\": %s", rel, strerror(err));
 }
 
 int sbxd_open(struct sandboxd *d, const char *path, int flags, mode_t mode,

@@ -87,7 +87,7 @@ void sbx_hex_encode(const void *in, size_t n, char *out) {
   out[2 * n] = '\0';
 }
 
-static int hex_value(char c) {
+int sbx_hex_value(char c) {
   if (c >= '0' && c <= '9')
     return c - '0';
   if (c >= 'a' && c <= 'f')
@@ -102,7 +102,7 @@ int sbx_hex_decode(const char *in, size_t len, void *out) {
   if (len % 2)
     return -EINVAL;
   for (size_t i = 0; i < len; i += 2) {
-    int hi = hex_value(in[i]), lo = hex_value(in[i + 1]);
+    int hi = sbx_hex_value(in[i]), lo = sbx_hex_value(in[i + 1]);
     if (hi < 0 || lo < 0)
       return -EINVAL;
     o[i / 2] = (uint8_t)(hi << 4 | lo);

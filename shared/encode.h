@@ -16,6 +16,8 @@ long sbx_base64_decode(const char *in, size_t len, void *out);
 
 /* Writes 2*N lowercase hex digits and a NUL to OUT. */
 void sbx_hex_encode(const void *in, size_t n, char *out);
+/* The value of the hex digit C (either case), or -1. */
+int sbx_hex_value(char c);
 /* Decodes 2*N hex digits into N bytes; -EINVAL on odd length or a bad digit. */
 int sbx_hex_decode(const char *in, size_t len, void *out);
 

@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -55,6 +57,23 @@ int sbx_read_file(const char *path, size_t max, char **out, size_t *len) {
   }
   *out = sbx_buf_steal(&b, len);
   return *out ? 0 : -ENOMEM;
+}
+
+int sbx_openat2(int dirfd, const char *path, int flags, unsigned mode,
+                uint64_t resolve) {
+  bool creates = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
+  struct open_how how = {
+      .flags = (uint64_t)(flags | O_CLOEXEC),
+      .mode = creates ? mode : 0,
+      .resolve = resolve | RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+  };
+  for (;;) {
+    long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+    if (fd >= 0)
+      return (int)fd;
+    if (errno != EINTR && errno != EAGAIN)
+      return -errno;
+  }
 }
 
 int sbx_write_all(int fd, const void *buf, size_t n) {

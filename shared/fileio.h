@@ -3,10 +3,18 @@
 #define SBX_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Writes all N bytes of BUF to FD, going on after short writes and EINTR.
  * 0 or a negative errno (-EIO for a write that wrote nothing). */
 int sbx_write_all(int fd, const void *buf, size_t n);
+
+/* openat2(2) of PATH beneath DIRFD: O_CLOEXEC, RESOLVE_BENEATH and
+ * RESOLVE_NO_MAGICLINKS always, RESOLVE (e.g. RESOLVE_NO_SYMLINKS) added;
+ * MODE for O_CREAT and O_TMPFILE. Retried on EINTR and EAGAIN. The fd, or
+ * a negative errno (-EXDEV: PATH would leave DIRFD). */
+int sbx_openat2(int dirfd, const char *path, int flags, unsigned mode,
+                uint64_t resolve);
 
 /* Reads PATH into *OUT (new, NUL-terminated; *LEN bytes without the NUL).
  * -EFBIG when the file holds more than MAX bytes. */

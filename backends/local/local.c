@@ -386,6 +386,21 @@ static int make_bind(const struct local *l, const struct sandbox_bind *b,
   return 0;
 }
 
+/* A new sandbox with its (zeroed) local part, or NULL; *S gets it. */
+static struct local *local_new(struct sandbox **s) {
+  struct sandbox *sb = calloc(1, sizeof(*sb));
+  struct local *l = calloc(1, sizeof(*l));
+  if (!sb || !l) {
+    free(sb);
+    free(l);
+    return NULL;
+  }
+  sb->backend = &backend_local;
+  sb->priv = l;
+  *s = sb;
+  return l;
+}
+
 static int local_create_spec(const struct backend_options *o,
                              const struct sandbox_spec *spec,
                              struct sandbox **out, struct sbx_error *e) {
@@ -400,15 +415,10 @@ static int local_create_spec(const struct backend_options *o,
   if (spec->detached && (!spec->token_path || !spec->log_path))
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "a detached sandbox needs a token and a log path");
-  struct sandbox *s = calloc(1, sizeof(*s));
-  struct local *l = calloc(1, sizeof(*l));
-  if (!s || !l) {
-    free(s);
-    free(l);
+  struct sandbox *s = NULL;
+  struct local *l = local_new(&s);
+  if (!l)
     return -ENOMEM;
-  }
-  s->backend = &backend_local;
-  s->priv = l;
   l->detached = spec->detached;
   char token[SBX_TOKEN_HEX + 1];
   char url[600];
@@ -522,15 +532,10 @@ static int take_str(json_t *obj, const char *k, char **out, bool required,
 static int local_attach(const struct backend_options *o, json_t *obj,
                         struct sandbox **out, struct sbx_error *e) {
   (void)o;
-  struct sandbox *s = calloc(1, sizeof(*s));
-  struct local *l = calloc(1, sizeof(*l));
-  if (!s || !l) {
-    free(s);
-    free(l);
+  struct sandbox *s = NULL;
+  struct local *l = local_new(&s);
+  if (!l)
     return -ENOMEM;
-  }
-  s->backend = &backend_local;
-  s->priv = l;
   l->detached = true;
   int r;
   if ((r = take_str(obj, "socket", &l->url, true, e)) < 0 ||
