@@ -342,15 +342,9 @@ static json_t *message_item(json_t *text, bool refusal) {
 int chat_parse(json_t *reply, const char *url, struct model_response *out,
                struct sbx_error *e) {
   memset(out, 0, sizeof(*out));
-  if (!json_is_object(reply))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
-                         "unexpected reply from %s: not a JSON object", url);
-  json_t *err = json_object_get(reply, "error");
-  if (err && !json_is_null(err)) {
-    const char *msg = model_error_message(reply);
-    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
-                         msg ? msg : "no message given");
-  }
+  int rc = model_reply_check(reply, url, e);
+  if (rc < 0)
+    return rc;
   json_t *choice = json_array_get(json_object_get(reply, "choices"), 0);
   json_t *msg = json_object_get(choice, "message");
   if (!json_is_object(msg))

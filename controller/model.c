@@ -84,6 +84,19 @@ bool model_tool_choice_is_keyword(const char *s) {
          strcmp(s, "none") == 0;
 }
 
+int model_reply_check(json_t *reply, const char *url, struct sbx_error *e) {
+  if (!json_is_object(reply))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                         "unexpected reply from %s: not a JSON object", url);
+  json_t *err = json_object_get(reply, "error");
+  if (err && !json_is_null(err)) {
+    const char *msg = model_error_message(reply);
+    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
+                         msg ? msg : "no message given");
+  }
+  return 0;
+}
+
 const char *model_error_message(json_t *j) {
   json_t *err = json_object_get(j, "error");
   const char *m = json_string_value(json_object_get(err, "message"));

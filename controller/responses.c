@@ -125,15 +125,9 @@ static int status_error(json_t *reply, const char *status, const char *url,
 int responses_parse(json_t *reply, const char *url, struct model_response *out,
                     struct sbx_error *e) {
   memset(out, 0, sizeof(*out));
-  if (!json_is_object(reply))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
-                         "unexpected reply from %s: not a JSON object", url);
-  json_t *err = json_object_get(reply, "error");
-  if (err && !json_is_null(err)) {
-    const char *msg = model_error_message(reply);
-    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
-                         msg ? msg : "no message given");
-  }
+  int rc = model_reply_check(reply, url, e);
+  if (rc < 0)
+    return rc;
   const char *status = json_string_value(json_object_get(reply, "status"));
   if (status &&
       (strcmp(status, "failed") == 0 || strcmp(status, "incomplete") == 0 ||
