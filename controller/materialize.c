@@ -20,6 +20,7 @@
 
 #include "cleanup.h"
 #include "clock.h"
+#include "encode.h"
 #include "fileio.h"
 #include "log.h"
 #include "path.h"
@@ -569,11 +570,7 @@ static int run_git(const char *const *argv, unsigned timeout_ms, char *out,
       continue;
     if (k <= 0)
       break;
-    for (ssize_t i = 0; i < k && n + 1 < outsz; i++)
-      out[n++] = (b[i] == '\n' || ((unsigned char)b[i] >= 0x20 && b[i] != 0x7f))
-                     ? b[i]
-                     : '?';
-    out[n] = '\0';
+    n = sbx_append_printable(out, n, outsz, b, (size_t)k);
   }
   if (timed_out)
     (void)kill(-pid, SIGKILL);

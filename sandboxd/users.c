@@ -22,6 +22,7 @@
 
 #include "buf.h"
 #include "cleanup.h"
+#include "encode.h"
 #include "fileio.h"
 #include "files.h"
 #include "rand.h"
@@ -210,10 +211,7 @@ static int run_tool(char *const argv[], char *out, size_t outsz) {
       continue;
     if (k <= 0)
       break;
-    for (ssize_t i = 0; i < k && n + 1 < outsz; i++)
-      out[n++] = (b[i] == '\n' || ((unsigned char)b[i] >= 0x20 && b[i] != 0x7f))
-                     ? b[i]
-                     : '?';
+    n = sbx_append_printable(out, n, outsz, b, (size_t)k);
   }
   while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
     n--;

@@ -109,3 +109,14 @@ int sbx_hex_decode(const char *in, size_t len, void *out) {
   }
   return 0;
 }
+
+size_t sbx_append_printable(char *out, size_t n, size_t outsz, const char *b,
+                            size_t k) {
+  for (size_t i = 0; i < k && n + 1 < outsz; i++) {
+    unsigned char ch = (unsigned char)b[i];
+    out[n++] = ch == '\n' || (ch >= 0x20 && ch != 0x7f) ? (char)ch : '?';
+  }
+  if (outsz > 0)
+    out[n] = '\0';
+  return n;
+}
