@@ -233,6 +233,16 @@ static void print_json(json_t *j) {
   }
 }
 
+/* Lets go of an attached sandbox (the sandbox lives on) and its record;
+ * CODE, or 1 when stdout could not be written out. */
+static int detach_done(struct sandbox *sb, struct lifecycle_record *rec,
+                       int code) {
+  if (sb)
+    sb->backend->detach(sb);
+  lifecycle_record_clear(rec);
+  return code ? code : (fflush(stdout) == 0 ? 0 : 1);
+}
+
 int cli_attach(const char *state_dir, const char *id,
                struct lifecycle_record *rec, struct sandbox **out,
                struct sbx_error *e) {
@@ -694,10 +704,7 @@ static int cmd_info(struct common *c, int argc, char **argv) {
     printf("%s\n", json_object_size(eps) ? "" : " -");
   }
   json_decref(j);
-  if (sb)
-    sb->backend->detach(sb);
-  lifecycle_record_clear(&rec);
-  return fflush(stdout) == 0 ? 0 : 1;
+  return detach_done(sb, &rec, 0);
 }
 
 /* ---- exec ------------------------------------------------------------------
@@ -1487,9 +1494,7 @@ static int cmd_cp(struct common *c, int argc, char **argv) {
     print_json(j);
     json_decref(j);
   }
-  sb->backend->detach(sb);
-  lifecycle_record_clear(&rec);
-  return code ? code : (fflush(stdout) == 0 ? 0 : 1);
+  return detach_done(sb, &rec, code);
 }
 
 /* ---- apply-patch
@@ -1581,9 +1586,7 @@ static int cmd_apply_patch(struct common *c, int argc, char **argv) {
     }
   }
   sbx_client_reply_free(resp);
-  sb->backend->detach(sb);
-  lifecycle_record_clear(&rec);
-  return code ? code : (fflush(stdout) == 0 ? 0 : 1);
+  return detach_done(sb, &rec, code);
 }
 
 /* ---- port, start, stop, rm
@@ -1621,10 +1624,7 @@ static int cmd_port(struct common *c, int argc, char **argv) {
   } else {
     printf("%s\n", ep);
   }
-  if (sb)
-    sb->backend->detach(sb);
-  lifecycle_record_clear(&rec);
-  return code ? code : (fflush(stdout) == 0 ? 0 : 1);
+  return detach_done(sb, &rec, code);
 }
 
 static int cmd_start_stop(struct common *c, int argc, char **argv, bool start) {
@@ -1664,10 +1664,7 @@ static int cmd_start_stop(struct common *c, int argc, char **argv, bool start) {
   } else {
     printf("%s\n", rec.id);
   }
-  if (sb)
-    sb->backend->detach(sb);
-  lifecycle_record_clear(&rec);
-  return code ? code : (fflush(stdout) == 0 ? 0 : 1);
+  return detach_done(sb, &rec, code);
 }
 
 static int cmd_rm(struct common *c, int argc, char **argv) {
@@ -1830,9 +1827,7 @@ static int cmd_save(struct common *c, int argc, char **argv) {
       (void)snapshot_prune(spec.base_dir ? spec.base_dir : base, 0, &removed,
                            &pe);
   }
-  sb->backend->detach(sb);
-  lifecycle_record_clear(&rec);
-  return fflush(stdout) == 0 ? 0 : 1;
+  return detach_done(sb, &rec, 0);
 }
 
 int cli_session_resume(const char *state_dir, const char *path,
