@@ -111,7 +111,9 @@ static json_t *str(const char *s) {
   return str_n(s, s ? strlen(s) : 0);
 }
 
-/* Sets KEY to V (stolen); marks *OK false when V is NULL. */
+/* Sets KEY to V (stolen); marks *OK false when V or O is NULL (jansson
+ * refuses a NULL object and frees V), so an event is built without a
+ * check after each allocation. */
 static void put(json_t *o, const char *key, json_t *v, bool *ok) {
   if (!v || json_object_set_new(o, key, v) < 0)
     *ok = false;
@@ -155,13 +157,11 @@ void events_run_started(struct events *ev, const char *agent,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put(o, "agent", str(agent), &ok);
-    put(o, "backend", str(backend), &ok);
-    put(o, "model", str(model), &ok);
-    put(o, "max_turns", json_integer((json_int_t)max_turns), &ok);
-    put(o, "trace_id", str(trace_id), &ok);
-  }
+  put(o, "agent", str(agent), &ok);
+  put(o, "backend", str(backend), &ok);
+  put(o, "model", str(model), &ok);
+  put(o, "max_turns", json_integer((json_int_t)max_turns), &ok);
+  put(o, "trace_id", str(trace_id), &ok);
   finish(ev, "run_started", o, ok);
 }
 
@@ -172,14 +172,12 @@ void events_sandbox_created(struct events *ev, const struct events_where *w,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put_where(o, w, &ok);
-    put(o, "session_id", str(session_id), &ok);
-    put(o, "backend", str(backend), &ok);
-    put(o, "attached", json_boolean(attached), &ok);
-    put(o, "exposed_ports",
-        exposed_ports ? json_incref(exposed_ports) : json_object(), &ok);
-  }
+  put_where(o, w, &ok);
+  put(o, "session_id", str(session_id), &ok);
+  put(o, "backend", str(backend), &ok);
+  put(o, "attached", json_boolean(attached), &ok);
+  put(o, "exposed_ports",
+      exposed_ports ? json_incref(exposed_ports) : json_object(), &ok);
   finish(ev, "sandbox_created", o, ok);
 }
 
@@ -189,11 +187,9 @@ void events_agent_tool_started(struct events *ev, const struct events_where *w,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put_where(o, w, &ok);
-    put(o, "parent_agent", str(parent_agent), &ok);
-    put(o, "call_id", str(call_id), &ok);
-  }
+  put_where(o, w, &ok);
+  put(o, "parent_agent", str(parent_agent), &ok);
+  put(o, "call_id", str(call_id), &ok);
   finish(ev, "agent_tool_started", o, ok);
 }
 
@@ -203,10 +199,8 @@ void events_text_delta(struct events *ev, const struct events_where *w,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put_where(o, w, &ok);
-    put(o, "delta", str_n(text ? text : "", text ? len : 0), &ok);
-  }
+  put_where(o, w, &ok);
+  put(o, "delta", str_n(text ? text : "", text ? len : 0), &ok);
   finish(ev, "text_delta", o, ok);
 }
 
@@ -255,15 +249,13 @@ void events_tool_call_finished(struct events *ev, const struct events_where *w,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put_where(o, w, &ok);
-    put(o, "name", str(name ? name : ""), &ok);
-    put(o, "call_id", str(call_id ? call_id : ""), &ok);
-    put(o, "status", str(status), &ok);
-    put(o, "output", output ? json_incref(output) : json_null(), &ok);
-    put(o, "error", str(error), &ok);
-    put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
-  }
+  put_where(o, w, &ok);
+  put(o, "name", str(name ? name : ""), &ok);
+  put(o, "call_id", str(call_id ? call_id : ""), &ok);
+  put(o, "status", str(status), &ok);
+  put(o, "output", output ? json_incref(output) : json_null(), &ok);
+  put(o, "error", str(error), &ok);
+  put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
   finish(ev, "tool_call_finished", o, ok);
 }
 
@@ -273,13 +265,11 @@ void events_handoff(struct events *ev, const struct events_where *w,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put(o, "from", str(w->agent), &ok);
-    put(o, "to", str(to), &ok);
-    put(o, "call_id", str(call_id ? call_id : ""), &ok);
-    put(o, "depth", json_integer(w->depth), &ok);
-    put(o, "turn", json_integer(w->turn), &ok);
-  }
+  put(o, "from", str(w->agent), &ok);
+  put(o, "to", str(to), &ok);
+  put(o, "call_id", str(call_id ? call_id : ""), &ok);
+  put(o, "depth", json_integer(w->depth), &ok);
+  put(o, "turn", json_integer(w->turn), &ok);
   finish(ev, "handoff", o, ok);
 }
 
@@ -290,12 +280,10 @@ void events_turn_finished(struct events *ev, const struct events_where *w,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put_where(o, w, &ok);
-    put(o, "model", str(model), &ok);
-    put(o, "tool_calls", json_integer((json_int_t)tool_calls), &ok);
-    put(o, "usage", usage_json(usage), &ok);
-  }
+  put_where(o, w, &ok);
+  put(o, "model", str(model), &ok);
+  put(o, "tool_calls", json_integer((json_int_t)tool_calls), &ok);
+  put(o, "usage", usage_json(usage), &ok);
   finish(ev, "turn_finished", o, ok);
 }
 
@@ -306,13 +294,11 @@ void events_run_finished(struct events *ev, const char *agent,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put(o, "agent", str(agent), &ok);
-    put(o, "final_output", str(final_output ? final_output : ""), &ok);
-    put(o, "turns", json_integer(turns), &ok);
-    put(o, "usage", usage_json(usage), &ok);
-    put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
-  }
+  put(o, "agent", str(agent), &ok);
+  put(o, "final_output", str(final_output ? final_output : ""), &ok);
+  put(o, "turns", json_integer(turns), &ok);
+  put(o, "usage", usage_json(usage), &ok);
+  put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
   finish(ev, "run_finished", o, ok);
 }
 
@@ -323,14 +309,12 @@ void events_run_failed(struct events *ev, const char *error, const char *code,
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put(o, "error", str(error ? error : ""), &ok);
-    put(o, "code", str(code ? code : "INTERNAL"), &ok);
-    put(o, "exit_code", json_integer(exit_code), &ok);
-    put(o, "turns", json_integer(turns), &ok);
-    put(o, "usage", usage_json(usage), &ok);
-    put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
-  }
+  put(o, "error", str(error ? error : ""), &ok);
+  put(o, "code", str(code ? code : "INTERNAL"), &ok);
+  put(o, "exit_code", json_integer(exit_code), &ok);
+  put(o, "turns", json_integer(turns), &ok);
+  put(o, "usage", usage_json(usage), &ok);
+  put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
   finish(ev, "run_failed", o, ok);
 }
 
@@ -339,9 +323,7 @@ void events_run_paused(struct events *ev, const char *run_state, int turns) {
     return;
   json_t *o = json_object();
   bool ok = o != NULL;
-  if (o) {
-    put(o, "run_state", str(run_state ? run_state : ""), &ok);
-    put(o, "turns", json_integer(turns), &ok);
-  }
+  put(o, "run_state", str(run_state ? run_state : ""), &ok);
+  put(o, "turns", json_integer(turns), &ok);
   finish(ev, "run_paused", o, ok);
 }
