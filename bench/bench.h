@@ -337,4 +337,107 @@ static inline int bench_daemon_stop(struct bench_daemon *d) {
   return status;
 }
 
+/* ---- the 200 MiB tree of bench_archive and bench_snapshot ---- */
+
+struct bench_tree {
+  unsigned files, dirs; /* dirs: TOP and the empty one included */
+  uint64_t bytes;
+};
+
+#define BENCH_TREE_POOL (16u << 20)
+
+static inline uint64_t bench_tree_rand(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static inline int bench_tree_file(const char *path, size_t size,
+                                  const unsigned char *pool, uint64_t *rng) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -errno;
+  int r = 0;
+  for (size_t left = size; left > 0 && r == 0;) {
+    size_t off = bench_tree_rand(rng) % (BENCH_TREE_POOL / 2);
+    size_t n = left < BENCH_TREE_POOL / 2 ? left : BENCH_TREE_POOL / 2;
+    ssize_t w = write(fd, pool + off, n);
+    if (w < 0)
+      r = -errno;
+    else
+      left -= (size_t)w;
+  }
+  if (close(fd) < 0 && r == 0)
+    r = -errno;
+  return r;
+}
+
+/* Builds under TOP (created if missing), the same on every run: 40
+ * directories of 4 subdirectories each; 2400 small files (1-32 KiB), 500
+ * medium ones (64-448 KiB), then 4-8 MiB files up to BYTES in all, half
+ * random bytes, half text; a symlink and an empty directory. 0, or a
+ * negative errno after naming the path on stderr. */
+static inline int bench_build_tree(const char *top, uint64_t bytes,
+                                   struct bench_tree *st) {
+  *st = (struct bench_tree){0};
+  unsigned char *pool = malloc(BENCH_TREE_POOL);
+  if (!pool) {
+    (void)fprintf(stderr, "bench: building the tree: out of memory\n");
+    return -ENOMEM;
+  }
+  uint64_t rng = 0x243f6a8885a308d3ull;
+  for (size_t i = 0; i < BENCH_TREE_POOL / 2; i += 8) {
+    uint64_t r = bench_tree_rand(&rng);
+    memcpy(pool + i, &r, 8);
+  }
+  static const char text[] = "the quick brown fox jumps over the lazy dog\n";
+  for (size_t i = BENCH_TREE_POOL / 2; i < BENCH_TREE_POOL; i++)
+    pool[i] = (unsigned char)text[i % (sizeof(text) - 1)];
+  char p[PATH_MAX]; /* the path made last, named when it fails */
+  (void)snprintf(p, sizeof(p), "%s", top);
+  int r = mkdir(top, 0755) < 0 && errno != EEXIST ? -errno : 0;
+  st->dirs = 1;
+  for (int i = 0; i < 40 && r == 0; i++)
+    for (int j = -1; j < 4 && r == 0; j++) {
+      if (j < 0)
+        (void)snprintf(p, sizeof(p), "%s/d%02d", top, i);
+      else
+        (void)snprintf(p, sizeof(p), "%s/d%02d/s%d", top, i, j);
+      r = mkdir(p, 0755) < 0 ? -errno : 0;
+      st->dirs++;
+    }
+  unsigned n = 0;
+  for (; r == 0 && (n < 2900 || st->bytes < bytes); n++) {
+    size_t size;
+    if (n < 2400)
+      size = 1024 + bench_tree_rand(&rng) % (31 * 1024);
+    else if (n < 2900)
+      size = (64 << 10) + bench_tree_rand(&rng) % (384 << 10);
+    else
+      size = (4u << 20) + bench_tree_rand(&rng) % (4u << 20);
+    if (n >= 2900 && st->bytes + size > bytes)
+      size = (size_t)(bytes - st->bytes);
+    (void)snprintf(p, sizeof(p), "%s/d%02u/s%u/f%04u.dat", top, n % 40,
+                   (n / 40) % 4, n);
+    r = bench_tree_file(p, size, pool, &rng);
+    st->bytes += size;
+  }
+  st->files = n;
+  free(pool);
+  if (r == 0) {
+    (void)snprintf(p, sizeof(p), "%s/d00/link", top);
+    r = symlink("s0/f0000.dat", p) < 0 ? -errno : 0;
+  }
+  if (r == 0) {
+    (void)snprintf(p, sizeof(p), "%s/empty", top);
+    r = mkdir(p, 0755) < 0 ? -errno : 0;
+    st->dirs++;
+  }
+  if (r < 0)
+    (void)fprintf(stderr, "bench: building the tree: %s: %s\n", p,
+                  strerror(-r));
+  return r;
+}
+
 #endif

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "archive.h"
+#include "bench.h"
 #include "clock.h"
 
 #define TREE_BYTES (200ull << 20)
@@ -50,99 +51,6 @@ static char root[300];
 static void die(const char *what) {
   fprintf(stderr, "bench_archive: %s: %s\n", what, strerror(errno));
   exit(1);
-}
-
-/* ---- the tree ---- */
-
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-#define POOL_BYTES (16u << 20)
-static unsigned char *pool;
-
-static void write_file(const char *path, size_t size) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    die(path);
-  size_t left = size;
-  while (left > 0) {
-    size_t off = next_rand() % (POOL_BYTES / 2);
-    size_t n = left < POOL_BYTES / 2 ? left : POOL_BYTES / 2;
-    ssize_t w = write(fd, pool + off, n);
-    if (w < 0)
-      die(path);
-    left -= (size_t)w;
-  }
-  if (close(fd) < 0)
-    die(path);
-}
-
-struct tree_stats {
-  unsigned files, dirs;
-  uint64_t bytes;
-};
-
-/* 40 directories of 4 subdirectories each; 2400 small files (1-32 KiB),
- * 500 medium ones (64-448 KiB), then 4-8 MiB files up to 200 MiB. Half of
- * the pool is random bytes, half text, so zstd has something to do. */
-static void build_tree(const char *top, struct tree_stats *st) {
-  pool = malloc(POOL_BYTES);
-  if (!pool)
-    die("malloc");
-  for (size_t i = 0; i < POOL_BYTES / 2; i += 8) {
-    uint64_t r = next_rand();
-    memcpy(pool + i, &r, 8);
-  }
-  static const char text[] = "the quick brown fox jumps over the lazy dog\n";
-  for (size_t i = POOL_BYTES / 2; i < POOL_BYTES; i++)
-    pool[i] = (unsigned char)text[i % (sizeof(text) - 1)];
-
-  char p[512];
-  if (mkdir(top, 0755) < 0)
-    die(top);
-  st->dirs = 1;
-  for (int i = 0; i < 40; i++) {
-    (void)snprintf(p, sizeof(p), "%s/d%02d", top, i);
-    if (mkdir(p, 0755) < 0)
-      die(p);
-    st->dirs++;
-    for (int j = 0; j < 4; j++) {
-      (void)snprintf(p, sizeof(p), "%s/d%02d/s%d", top, i, j);
-      if (mkdir(p, 0755) < 0)
-        die(p);
-      st->dirs++;
-    }
-  }
-  unsigned n = 0;
-  for (; n < 2900 || st->bytes < TREE_BYTES; n++) {
-    size_t size;
-    if (n < 2400)
-      size = 1024 + next_rand() % (31 * 1024);
-    else if (n < 2900)
-      size = (64 << 10) + next_rand() % (384 << 10);
-    else
-      size = (4u << 20) + next_rand() % (4u << 20);
-    if (n >= 2900 && st->bytes + size > TREE_BYTES)
-      size = (size_t)(TREE_BYTES - st->bytes);
-    (void)snprintf(p, sizeof(p), "%s/d%02u/s%u/f%04u.dat", top, n % 40,
-                   (n / 40) % 4, n);
-    write_file(p, size);
-    st->bytes += size;
-  }
-  st->files = n;
-  (void)snprintf(p, sizeof(p), "%s/d00/link", top);
-  if (symlink("s0/f0000.dat", p) < 0)
-    die(p);
-  (void)snprintf(p, sizeof(p), "%s/empty", top);
-  if (mkdir(p, 0755) < 0)
-    die(p);
-  free(pool);
 }
 
 /* ---- calling the handlers ---- */
@@ -425,8 +333,9 @@ int main(int argc, char **argv) {
   (void)snprintf(tree, sizeof(tree), "%s/tree", root);
   (void)snprintf(ours, sizeof(ours), "%s/sbx.tar", base);
   (void)snprintf(theirs, sizeof(theirs), "%s/gnu.tar", base);
-  struct tree_stats ts = {0};
-  build_tree(tree, &ts);
+  struct bench_tree ts = {0};
+  if (bench_build_tree(tree, TREE_BYTES, &ts) < 0)
+    exit(1);
   printf("tree: %u files, %u directories, %.1f MiB in %s\n", ts.files, ts.dirs,
          (double)ts.bytes / (1 << 20), base);
 

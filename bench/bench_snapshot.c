@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "clock.h"
 #include "log.h"
 #include "sandbox.h"
@@ -35,7 +36,6 @@
 
 #define TREE_BYTES (200ull << 20)
 #define RUNS 3
-#define POOL_BYTES (16u << 20)
 
 extern char **environ;
 
@@ -46,96 +46,6 @@ static void die(const char *what, const char *why) {
 
 static void die_errno(const char *what) {
   die(what, strerror(errno));
-}
-
-/* ---- the tree (the same shape as bench_archive's) ---- */
-
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-static unsigned char *pool;
-
-static void write_file(const char *path, size_t size) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    die_errno(path);
-  size_t left = size;
-  while (left > 0) {
-    size_t off = next_rand() % (POOL_BYTES / 2);
-    size_t n = left < POOL_BYTES / 2 ? left : POOL_BYTES / 2;
-    ssize_t w = write(fd, pool + off, n);
-    if (w < 0)
-      die_errno(path);
-    left -= (size_t)w;
-  }
-  if (close(fd) < 0)
-    die_errno(path);
-}
-
-struct tree_stats {
-  unsigned files, dirs;
-  uint64_t bytes;
-};
-
-/* 40 directories of 4 subdirectories each; 2400 small files (1-32 KiB),
- * 500 medium ones (64-448 KiB), then 4-8 MiB files up to 200 MiB, a symlink
- * and an empty directory. */
-static void build_tree(const char *top, struct tree_stats *st) {
-  pool = malloc(POOL_BYTES);
-  if (!pool)
-    die("malloc", "out of memory");
-  for (size_t i = 0; i < POOL_BYTES / 2; i += 8) {
-    uint64_t r = next_rand();
-    memcpy(pool + i, &r, 8);
-  }
-  static const char text[] = "the quick brown fox jumps over the lazy dog\n";
-  for (size_t i = POOL_BYTES / 2; i < POOL_BYTES; i++)
-    pool[i] = (unsigned char)text[i % (sizeof(text) - 1)];
-  char p[PATH_MAX];
-  st->dirs = 1;
-  for (int i = 0; i < 40; i++) {
-    (void)snprintf(p, sizeof(p), "%s/d%02d", top, i);
-    if (mkdir(p, 0755) < 0)
-      die_errno(p);
-    st->dirs++;
-    for (int j = 0; j < 4; j++) {
-      (void)snprintf(p, sizeof(p), "%s/d%02d/s%d", top, i, j);
-      if (mkdir(p, 0755) < 0)
-        die_errno(p);
-      st->dirs++;
-    }
-  }
-  unsigned n = 0;
-  for (; n < 2900 || st->bytes < TREE_BYTES; n++) {
-    size_t size;
-    if (n < 2400)
-      size = 1024 + next_rand() % (31 * 1024);
-    else if (n < 2900)
-      size = (64 << 10) + next_rand() % (384 << 10);
-    else
-      size = (4u << 20) + next_rand() % (4u << 20);
-    if (n >= 2900 && st->bytes + size > TREE_BYTES)
-      size = (size_t)(TREE_BYTES - st->bytes);
-    (void)snprintf(p, sizeof(p), "%s/d%02u/s%u/f%04u.dat", top, n % 40,
-                   (n / 40) % 4, n);
-    write_file(p, size);
-    st->bytes += size;
-  }
-  st->files = n;
-  (void)snprintf(p, sizeof(p), "%s/d00/link", top);
-  if (symlink("s0/f0000.dat", p) < 0)
-    die_errno(p);
-  (void)snprintf(p, sizeof(p), "%s/empty", top);
-  if (mkdir(p, 0755) < 0)
-    die_errno(p);
-  st->dirs++;
-  free(pool);
 }
 
 /* ---- helpers ---- */
@@ -218,8 +128,9 @@ int main(int argc, char **argv) {
       backend_local.create(&o, &dst, &e) < 0)
     die("local sandbox", e.msg);
 
-  struct tree_stats st = {0};
-  build_tree(src->root, &st);
+  struct bench_tree st = {0};
+  if (bench_build_tree(src->root, TREE_BYTES, &st) < 0)
+    exit(1);
   char snaps[PATH_MAX], tarfile[PATH_MAX], tarout[PATH_MAX];
   (void)snprintf(snaps, sizeof(snaps), "%s/snapshots", base);
   (void)snprintf(tarfile, sizeof(tarfile), "%s/tree.tar.zst", base);
