@@ -337,6 +337,52 @@ static inline int bench_daemon_stop(struct bench_daemon *d) {
   return status;
 }
 
+/* ---- running a command through sandboxd ---- */
+
+/* Runs ST through C as sbx does: its ExecStart waits (if ST asks) and, when
+ * the process has not exited and closed its output by then, ExecReads from
+ * where the start's read ended. *ID and *CODE get the exec id and the exit
+ * code; *STARTED_NS (may be NULL) the time the start's reply came. 0, or a
+ * negative errno after saying why on stderr. */
+static inline int bench_run_exec(struct sbx_client *c, Sbx__V1__ExecStart *st,
+                                 uint64_t *id, int *code,
+                                 uint64_t *started_ns) {
+  struct sbx_error e = {0};
+  Sbx__V1__Response *r = NULL;
+  int ret = sbx_exec_start(c, st, &r, &e);
+  if (ret < 0) {
+    (void)fprintf(stderr, "bench: exec start: %s\n", e.msg);
+    return ret;
+  }
+  if (started_ns)
+    *started_ns = bench_now_ns();
+  *id = r->exec_start->exec_id;
+  const Sbx__V1__ExecReadReply *x = r->exec_start->output; /* none: no wait */
+  bool done = x && x->exited && x->eof;
+  uint64_t off = x ? x->next_offset : 0;
+  *code = x ? x->exit_code : 0;
+  sbx_client_reply_free(r);
+  while (!done) {
+    Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
+    rd.exec_id = *id;
+    rd.stream = SBX__V1__STREAM__STDOUT;
+    rd.offset = off;
+    rd.max_bytes = st->max_bytes;
+    rd.wait_ms = 10000;
+    rd.until_exit = true;
+    ret = sbx_exec_read(c, &rd, &r, &e);
+    if (ret < 0) {
+      (void)fprintf(stderr, "bench: exec read: %s\n", e.msg);
+      return ret;
+    }
+    done = r->exec_read->exited && r->exec_read->eof;
+    off = r->exec_read->next_offset;
+    *code = r->exec_read->exit_code;
+    sbx_client_reply_free(r);
+  }
+  return 0;
+}
+
 /* ---- the 200 MiB tree of bench_archive and bench_snapshot ---- */
 
 struct bench_tree {

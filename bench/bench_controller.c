@@ -371,35 +371,11 @@ static int sandbox_call(struct sbx_client *c, const char *cmd,
   }
   st.wait_ms = 10000;
   st.max_bytes = 1u << 20;
-  Sbx__V1__Response *r = NULL;
-  int ret = sbx_exec_start(c, &st, &r, &e);
-  if (ret < 0) {
-    (void)fprintf(stderr, "bench: exec start: %s\n", e.msg);
+  uint64_t id;
+  int code;
+  int ret = bench_run_exec(c, &st, &id, &code, NULL);
+  if (ret < 0)
     return ret;
-  }
-  uint64_t id = r->exec_start->exec_id;
-  const Sbx__V1__ExecReadReply *x = r->exec_start->output;
-  uint64_t off =
-      x ? x->next_offset : 0; /* none: a sandboxd that did not wait */
-  bool done = x && x->exited && x->eof;
-  sbx_client_reply_free(r);
-  while (!done) {
-    Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
-    rd.exec_id = id;
-    rd.stream = SBX__V1__STREAM__STDOUT;
-    rd.offset = off;
-    rd.max_bytes = 1u << 20;
-    rd.wait_ms = 10000;
-    rd.until_exit = true;
-    ret = sbx_exec_read(c, &rd, &r, &e);
-    if (ret < 0) {
-      (void)fprintf(stderr, "bench: exec read: %s\n", e.msg);
-      return ret;
-    }
-    off = r->exec_read->next_offset;
-    done = r->exec_read->exited && r->exec_read->eof;
-    sbx_client_reply_free(r);
-  }
   if (cmd && (ret = sbx_exec_release(c, id, &e)) < 0)
     (void)fprintf(stderr, "bench: exec release: %s\n", e.msg);
   return ret;

@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "clock.h"
 #include "docker/docker.h"
 #include "docker/engine.h"
@@ -102,28 +103,10 @@ static uint64_t exec_true(struct sandbox *s) {
   st.n_argv = 1;
   st.no_stdin = true;
   st.wait_ms = 5000;
-  Sbx__V1__Response *r = NULL;
-  if (sbx_exec_start(s->client, &st, &r, &e) < 0)
-    die("exec start", e.msg);
-  uint64_t id = r->exec_start->exec_id;
-  const Sbx__V1__ExecReadReply *x = r->exec_start->output;
-  bool done = x && x->exited && x->eof; /* none: sandboxd did not wait */
-  uint64_t off = x ? x->next_offset : 0;
-  int code = x ? x->exit_code : 0;
-  sbx_client_reply_free(r);
-  while (!done) {
-    Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
-    rd.exec_id = id;
-    rd.offset = off;
-    rd.wait_ms = 5000;
-    rd.until_exit = true;
-    if (sbx_exec_read(s->client, &rd, &r, &e) < 0)
-      die("exec read", e.msg);
-    done = r->exec_read->exited && r->exec_read->eof;
-    off = r->exec_read->next_offset;
-    code = r->exec_read->exit_code;
-    sbx_client_reply_free(r);
-  }
+  uint64_t id;
+  int code;
+  if (bench_run_exec(s->client, &st, &id, &code, NULL) < 0)
+    die("exec", "see above");
   if (code != 0)
     die("exec", "/bin/true failed");
   uint64_t t = sbx_now_ns() - t0;

@@ -45,64 +45,25 @@ struct opts {
 /* Time spent in ExecStart and in ExecRead of the two-RPC way, summed. */
 static uint64_t exec_start_ns, exec_read_ns;
 
-/* Whether a read that ends a /bin/true run says it succeeded; logs if not. */
-static bool true_done(const Sbx__V1__ExecReadReply *x, bool *done) {
-  *done = x->exited && x->eof;
-  if (*done && x->exit_code != 0) {
-    (void)fprintf(stderr, "bench: /bin/true exited with %d\n", x->exit_code);
-    return false;
-  }
-  return true;
-}
-
 /* One /bin/true through sandboxd; its duration in *NS. WAITING: one
  * ExecStart that waits for the exit (what sbx does), else an ExecStart that
  * answers at once and ExecReads until the exit. */
 static int sbx_true(struct sbx_client *c, bool waiting, uint64_t *ns) {
   static char *argv[] = {"/bin/true"};
-  struct sbx_error e = {0};
-  uint64_t t0 = bench_now_ns();
+  uint64_t t0 = bench_now_ns(), t1 = 0, id;
   Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
   st.argv = argv;
   st.n_argv = 1;
   st.wait_ms = waiting ? 10000 : 0;
-  Sbx__V1__Response *r = NULL;
-  int ret = sbx_exec_start(c, &st, &r, &e);
-  if (ret < 0) {
-    (void)fprintf(stderr, "bench: exec start: %s\n", e.msg);
-    return ret;
-  }
-  uint64_t id = r->exec_start->exec_id;
-  bool done = false;
-  const Sbx__V1__ExecReadReply *x = r->exec_start->output;
-  if (waiting && !x) {
-    (void)fprintf(stderr, "bench: this sandboxd does not wait in ExecStart "
-                          "(no \"exec_start_wait\" feature)\n");
-    sbx_client_reply_free(r);
-    return -ENOTSUP;
-  }
-  bool ok = !waiting || true_done(x, &done);
-  sbx_client_reply_free(r);
-  if (!ok)
-    return -EIO;
-  uint64_t t1 = bench_now_ns();
-  while (!done) {
-    Sbx__V1__ExecRead rd = SBX__V1__EXEC_READ__INIT;
-    rd.exec_id = id;
-    rd.stream = SBX__V1__STREAM__STDOUT;
-    rd.wait_ms = 10000;
-    rd.until_exit = true;
-    ret = sbx_exec_read(c, &rd, &r, &e);
-    if (ret < 0) {
-      (void)fprintf(stderr, "bench: exec read: %s\n", e.msg);
-      return ret;
-    }
-    ok = true_done(r->exec_read, &done);
-    sbx_client_reply_free(r);
-    if (!ok)
-      return -EIO;
-  }
+  int code;
+  int r = bench_run_exec(c, &st, &id, &code, &t1);
+  if (r < 0)
+    return r;
   uint64_t t2 = bench_now_ns();
+  if (code != 0) {
+    (void)fprintf(stderr, "bench: /bin/true exited with %d\n", code);
+    return -EIO;
+  }
   if (!waiting) {
     exec_start_ns += t1 - t0;
     exec_read_ns += t2 - t1;
