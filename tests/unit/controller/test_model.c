@@ -117,6 +117,22 @@ static char *url_of(const char *path) {
   return s;
 }
 
+/* Calls M once and expects -ERR with a message (into *E) that is BEFORE,
+ * the URL of PATH and AFTER, or starts with that when PREFIX. */
+static void expect_failure(struct model_client *m, int err, const char *path,
+                           const char *before, const char *after, bool prefix,
+                           struct sbx_error *e) {
+  struct model_response out = {0};
+  cr_expect_eq(call_simple(m, "hi", &out, e), -err);
+  _cleanup_free_ char *url = url_of(path);
+  char msg[512];
+  (void)snprintf(msg, sizeof(msg), "%s%s%s", before, url, after);
+  if (prefix)
+    expect_prefix(e->msg, msg);
+  else
+    cr_expect_str_eq(e->msg, msg);
+}
+
 /* ---- Responses ------------------------------------------------------- */
 
 Test(model, responses_plain_reply) {
@@ -415,14 +431,9 @@ Test(model, retries_give_up_after_max_retries) {
   struct model_config cfg = config(MODEL_API_RESPONSES);
   cfg.max_retries = 2;
   struct model_client *m = client(&cfg);
-  struct model_response out = {0};
   struct sbx_error e = {0};
-  cr_expect_eq(call_simple(m, "hi", &out, &e), -EAGAIN);
-  _cleanup_free_ char *url = url_of("responses");
-  char want[256];
-  (void)snprintf(want, sizeof(want),
-                 "503 from %s: scripted 503 (after 2 retries)", url);
-  cr_expect_str_eq(e.msg, want);
+  expect_failure(m, EAGAIN, "responses", "503 from ",
+                 ": scripted 503 (after 2 retries)", false, &e);
   cr_expect_eq(request_count(), 3);
   model_client_free(m);
 }
@@ -433,15 +444,10 @@ Test(model, unauthorized_names_status_url_and_message) {
   struct model_config cfg = config(MODEL_API_RESPONSES);
   cfg.api_key = key;
   struct model_client *m = client(&cfg);
-  struct model_response out = {0};
   struct sbx_error e = {0};
-  cr_expect_eq(call_simple(m, "hi", &out, &e), -EKEYREJECTED);
+  expect_failure(m, EKEYREJECTED, "responses", "401 from ",
+                 ": Incorrect API key provided: [redacted].", false, &e);
   cr_expect_eq(e.code, SBX_UNAUTHENTICATED);
-  _cleanup_free_ char *url = url_of("responses");
-  char want[256];
-  (void)snprintf(want, sizeof(want),
-                 "401 from %s: Incorrect API key provided: [redacted].", url);
-  cr_expect_str_eq(e.msg, want);
   cr_expect_null(strstr(e.msg, key), "the key leaked: %s", e.msg);
   cr_expect_eq(request_count(), 1, "a 401 is not retried");
   _cleanup_json_ json_t *reqs = test_model_server_requests(&srv);
@@ -501,13 +507,8 @@ Test(model, garbage_body_is_invalid_json) {
   test_model_server_start(&srv, "[{\"garbage\": \"<html>oops</html>\"}]", NULL);
   struct model_config cfg = config(MODEL_API_RESPONSES);
   struct model_client *m = client(&cfg);
-  struct model_response out = {0};
   struct sbx_error e = {0};
-  cr_expect_eq(call_simple(m, "hi", &out, &e), -EBADMSG);
-  _cleanup_free_ char *url = url_of("responses");
-  char want[256];
-  (void)snprintf(want, sizeof(want), "invalid JSON from %s: ", url);
-  expect_prefix(e.msg, want);
+  expect_failure(m, EBADMSG, "responses", "invalid JSON from ", ": ", true, &e);
   cr_expect_eq(request_count(), 1);
   model_client_free(m);
 }
@@ -519,13 +520,9 @@ Test(model, error_body_without_json_is_quoted_sanitized) {
       NULL);
   struct model_config cfg = config(MODEL_API_CHAT);
   struct model_client *m = client(&cfg);
-  struct model_response out = {0};
   struct sbx_error e = {0};
-  cr_expect_eq(call_simple(m, "hi", &out, &e), -ENOENT);
-  _cleanup_free_ char *url = url_of("chat/completions");
-  char want[256];
-  (void)snprintf(want, sizeof(want), "404 from %s: no such ??ndpoint", url);
-  cr_expect_str_eq(e.msg, want);
+  expect_failure(m, ENOENT, "chat/completions", "404 from ",
+                 ": no such ??ndpoint", false, &e);
   model_client_free(m);
 }
 
@@ -537,14 +534,9 @@ Test(model, bad_request_is_not_retried) {
       NULL);
   struct model_config cfg = config(MODEL_API_RESPONSES);
   struct model_client *m = client(&cfg);
-  struct model_response out = {0};
   struct sbx_error e = {0};
-  cr_expect_eq(call_simple(m, "hi", &out, &e), -EINVAL);
-  _cleanup_free_ char *url = url_of("responses");
-  char want[256];
-  (void)snprintf(want, sizeof(want),
-                 "400 from %s: Invalid schema for function 'x'", url);
-  cr_expect_str_eq(e.msg, want);
+  expect_failure(m, EINVAL, "responses", "400 from ",
+                 ": Invalid schema for function 'x'", false, &e);
   cr_expect_eq(request_count(), 1);
   model_client_free(m);
 }
@@ -604,13 +596,9 @@ Test(model, timeout_is_reported) {
   cfg.timeout_ms = 300;
   cfg.no_retries = true;
   struct model_client *m = client(&cfg);
-  struct model_response out = {0};
   struct sbx_error e = {0};
-  cr_expect_eq(call_simple(m, "hi", &out, &e), -ETIMEDOUT);
-  _cleanup_free_ char *url = url_of("responses");
-  char want[256];
-  (void)snprintf(want, sizeof(want), "request to %s timed out: ", url);
-  expect_prefix(e.msg, want);
+  expect_failure(m, ETIMEDOUT, "responses", "request to ", " timed out: ", true,
+                 &e);
   model_client_free(m);
 }
 
