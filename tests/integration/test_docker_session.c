@@ -46,18 +46,12 @@ static char *create(void) {
       "\"hello\\n\"}}}");
   char mp[256];
   (void)snprintf(mp, sizeof(mp), "%s", m);
-  struct sbx_run_out r;
   const char *args[] = {"create", "--backend",  "docker", "--network",
                         "none",   "--manifest", mp,       NULL};
-  sbx(&r, args);
-  cr_assert_eq(r.status, 0, "%s", r.err);
-  char *id = strndup(r.out, strcspn(r.out, "\n"));
-  sbx_run_free(&r);
+  char *id = sbx_sandbox_line(sdir, args);
   const char *ex[] = {"exec", id, "--", "sh", "-c", "echo more >> notes.txt",
                       NULL};
-  sbx(&r, ex);
-  cr_assert_eq(r.status, 0, "%s", r.err);
-  sbx_run_free(&r);
+  free(sbx_sandbox_line(sdir, ex));
   return id;
 }
 
@@ -125,9 +119,7 @@ Test(docker_session, resume_live_removed_and_neither) {
   sbx_run_free(&r);
   /* Removed: restored from the snapshot into a new container. */
   const char *rm[] = {"rm", id, NULL};
-  sbx(&r, rm);
-  cr_assert_eq(r.status, 0, "%s", r.err);
-  sbx_run_free(&r);
+  free(sbx_sandbox_line(sdir, rm));
   sbx(&r, res);
   cr_assert_eq(r.status, 0, "%s", r.err);
   char *nid = strndup(r.out, strcspn(r.out, "\n"));

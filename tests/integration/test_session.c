@@ -42,17 +42,11 @@ static char *create(void) {
       "\"from the manifest\\n\"}}}");
   char mp[256];
   (void)snprintf(mp, sizeof(mp), "%s", m);
-  struct sbx_run_out r;
   const char *args[] = {"create", "--manifest", mp, NULL};
-  sbx(&r, args);
-  cr_assert_eq(r.status, 0, "%s", r.err);
-  char *id = strndup(r.out, strcspn(r.out, "\n"));
-  sbx_run_free(&r);
+  char *id = sbx_sandbox_line(sdir, args);
   const char *ex[] = {"exec", id, "--", "sh", "-c", "echo changed >> notes.txt",
                       NULL};
-  sbx(&r, ex);
-  cr_assert_eq(r.status, 0, "%s", r.err);
-  sbx_run_free(&r);
+  free(sbx_sandbox_line(sdir, ex));
   return id;
 }
 
@@ -118,9 +112,7 @@ Test(session, resume_of_a_removed_sandbox_restores_the_snapshot) {
   char *st = save(id);
   struct sbx_run_out r;
   const char *rm[] = {"rm", id, NULL};
-  sbx(&r, rm);
-  cr_assert_eq(r.status, 0, "%s", r.err);
-  sbx_run_free(&r);
+  free(sbx_sandbox_line(sdir, rm));
   const char *res[] = {"resume", st, NULL};
   sbx(&r, res);
   cr_assert_eq(r.status, 0, "%s", r.err);
@@ -301,12 +293,8 @@ Test(session, ephemeral_entries_stay_out_of_the_snapshot) {
       "\"ephemeral\": true}}}");
   char mp[256];
   (void)snprintf(mp, sizeof(mp), "%s", m);
-  struct sbx_run_out r;
   const char *args[] = {"create", "--manifest", mp, NULL};
-  sbx(&r, args);
-  cr_assert_eq(r.status, 0, "%s", r.err);
-  char *id = strndup(r.out, strcspn(r.out, "\n"));
-  sbx_run_free(&r);
+  char *id = sbx_sandbox_line(sdir, args);
   char *st = save(id);
   json_t *j = json_load_file(st, 0, NULL);
   const char *loc = json_string_value(

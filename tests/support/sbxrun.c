@@ -119,6 +119,16 @@ void sbx_sandbox_run(struct sbx_run_out *r, const char *state_dir,
   sbx_run(r, NULL, argv);
 }
 
+char *sbx_sandbox_line(const char *state_dir, const char *const *args) {
+  struct sbx_run_out r;
+  sbx_sandbox_run(&r, state_dir, args);
+  cr_assert_eq(r.status, 0, "sbx sandbox %s: %s", args[0], r.err);
+  char *line = strndup(r.out, strcspn(r.out, "\n"));
+  sbx_run_free(&r);
+  cr_assert_not_null(line);
+  return line;
+}
+
 void sbx_sandbox_remove_all(const char *state_dir) {
   struct sbx_run_out r;
   const char *ls[] = {"ls", "--json", NULL};

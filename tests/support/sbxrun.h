@@ -18,6 +18,9 @@ void sbx_run_free(struct sbx_run_out *r);
 /* Runs "sbx sandbox --state-dir STATE_DIR ARGS..." (no model server). */
 void sbx_sandbox_run(struct sbx_run_out *r, const char *state_dir,
                      const char *const *args);
+/* As sbx_sandbox_run, asserting success: the first line printed (new),
+ * e.g. the id from create or resume. */
+char *sbx_sandbox_line(const char *state_dir, const char *const *args);
 /* Removes every sandbox recorded in STATE_DIR (sbx sandbox rm --force). */
 void sbx_sandbox_remove_all(const char *state_dir);
 /* Path of the built sbx. */
