@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <linux/openat2.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2106,66 +2107,294 @@ static void member_times(const struct member *mm, struct timespec ts[2]) {
     ts[1] = (struct timespec){.tv_nsec = UTIME_OMIT};
 }
 
-static int im_write_file(struct importer *im, struct archive *a, size_t i,
-                         int pfd, const char *name) {
+/* Creates member I's regular file NAME in PFD (replacing what is there)
+ * and returns its descriptor. */
+static int file_create(const struct importer *im, size_t i, int pfd,
+                       const char *name, struct sbx_error *e) {
   char q[NAME_SHOWN + 4];
-  const struct member *mm = &im->m[i];
   const char *p = mpath(im, i);
   int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  _cleanup_close_ int fd = openat(pfd, name, flags, 0600);
+  int fd = openat(pfd, name, flags, 0600);
   if (fd < 0 && errno == EEXIST) {
     if (unlinkat(pfd, name, 0) < 0 && errno != ENOENT)
-      return sbx_error_set(im->e, SBX_OK, errno, "cannot replace \"%s\": %s",
+      return sbx_error_set(e, SBX_OK, errno, "cannot replace \"%s\": %s",
                            shown(p, q), strerror(errno));
     fd = openat(pfd, name, flags, 0600);
   }
   if (fd < 0)
-    return sbx_error_set(im->e, SBX_OK, errno, "cannot create \"%s\": %s",
+    return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %s",
                          shown(p, q), strerror(errno));
-  uint64_t end = 0;
-  for (;;) {
-    const void *buf;
-    size_t len;
-    la_int64_t off;
-    int r = archive_read_data_block(a, &buf, &len, &off);
-    if (r == ARCHIVE_EOF)
-      break;
-    if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
-      return la_fail(im->e, a, "cannot read the archive");
-    if (off < 0 || (uint64_t)off > mm->size || len > mm->size - (uint64_t)off)
-      return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
-                           "member \"%s\" holds more data than its header "
-                           "says",
-                           shown(p, q));
-    im->written += len;
-    if (im->written > im->x->lim.extracted_bytes)
-      return sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, EFBIG,
-                           "archive extracts to more than %" PRIu64
-                           " bytes (at member \"%s\")",
-                           im->x->lim.extracted_bytes, shown(p, q));
-    r = pwrite_all(fd, buf, len, (uint64_t)off);
-    if (r < 0)
-      return sbx_error_set(im->e, SBX_OK, -r, "cannot write \"%s\": %s",
-                           shown(p, q), strerror(-r));
-    if ((uint64_t)off + len > end)
-      end = (uint64_t)off + len;
-  }
+  return fd;
+}
+
+static int file_write(const struct importer *im, size_t i, int fd,
+                      const void *buf, size_t len, uint64_t off,
+                      struct sbx_error *e) {
+  char q[NAME_SHOWN + 4];
+  int r = pwrite_all(fd, buf, len, off);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot write \"%s\": %s",
+                         shown(mpath(im, i), q), strerror(-r));
+  return 0;
+}
+
+/* Gives member I's file FD, whose data ends at END, its size (a hole at the
+ * end of a sparse file), owner, mode and times. */
+static int file_finish(const struct importer *im, size_t i, int fd,
+                       uint64_t end, struct sbx_error *e) {
+  char q[NAME_SHOWN + 4];
+  const struct member *mm = &im->m[i];
+  const char *p = mpath(im, i);
   if (end < mm->size && ftruncate(fd, (off_t)mm->size) < 0)
-    return sbx_error_set(im->e, SBX_OK, errno, "cannot write \"%s\": %s",
+    return sbx_error_set(e, SBX_OK, errno, "cannot write \"%s\": %s",
                          shown(p, q), strerror(errno));
   if (im->d->is_root && fchown(fd, mm->uid, mm->gid) < 0)
-    return sbx_error_set(im->e, SBX_OK, errno, "cannot chown \"%s\": %s",
+    return sbx_error_set(e, SBX_OK, errno, "cannot chown \"%s\": %s",
                          shown(p, q), strerror(errno));
   if (fchmod(fd, mm->mode & 0777) < 0)
-    return sbx_error_set(im->e, SBX_OK, errno, "cannot chmod \"%s\": %s",
+    return sbx_error_set(e, SBX_OK, errno, "cannot chmod \"%s\": %s",
                          shown(p, q), strerror(errno));
   struct timespec ts[2];
   member_times(mm, ts);
   if (futimens(fd, ts) < 0)
-    return sbx_error_set(im->e, SBX_OK, errno,
-                         "cannot set the times of \"%s\": %s", shown(p, q),
-                         strerror(errno));
+    return sbx_error_set(e, SBX_OK, errno, "cannot set the times of \"%s\": %s",
+                         shown(p, q), strerror(errno));
   return 0;
+}
+
+/* The next block of member I's data from A: 1 and the block, 0 at its end.
+ * Checks the block against the header and the limit on extracted bytes. */
+static int im_block(struct importer *im, struct archive *a, size_t i,
+                    const void **buf, size_t *len, uint64_t *off) {
+  char q[NAME_SHOWN + 4];
+  const struct member *mm = &im->m[i];
+  la_int64_t o;
+  int r = archive_read_data_block(a, buf, len, &o);
+  if (r == ARCHIVE_EOF)
+    return 0;
+  if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+    return la_fail(im->e, a, "cannot read the archive");
+  if (o < 0 || (uint64_t)o > mm->size || *len > mm->size - (uint64_t)o)
+    return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "member \"%s\" holds more data than its header "
+                         "says",
+                         shown(mpath(im, i), q));
+  im->written += *len;
+  if (im->written > im->x->lim.extracted_bytes)
+    return sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, EFBIG,
+                         "archive extracts to more than %" PRIu64
+                         " bytes (at member \"%s\")",
+                         im->x->lim.extracted_bytes, shown(mpath(im, i), q));
+  *off = (uint64_t)o;
+  return 1;
+}
+
+/* Writes member I, a regular file, as its data are read from A. */
+static int im_write_file(struct importer *im, struct archive *a, size_t i,
+                         int pfd, const char *name) {
+  _cleanup_close_ int fd = file_create(im, i, pfd, name, im->e);
+  if (fd < 0)
+    return fd;
+  uint64_t end = 0;
+  for (;;) {
+    const void *buf;
+    size_t len;
+    uint64_t off;
+    int r = im_block(im, a, i, &buf, &len, &off);
+    if (r <= 0) {
+      if (r < 0)
+        return r;
+      break;
+    }
+    r = file_write(im, i, fd, buf, len, off, im->e);
+    if (r < 0)
+      return r;
+    if (off + len > end)
+      end = off + len;
+  }
+  return file_finish(im, i, fd, end, im->e);
+}
+
+/* ---- import: files written by threads ---- */
+
+/* When the spool is mapped and not compressed, every block of member data
+ * libarchive returns is a pointer into the mapping, valid until pass 2 ends.
+ * Pass 2 then makes the directories and lists the regular files with their
+ * blocks as it reads the headers; the files are written next, by this
+ * thread and, with more than one CPU, by a few others taking runs of the
+ * list; links come last. File data are most of an extraction's time: two
+ * threads write them 1.3x to 2x as fast as one (tmpfs, ext4). The threads
+ * take work from a shared counter and wake nobody, so there is no hand-off
+ * per file (a wake-up per file cost more than it saved). */
+
+#define WRITERS_MAX 4      /* threads, this one included */
+#define WRITER_MIN_FILES 8 /* regular files per thread */
+#define WRITER_RUN 8       /* files taken at a time */
+
+struct wblock {
+  const void *p;
+  size_t len;
+  uint64_t off;
+};
+
+struct wfile {
+  size_t i;         /* the member */
+  size_t blk, nblk; /* its blocks in files.blk */
+};
+
+struct files {
+  const struct importer *im;
+  struct wfile *f;
+  size_t n, cap;
+  struct wblock *blk;
+  size_t nblk, bcap;
+  size_t next; /* atomic: the first file not taken */
+  bool failed; /* atomic: stop taking files */
+  pthread_mutex_t mu;
+  int err; /* under mu: the first failure */
+  struct sbx_error fail;
+};
+
+static void *grow(void *p, size_t *cap, size_t need, size_t size) {
+  if (need <= *cap)
+    return p;
+  size_t c = *cap ? *cap : 64;
+  while (c < need)
+    c *= 2;
+  void *np = reallocarray(p, c, size);
+  if (np)
+    *cap = c;
+  return np;
+}
+
+/* Reads member I's data (pointers into the mapping) and lists the file. */
+static int files_add(struct importer *im, struct files *fs, struct archive *a,
+                     size_t i) {
+  const char *lo = im->map, *hi = lo + im->maplen;
+  struct wfile *nf = grow(fs->f, &fs->cap, fs->n + 1, sizeof(*fs->f));
+  if (!nf)
+    return sbx_error_set(im->e, SBX_OK, ENOMEM, "out of memory");
+  fs->f = nf;
+  struct wfile *f = &fs->f[fs->n];
+  *f = (struct wfile){.i = i, .blk = fs->nblk};
+  for (;;) {
+    const void *buf;
+    size_t len;
+    uint64_t off;
+    int r = im_block(im, a, i, &buf, &len, &off);
+    if (r <= 0) {
+      if (r < 0)
+        return r;
+      break;
+    }
+    if ((const char *)buf < lo || len > (size_t)(hi - (const char *)buf))
+      return sbx_error_set(im->e, SBX_INTERNAL, EIO,
+                           "archive data outside the mapped archive");
+    struct wblock *nb =
+        grow(fs->blk, &fs->bcap, fs->nblk + 1, sizeof(*fs->blk));
+    if (!nb)
+      return sbx_error_set(im->e, SBX_OK, ENOMEM, "out of memory");
+    fs->blk = nb;
+    fs->blk[fs->nblk++] = (struct wblock){.p = buf, .len = len, .off = off};
+    f->nblk++;
+  }
+  fs->n++;
+  return 0;
+}
+
+/* Writes file F in its parent directory *PFD, which this thread opened for
+ * PARENT (the cache of im_parent, one per thread; the directories exist). */
+static int files_write_one(struct files *fs, const struct wfile *f,
+                           char parent[SBX_PATH_MAX], int *pfd,
+                           struct sbx_error *e) {
+  char q[NAME_SHOWN + 4];
+  const struct importer *im = fs->im;
+  const char *p = mpath(im, f->i);
+  size_t plen = im->m[f->i].plen;
+  const char *slash = memrchr(p, '/', plen);
+  const char *name = slash ? slash + 1 : p;
+  int dir = im->x->dest_fd;
+  if (slash) {
+    size_t n = (size_t)(slash - p);
+    if (*pfd < 0 || strlen(parent) != n || memcmp(parent, p, n) != 0) {
+      if (*pfd >= 0)
+        (void)close(*pfd);
+      memcpy(parent, p, n);
+      parent[n] = '\0';
+      *pfd = sbx_openat2(im->x->dest_fd, parent, O_PATH | O_DIRECTORY, 0,
+                         RESOLVE_NO_SYMLINKS);
+      if (*pfd < 0)
+        return sbx_error_set(e, SBX_OK, -*pfd,
+                             "cannot open the directory of \"%s\": %s",
+                             shown(p, q), strerror(-*pfd));
+    }
+    dir = *pfd;
+  }
+  _cleanup_close_ int fd = file_create(im, f->i, dir, name, e);
+  if (fd < 0)
+    return fd;
+  uint64_t end = 0;
+  for (size_t k = 0; k < f->nblk; k++) {
+    const struct wblock *b = &fs->blk[f->blk + k];
+    int r = file_write(im, f->i, fd, b->p, b->len, b->off, e);
+    if (r < 0)
+      return r;
+    if (b->off + b->len > end)
+      end = b->off + b->len;
+  }
+  return file_finish(im, f->i, fd, end, e);
+}
+
+static void *files_work(void *arg) {
+  struct files *fs = arg;
+  char parent[SBX_PATH_MAX];
+  int pfd = -1;
+  while (!__atomic_load_n(&fs->failed, __ATOMIC_RELAXED)) {
+    size_t k = __atomic_fetch_add(&fs->next, WRITER_RUN, __ATOMIC_RELAXED);
+    if (k >= fs->n)
+      break;
+    size_t end = fs->n - k < WRITER_RUN ? fs->n : k + WRITER_RUN;
+    for (; k < end; k++) {
+      struct sbx_error e = {0};
+      int r = files_write_one(fs, &fs->f[k], parent, &pfd, &e);
+      if (r < 0) {
+        __atomic_store_n(&fs->failed, true, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&fs->mu);
+        if (fs->err == 0) {
+          fs->err = r;
+          fs->fail = e;
+        }
+        pthread_mutex_unlock(&fs->mu);
+        break;
+      }
+    }
+  }
+  if (pfd >= 0)
+    (void)close(pfd);
+  return NULL;
+}
+
+/* Writes the listed files: this thread and, when there are enough files
+ * and CPUs, up to WRITERS_MAX - 1 others. */
+static int files_write(struct importer *im, struct files *fs) {
+  cpu_set_t cpus;
+  unsigned want = 1;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
+    want = (unsigned)CPU_COUNT(&cpus);
+  if (want > WRITERS_MAX)
+    want = WRITERS_MAX;
+  if (want > fs->n / WRITER_MIN_FILES)
+    want = (unsigned)(fs->n / WRITER_MIN_FILES);
+  pthread_t th[WRITERS_MAX];
+  unsigned nth = 0;
+  while (nth + 1 < want && pthread_create(&th[nth], NULL, files_work, fs) == 0)
+    nth++;
+  files_work(fs);
+  for (unsigned k = 0; k < nth; k++)
+    (void)pthread_join(th[k], NULL);
+  if (fs->err < 0)
+    *im->e = fs->fail;
+  return fs->err;
 }
 
 /* Makes room for a new non-directory NAME in PFD: removes what is there. */
@@ -2314,14 +2543,39 @@ static int im_dir_meta(struct importer *im) {
   return 0;
 }
 
-/* Pass 2: extracts the members checked in pass 1. */
-static int im_pass2(struct importer *im) {
+/* Creates member I, a directory or a link, in its parent. */
+static int im_make(struct importer *im, size_t i) {
   char q[NAME_SHOWN + 4];
+  int pfd = -1;
+  const char *name;
+  int r = im_parent(im, i, &pfd, &name);
+  if (r < 0)
+    return r;
+  switch (im->m[i].type) {
+  case M_DIR:
+    return im_dir(im, i, pfd, name);
+  case M_SYMLINK:
+    return im_symlink(im, i, pfd, name);
+  case M_HARDLINK:
+    return im_hardlink(im, i, pfd, name);
+  default:
+    return sbx_error_set(im->e, SBX_INTERNAL, EINVAL,
+                         "member \"%s\" has an unexpected type",
+                         shown(mpath(im, i), q));
+  }
+}
+
+/* Pass 2: extracts the members checked in pass 1. From a mapped,
+ * uncompressed spool: directories in the archive's order, then the files
+ * (by threads), then the links; otherwise every member in order. */
+static int im_pass2(struct importer *im) {
   struct archive *a = NULL;
   int r = im_reader(im, &a);
   if (r < 0)
     return r;
   (void)posix_fadvise(im->x->spool_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  bool listed = im->map && archive_filter_count(a) == 1;
+  struct files fs = {.im = im};
   for (size_t i = 0; i < im->n; i++) {
     struct archive_entry *ent;
     r = im_next(im, a, &ent);
@@ -2344,36 +2598,33 @@ static int im_pass2(struct importer *im) {
                         "the archive reads differently a second time");
       break;
     }
-    const struct member *mm = &im->m[i];
-    if (mm->type == M_SELF)
+    enum mtype t = im->m[i].type;
+    if (t == M_SELF || (listed && (t == M_SYMLINK || t == M_HARDLINK)))
       continue;
-    int pfd = -1;
-    const char *name;
-    r = im_parent(im, i, &pfd, &name);
-    if (r < 0)
-      break;
-    switch (mm->type) {
-    case M_DIR:
-      r = im_dir(im, i, pfd, name);
-      break;
-    case M_REG:
-      r = im_write_file(im, a, i, pfd, name);
-      break;
-    case M_SYMLINK:
-      r = im_symlink(im, i, pfd, name);
-      break;
-    case M_HARDLINK:
-      r = im_hardlink(im, i, pfd, name);
-      break;
-    default:
-      r = sbx_error_set(im->e, SBX_INTERNAL, EINVAL,
-                        "member \"%s\" has an unexpected type",
-                        shown(mpath(im, i), q));
+    if (t == M_REG) {
+      int pfd = -1;
+      const char *name;
+      r = im_parent(im, i, &pfd, &name);
+      if (r == 0)
+        r = listed ? files_add(im, &fs, a, i)
+                   : im_write_file(im, a, i, pfd, name);
+    } else {
+      r = im_make(im, i);
     }
     if (r < 0)
       break;
   }
   archive_read_free(a);
+  if (r == 0 && listed) {
+    pthread_mutex_init(&fs.mu, NULL);
+    r = files_write(im, &fs);
+    pthread_mutex_destroy(&fs.mu);
+    for (size_t i = 0; r == 0 && i < im->n; i++)
+      if (im->m[i].type == M_SYMLINK || im->m[i].type == M_HARDLINK)
+        r = im_make(im, i);
+  }
+  free(fs.f);
+  free(fs.blk);
   if (im->pfd >= 0)
     (void)close(im->pfd);
   im->pfd = -1;

@@ -10,9 +10,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -578,6 +580,106 @@ Test(archive, round_trip_keeps_tree) {
   pathf(a, sizeof(a), "dst/nested/setuid");
   cr_assert_eq(stat(a, &s1), 0);
   cr_expect_eq(s1.st_mode & 07777, 0755);
+  free(tar);
+}
+
+/* Adds NDIRS directories of NFILES files of different sizes under REL: an
+ * import with this many files is written by several threads. */
+static void add_many_files(const char *rel, int ndirs, int nfiles) {
+  for (int d = 0; d < ndirs; d++) {
+    char p[512];
+    (void)snprintf(p, sizeof(p), "%s/many%02d", rel, d);
+    mk_dir(p, 0750);
+    for (int f = 0; f < nfiles; f++) {
+      size_t len = (size_t)(d * nfiles + f) * 1531u % 70000u;
+      unsigned char *data = pattern(len, (uint64_t)(d * nfiles + f));
+      (void)snprintf(p, sizeof(p), "%s/many%02d/f%03d", rel, d, f);
+      mk_file(p, data, len, f % 3 ? 0644 : 0600);
+      set_mtime(p, 1600000000 + d * nfiles + f, f);
+      free(data);
+    }
+    (void)snprintf(p, sizeof(p), "%s/many%02d", rel, d);
+    set_mtime(p, 1500000000 + d, 0);
+  }
+}
+
+Test(archive, import_of_many_files_keeps_tree) {
+  build_tree("src");
+  add_many_files("src", 6, 40);
+  /* Hard links to files written late and early. */
+  char a[4200], b[4200];
+  pathf(a, sizeof(a), "src/many05/f039");
+  pathf(b, sizeof(b), "src/late-link");
+  cr_assert_eq(link(a, b), 0);
+  pathf(a, sizeof(a), "src/many00/f000");
+  pathf(b, sizeof(b), "src/many04/early-link");
+  cr_assert_eq(link(a, b), 0);
+  set_mtime("src/many04", 1500000004, 0);
+  size_t len;
+  unsigned char *tar =
+      export_all("src", NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_NONE,
+                 odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
+  struct outcome o = {0};
+  uint64_t members = 0;
+  int rc = import_all("dst", tar, len, 1 << 20, NULL,
+                      SBX__V1__COMPRESSION__COMPRESSION_NONE, &members, &o);
+  cr_assert_eq(rc, 0, "import: %s", o.msg);
+  cr_expect_eq(members, 18 + 6 + 6 * 40 + 2, "members %llu",
+               (unsigned long long)members);
+  pathf(a, sizeof(a), "src");
+  pathf(b, sizeof(b), "dst");
+  compare_trees(a, b, true);
+  struct stat s1, s2;
+  pathf(a, sizeof(a), "dst/many05/f039");
+  pathf(b, sizeof(b), "dst/late-link");
+  cr_assert_eq(stat(a, &s1), 0);
+  cr_assert_eq(stat(b, &s2), 0);
+  cr_expect_eq(s1.st_ino, s2.st_ino);
+  pathf(a, sizeof(a), "dst/many00/f000");
+  pathf(b, sizeof(b), "dst/many04/early-link");
+  cr_assert_eq(stat(a, &s1), 0);
+  cr_assert_eq(stat(b, &s2), 0);
+  cr_expect_eq(s1.st_ino, s2.st_ino);
+  free(tar);
+}
+
+Test(archive, failed_file_write_fails_the_import) {
+  /* The files are written after the whole archive was received and
+   * checked; a file that cannot be written (here: over RLIMIT_FSIZE, which
+   * the spool was not) fails the finish with that file's name, whichever
+   * thread wrote it. */
+  mk_dir("src", 0755);
+  add_many_files("src", 4, 30);
+  unsigned char *big = pattern(300000, 9);
+  mk_file("src/many02/big", big, 300000, 0644);
+  free(big);
+  size_t len;
+  unsigned char *tar =
+      export_all("src", NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_NONE,
+                 odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
+  uint64_t handle;
+  struct outcome o = {0};
+  cr_assert_eq(import_start("dst", NULL, SBX__V1__COMPRESSION__COMPRESSION_NONE,
+                            &handle, &o),
+               0, "%s", o.msg);
+  cr_assert_eq(import_write(handle, 0, tar, len, NULL, &o), 0, "%s", o.msg);
+  struct sigaction ign = {.sa_handler = SIG_IGN};
+  cr_assert_eq(sigaction(SIGXFSZ, &ign, NULL), 0);
+  struct rlimit old, lim;
+  cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 200000;
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  int rc = import_finish(handle, NULL, NULL, &o);
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+  cr_expect_lt(rc, 0);
+  cr_expect_eq(o.code, SBX_LIMIT_EXCEEDED, "code %d: %s", o.code, o.msg);
+  cr_expect(strstr(o.msg, "cannot write \"many02/big\"") != NULL, "%s", o.msg);
+  /* A repeated finish reports the same failure. */
+  struct outcome o2 = {0};
+  cr_expect_lt(import_finish(handle, NULL, NULL, &o2), 0);
+  cr_expect_str_eq(o2.msg, o.msg);
+  cr_assert_eq(archive_close(handle, NULL), 0);
   free(tar);
 }
 
