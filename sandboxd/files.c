@@ -42,7 +42,6 @@
 #define SYS_fchmodat2 452 /* Linux 6.6, the same number on every arch */
 #endif
 
-#define FILES_MAX_DEPTH 256 /* directory levels a recursive RPC descends */
 /* Directory names a recursive list holds while sorting, across its levels. */
 #define FILES_LIST_MAX_NAME_BYTES (64u << 20)
 /* Room kept in a list reply for everything but the entries. */
@@ -52,40 +51,46 @@
 
 /* Fills C's error for ERR (positive) met on the client's PATH and returns
  * -ERR. WHAT names the operation ("cannot remove") or is NULL. */
-int files_fail_path(struct rpc_call *c, int err, const char *what,
-                    const char *path) {
+int files_fail_path_e(struct sbx_error *e, int err, const char *what,
+                      const char *path) {
   const char *w = what ? what : "";
   const char *sep = what ? " " : "";
   char b[128];
   switch (err) {
   case ENOENT:
-    return rpc_fail(c, SBX_NOT_FOUND, err,
-                    "%s%s\"%s\": no such file or "
-                    "directory",
-                    w, sep, path);
+    return sbx_error_set(e, SBX_NOT_FOUND, err,
+                         "%s%s\"%s\": no such file or "
+                         "directory",
+                         w, sep, path);
   case EXDEV:
-    return rpc_fail(c, SBX_PERMISSION_DENIED, err,
-                    "path \"%s\" escapes the workspace root", path);
+    return sbx_error_set(e, SBX_PERMISSION_DENIED, err,
+                         "path \"%s\" escapes the workspace root", path);
   case ELOOP:
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, err,
-                    "%s%s\"%s\": a symbolic link is in the way", w, sep, path);
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, err,
+                         "%s%s\"%s\": a symbolic link is in the way", w, sep,
+                         path);
   case ENOTDIR:
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, err,
-                    "%s%s\"%s\": a component of the path is not a directory", w,
-                    sep, path);
+    return sbx_error_set(
+        e, SBX_INVALID_ARGUMENT, err,
+        "%s%s\"%s\": a component of the path is not a directory", w, sep, path);
   case EISDIR:
-    return rpc_fail(c, SBX_INVALID_ARGUMENT, err, "%s%s\"%s\": is a directory",
-                    w, sep, path);
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, err,
+                         "%s%s\"%s\": is a directory", w, sep, path);
   case EEXIST:
-    return rpc_fail(c, SBX_ALREADY_EXISTS, err, "%s%s\"%s\": already exists", w,
-                    sep, path);
+    return sbx_error_set(e, SBX_ALREADY_EXISTS, err,
+                         "%s%s\"%s\": already exists", w, sep, path);
   case ENOTEMPTY:
-    return rpc_fail(c, SBX_CONFLICT, err, "%s%s\"%s\": directory not empty", w,
-                    sep, path);
+    return sbx_error_set(e, SBX_CONFLICT, err,
+                         "%s%s\"%s\": directory not empty", w, sep, path);
   default:
-    return rpc_fail(c, SBX_OK, err, "%s%s\"%s\": %s", w, sep, path,
-                    sbx_strerror_lc(err, b, sizeof(b)));
+    return sbx_error_set(e, SBX_OK, err, "%s%s\"%s\": %s", w, sep, path,
+                         sbx_strerror_lc(err, b, sizeof(b)));
   }
+}
+
+int files_fail_path(struct rpc_call *c, int err, const char *what,
+                    const char *path) {
+  return files_fail_path_e(&c->err, err, what, path);
 }
 
 /* sbxd_openat that names the client's PATH in its error. */
@@ -306,7 +311,7 @@ static void walk_pop(struct walk_level *l) {
 /* Walks the tree under the directory TOP (an O_RDONLY|O_DIRECTORY fd, taken),
  * calling FN for every entry beneath it, never following symlinks, at most
  * FILES_MAX_DEPTH levels deep. WHAT and PATH name errors. */
-static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
+static int walk_tree(struct sbx_error *e, int top, walk_fn fn, void *arg,
                      const char *what, const char *path) {
   struct walk_level *stack = calloc(FILES_MAX_DEPTH, sizeof(*stack));
   if (!stack) {
@@ -318,7 +323,7 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
   char eb[128];
   stack[0].dir = fdopendir(top);
   if (!stack[0].dir) {
-    r = files_fail_path(c, errno, what, path);
+    r = files_fail_path_e(e, errno, what, path);
     close(top);
     free(stack);
     return r;
@@ -331,18 +336,18 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
     struct dirent *de = readdir(l->dir);
     if (!de) {
       if (errno) {
-        r = files_fail_path(c, errno, what, path);
+        r = files_fail_path_e(e, errno, what, path);
         break;
       }
       if (sp > 1) {
         struct walk_level *p = &stack[sp - 2];
         r = fn(dirfd(p->dir), l->name, &l->st, arg);
         if (r < 0) {
-          r = rpc_fail(c, SBX_OK, -r,
-                       "%s \"%s\": failed on \"%s\" beneath "
-                       "it: %s",
-                       what, path, l->name,
-                       sbx_strerror_lc(-r, eb, sizeof(eb)));
+          r = sbx_error_set(e, SBX_OK, -r,
+                            "%s \"%s\": failed on \"%s\" beneath "
+                            "it: %s",
+                            what, path, l->name,
+                            sbx_strerror_lc(-r, eb, sizeof(eb)));
           break;
         }
       }
@@ -357,18 +362,18 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
     if (fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
       if (errno == ENOENT)
         continue;
-      r = rpc_fail(c, SBX_OK, errno,
-                   "%s \"%s\": cannot stat \"%s\" beneath "
-                   "it: %s",
-                   what, path, n, sbx_strerror_lc(errno, eb, sizeof(eb)));
+      r = sbx_error_set(e, SBX_OK, errno,
+                        "%s \"%s\": cannot stat \"%s\" beneath "
+                        "it: %s",
+                        what, path, n, sbx_strerror_lc(errno, eb, sizeof(eb)));
       break;
     }
     if (S_ISDIR(st.st_mode)) {
       if (sp == FILES_MAX_DEPTH) {
-        r = rpc_fail(c, SBX_LIMIT_EXCEEDED, ELOOP,
-                     "%s \"%s\": more than %d "
-                     "directory levels",
-                     what, path, FILES_MAX_DEPTH);
+        r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, ELOOP,
+                          "%s \"%s\": more than %d "
+                          "directory levels",
+                          what, path, FILES_MAX_DEPTH);
         break;
       }
       int cfd = openat(
@@ -376,10 +381,11 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
       if (cfd < 0) {
         if (errno == ENOENT)
           continue;
-        r = rpc_fail(c, SBX_OK, errno,
-                     "%s \"%s\": cannot open \"%s\" beneath "
-                     "it: %s",
-                     what, path, n, sbx_strerror_lc(errno, eb, sizeof(eb)));
+        r = sbx_error_set(e, SBX_OK, errno,
+                          "%s \"%s\": cannot open \"%s\" beneath "
+                          "it: %s",
+                          what, path, n,
+                          sbx_strerror_lc(errno, eb, sizeof(eb)));
         break;
       }
       struct walk_level *cl = &stack[sp];
@@ -398,8 +404,9 @@ static int walk_tree(struct rpc_call *c, int top, walk_fn fn, void *arg,
     }
     r = fn(dfd, n, &st, arg);
     if (r < 0) {
-      r = rpc_fail(c, SBX_OK, -r, "%s \"%s\": failed on \"%s\" beneath it: %s",
-                   what, path, n, sbx_strerror_lc(-r, eb, sizeof(eb)));
+      r = sbx_error_set(e, SBX_OK, -r,
+                        "%s \"%s\": failed on \"%s\" beneath it: %s", what,
+                        path, n, sbx_strerror_lc(-r, eb, sizeof(eb)));
       break;
     }
   }
@@ -1173,6 +1180,19 @@ static int remove_one(int dir_fd, const char *name, const struct stat *st,
              : 0;
 }
 
+int files_remove_tree(int dir_fd, const char *name, const char *path,
+                      struct sbx_error *e) {
+  int top =
+      openat(dir_fd, name,
+             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (top < 0)
+    return files_fail_path_e(e, errno, "cannot remove", path);
+  int r = walk_tree(e, top, remove_one, NULL, "cannot remove", path);
+  if (r == 0 && unlinkat(dir_fd, name, AT_REMOVEDIR) < 0)
+    r = files_fail_path_e(e, errno, "cannot remove", path);
+  return r;
+}
+
 int rpc_file_remove(struct rpc_call *c) {
   const Sbx__V1__FileRemove *m = RPC_BODY(c, FILE_REMOVE, file_remove);
   if (!m)
@@ -1209,7 +1229,7 @@ int rpc_file_remove(struct rpc_call *c) {
                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
       if (top < 0)
         return files_fail_path(c, errno, "cannot remove", path);
-      r = walk_tree(c, top, remove_one, NULL, "cannot remove", path);
+      r = walk_tree(&c->err, top, remove_one, NULL, "cannot remove", path);
       if (r < 0)
         return r;
     }
@@ -1329,7 +1349,7 @@ static int apply_tree(struct rpc_call *c, int dfd, const char *name,
                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (top < 0)
       return files_fail_path(c, errno, what, path);
-    int r = walk_tree(c, top, fn, arg, what, path);
+    int r = walk_tree(&c->err, top, fn, arg, what, path);
     if (r < 0)
       return r;
   }
