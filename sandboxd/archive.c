@@ -21,6 +21,7 @@
 #include "cleanup.h"
 #include "clock.h"
 #include "fileio.h"
+#include "files.h"
 #include "log.h"
 #include "rand.h"
 #include "resolve.h"
@@ -97,6 +98,7 @@ struct xfer {
   int dest_fd; /* O_PATH|O_DIRECTORY of the destination */
   struct xfer_limits lim;
   Sbx__V1__Compression compression;
+  struct stage *stage;         /* extraction while it arrives, or NULL */
   uint64_t members, extracted; /* the finish reply, once done */
   struct sbx_error fail;       /* why it failed, once failed */
   struct xfer *next;           /* on the graveyard list */
@@ -138,10 +140,17 @@ static struct xstream *xstream_free(struct xstream *s) {
   return NULL;
 }
 
+/* Extraction while an import arrives (below). */
+static struct stage *stage_free(struct stage *s);
+static void stage_start(struct rpc_call *c, struct xfer *x);
+static void stage_feed(struct stage *s, uint64_t size);
+static void stage_cancel(struct stage *s);
+
 static struct xfer *xfer_free(struct xfer *x) {
   if (!x)
     return NULL;
   xstream_free(x->stream);
+  stage_free(x->stage);
   if (x->spool_fd >= 0)
     (void)close(x->spool_fd);
   if (x->dest_fd >= 0)
@@ -1295,6 +1304,7 @@ int rpc_archive_import_start(struct rpc_call *c) {
     xfer_free(x);
     return r;
   }
+  stage_start(c, x);
   sbx__v1__archive_start_reply__init(rep);
   rep->handle = x->handle;
   c->resp->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_IMPORT_START;
@@ -1309,6 +1319,7 @@ static int xfer_fail(struct rpc_call *c, struct xfer *x, int r) {
   x->fail = c->err;
   if (x->fail.code == SBX_OK)
     x->fail.code = sbx_code_from_errno(r);
+  x->stage = stage_free(x->stage);
   if (x->spool_fd >= 0) {
     (void)close(x->spool_fd);
     x->spool_fd = -1;
@@ -1370,6 +1381,8 @@ int rpc_archive_import_write(struct rpc_call *c) {
       goto out;
     }
     x->size += add;
+    if (x->stage)
+      stage_feed(x->stage, x->size);
   }
   sbx__v1__archive_import_write_reply__init(rep);
   rep->received = x->size;
@@ -1401,6 +1414,7 @@ struct member {
 
 struct importer {
   struct xfer *x;
+  int base; /* where members are made: the destination or a staging dir */
   struct sandboxd *d;
   struct sbx_error *e;
   struct member *m;
@@ -1576,12 +1590,8 @@ static void im_map(struct importer *im) {
   im->maplen = (size_t)im->x->size;
 }
 
-/* Opens the spool for reading with the formats and filters allowed. */
-static int im_reader(struct importer *im, struct archive **out) {
-  if (lseek(im->x->spool_fd, 0, SEEK_SET) < 0)
-    return sbx_error_set(im->e, SBX_OK, errno,
-                         "cannot read the archive's temporary file: %s",
-                         strerror(errno));
+/* A libarchive reader of the formats and filters allowed, not open yet. */
+static int im_archive(struct importer *im, struct archive **out) {
   struct archive *a = archive_read_new();
   if (!a)
     return sbx_error_set(im->e, SBX_OK, ENOMEM, "out of memory");
@@ -1591,9 +1601,28 @@ static int im_reader(struct importer *im, struct archive **out) {
   if (r == ARCHIVE_OK &&
       im->x->compression != SBX__V1__COMPRESSION__COMPRESSION_NONE)
     r = archive_read_support_filter_zstd(a);
-  if (r == ARCHIVE_OK && im->map)
+  if (r != ARCHIVE_OK) {
+    r = la_fail(im->e, a, "cannot read the archive");
+    archive_read_free(a);
+    return r;
+  }
+  *out = a;
+  return 0;
+}
+
+/* Opens the spool for reading with the formats and filters allowed. */
+static int im_reader(struct importer *im, struct archive **out) {
+  if (lseek(im->x->spool_fd, 0, SEEK_SET) < 0)
+    return sbx_error_set(im->e, SBX_OK, errno,
+                         "cannot read the archive's temporary file: %s",
+                         strerror(errno));
+  struct archive *a = NULL;
+  int r = im_archive(im, &a);
+  if (r < 0)
+    return r;
+  if (im->map)
     r = archive_read_open_memory(a, im->map, im->maplen);
-  else if (r == ARCHIVE_OK)
+  else
     r = archive_read_open_fd(a, im->x->spool_fd, READ_BLOCK_BYTES);
   if (r != ARCHIVE_OK) {
     r = la_fail(im->e, a, "cannot read the archive");
@@ -1982,16 +2011,33 @@ static int dir_is_empty(int dir_fd, bool *empty) {
   return 0;
 }
 
-/* Pass 1: reads every header and refuses the archive unless all are fine.
- * The tar stream may not be much longer than its members' data: a small
+/* The tar stream may not be much longer than its members' data: a small
  * zstd input could otherwise expand into endless (1 MiB each) pax headers. */
+static uint64_t im_stream_max(const struct xfer_limits *lim) {
+  if (lim->members > (UINT64_MAX - lim->extracted_bytes) / HEADER_ALLOWANCE)
+    return UINT64_MAX;
+  return lim->extracted_bytes + lim->members * HEADER_ALLOWANCE;
+}
+
+/* Checks the header just read from A against the limits on the stream and
+ * on members, then adds its member. */
+static int im_take(struct importer *im, struct archive *a,
+                   struct archive_entry *ent) {
+  uint64_t stream_max = im_stream_max(&im->x->lim);
+  la_int64_t pos = archive_filter_bytes(a, 0);
+  if (pos > 0 && (uint64_t)pos > stream_max)
+    return sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, EFBIG,
+                         "archive expands to more than %" PRIu64 " bytes",
+                         stream_max);
+  if (im->n >= im->x->lim.members)
+    return sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "archive has more than %" PRIu64 " members",
+                         im->x->lim.members);
+  return im_add(im, ent);
+}
+
+/* Pass 1: reads every header and refuses the archive unless all are fine. */
 static int im_pass1(struct importer *im) {
-  const struct xfer_limits *lim = &im->x->lim;
-  uint64_t stream_max = lim->extracted_bytes;
-  if (lim->members > (UINT64_MAX - stream_max) / HEADER_ALLOWANCE)
-    stream_max = UINT64_MAX;
-  else
-    stream_max += lim->members * HEADER_ALLOWANCE;
   struct archive *a = NULL;
   int r = im_reader(im, &a);
   if (r < 0)
@@ -2001,20 +2047,7 @@ static int im_pass1(struct importer *im) {
     r = im_next(im, a, &ent);
     if (r <= 0)
       break;
-    la_int64_t pos = archive_filter_bytes(a, 0);
-    if (pos > 0 && (uint64_t)pos > stream_max) {
-      r = sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, EFBIG,
-                        "archive expands to more than %" PRIu64 " bytes",
-                        stream_max);
-      break;
-    }
-    if (im->n >= im->x->lim.members) {
-      r = sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, E2BIG,
-                        "archive has more than %" PRIu64 " members",
-                        im->x->lim.members);
-      break;
-    }
-    r = im_add(im, ent);
+    r = im_take(im, a, ent);
     if (r < 0)
       break;
   }
@@ -2042,7 +2075,7 @@ static int im_parent(struct importer *im, size_t i, int *pfd,
   const char *slash = memrchr(p, '/', im->m[i].plen);
   *name = slash ? slash + 1 : p;
   if (!slash) {
-    *pfd = im->x->dest_fd;
+    *pfd = im->base;
     return 0;
   }
   size_t n = (size_t)(slash - p);
@@ -2056,13 +2089,13 @@ static int im_parent(struct importer *im, size_t i, int *pfd,
   im->pfd = -1;
   memcpy(im->parent, p, n);
   im->parent[n] = '\0';
-  int fd = sbx_openat2(im->x->dest_fd, im->parent, O_PATH | O_DIRECTORY, 0,
+  int fd = sbx_openat2(im->base, im->parent, O_PATH | O_DIRECTORY, 0,
                        RESOLVE_NO_SYMLINKS);
   if (fd < 0) {
     /* Create the missing directories one by one. */
     char buf[SBX_PATH_MAX];
     memcpy(buf, im->parent, n + 1);
-    fd = openat(im->x->dest_fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    fd = openat(im->base, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     char *s = buf;
     while (fd >= 0 && s) {
       char *e = strchr(s, '/');
@@ -2313,7 +2346,7 @@ static int files_write_one(struct files *fs, const struct wfile *f,
   size_t plen = im->m[f->i].plen;
   const char *slash = memrchr(p, '/', plen);
   const char *name = slash ? slash + 1 : p;
-  int dir = im->x->dest_fd;
+  int dir = im->base;
   if (slash) {
     size_t n = (size_t)(slash - p);
     if (*pfd < 0 || strlen(parent) != n || memcmp(parent, p, n) != 0) {
@@ -2321,7 +2354,7 @@ static int files_write_one(struct files *fs, const struct wfile *f,
         (void)close(*pfd);
       memcpy(parent, p, n);
       parent[n] = '\0';
-      *pfd = sbx_openat2(im->x->dest_fd, parent, O_PATH | O_DIRECTORY, 0,
+      *pfd = sbx_openat2(im->base, parent, O_PATH | O_DIRECTORY, 0,
                          RESOLVE_NO_SYMLINKS);
       if (*pfd < 0)
         return sbx_error_set(e, SBX_OK, -*pfd,
@@ -2446,12 +2479,12 @@ static int im_hardlink(struct importer *im, size_t i, int pfd,
   const char *slash = strrchr(t, '/');
   const char *tname = slash ? slash + 1 : t;
   _cleanup_close_ int tfd = -1;
-  int tdir = im->x->dest_fd;
+  int tdir = im->base;
   if (slash) {
     char buf[SBX_PATH_MAX];
     memcpy(buf, t, (size_t)(slash - t));
     buf[slash - t] = '\0';
-    tfd = sbx_openat2(im->x->dest_fd, buf, O_PATH | O_DIRECTORY, 0,
+    tfd = sbx_openat2(im->base, buf, O_PATH | O_DIRECTORY, 0,
                       RESOLVE_NO_SYMLINKS);
     if (tfd < 0)
       return sbx_error_set(im->e, SBX_OK, -tfd, "cannot link \"%s\": %s",
@@ -2633,6 +2666,316 @@ static int im_pass2(struct importer *im) {
   return im_dir_meta(im);
 }
 
+/* ---- import: extraction while the archive arrives ---- */
+
+/* An import into an empty directory is extracted while it arrives. A thread
+ * reads the spool as ImportWrite fills it (mapped for the whole input
+ * limit), checks every header as pass 1 does, and makes the directories and
+ * files in a staging directory, ".sbx-import-HANDLE", inside the
+ * destination; links wait. At the finish, once every byte is in, come the
+ * checks that need the whole archive, then the links, then the staging
+ * directory's entries are renamed into the destination (RENAME_NOREPLACE)
+ * and the directories get their metadata. On anything else (a refused
+ * member, an error, a destination that is no longer empty, a tree too deep
+ * to remove) the staging directory is removed and the finish runs the two
+ * passes over the spool, as for any other destination; their answer is the
+ * import's. A refused archive still leaves the destination as it was, and
+ * receiving and extracting overlap. */
+
+#define STAGE_MAX_DEPTH (FILES_MAX_DEPTH / 2) /* deeper: the two passes */
+
+struct stage {
+  struct xfer *x;
+  pthread_t thread;
+  bool started;
+  int dir_fd;      /* the staging directory (O_PATH); owned */
+  char name[40];   /* its name in the destination */
+  const char *map; /* the spool, mapped for the input limit */
+  size_t maplen;
+  struct importer im;   /* the thread's, then the finish's */
+  struct sbx_error err; /* why staging stopped */
+  int result;           /* the thread's, once joined */
+  uint64_t consumed;    /* the thread's: bytes given to libarchive */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t received; /* under mu: bytes in the spool */
+  bool eof;          /* under mu: the finish came, no more bytes */
+  bool cancel;       /* under mu */
+};
+
+/* libarchive's read callback: what has arrived past what it has, waiting
+ * for more; 0 at the end. */
+static la_ssize_t stage_read(struct archive *a, void *cd, const void **buf) {
+  struct stage *s = cd;
+  pthread_mutex_lock(&s->mu);
+  while (s->received == s->consumed && !s->eof && !s->cancel)
+    pthread_cond_wait(&s->cv, &s->mu);
+  bool cancel = s->cancel;
+  uint64_t end = s->received;
+  pthread_mutex_unlock(&s->mu);
+  if (cancel) {
+    archive_set_error(a, ECANCELED, "the import was cancelled");
+    return -1;
+  }
+  *buf = s->map + s->consumed;
+  size_t n = (size_t)(end - s->consumed);
+  s->consumed = end;
+  return (la_ssize_t)n;
+}
+
+static size_t path_depth(const char *p, size_t n) {
+  size_t d = 1;
+  for (size_t i = 0; i < n; i++)
+    d += p[i] == '/';
+  return d;
+}
+
+/* Checks and adds every member as it arrives, making directories and
+ * files; links are left for the finish. */
+static int stage_extract(struct stage *s, struct archive *a) {
+  struct importer *im = &s->im;
+  for (;;) {
+    struct archive_entry *ent;
+    int r = im_next(im, a, &ent);
+    if (r <= 0)
+      return r;
+    r = im_take(im, a, ent);
+    if (r < 0)
+      return r;
+    size_t i = im->n - 1;
+    enum mtype t = im->m[i].type;
+    if (t == M_SELF || t == M_SYMLINK || t == M_HARDLINK)
+      continue;
+    if (path_depth(mpath(im, i), im->m[i].plen) > STAGE_MAX_DEPTH)
+      return sbx_error_set(im->e, SBX_OK, ELOOP,
+                           "too deep to extract while it arrives");
+    if (t == M_REG) {
+      int pfd = -1;
+      const char *name;
+      r = im_parent(im, i, &pfd, &name);
+      if (r == 0)
+        r = im_write_file(im, a, i, pfd, name);
+    } else {
+      r = im_make(im, i);
+    }
+    if (r < 0)
+      return r;
+  }
+}
+
+static void *stage_main(void *arg) {
+  struct stage *s = arg;
+  struct archive *a = NULL;
+  int r = im_archive(&s->im, &a);
+  if (r == 0 && archive_read_open(a, s, NULL, stage_read, NULL) != ARCHIVE_OK)
+    r = la_fail(s->im.e, a, "cannot read the archive");
+  if (r == 0)
+    r = stage_extract(s, a);
+  if (a)
+    archive_read_free(a);
+  if (s->im.pfd >= 0)
+    (void)close(s->im.pfd);
+  s->im.pfd = -1;
+  s->result = r;
+  return NULL;
+}
+
+/* Tells the thread that the spool holds SIZE bytes. */
+static void stage_feed(struct stage *s, uint64_t size) {
+  pthread_mutex_lock(&s->mu);
+  s->received = size;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Tells the thread to stop at its next read; does not wait. */
+static void stage_cancel(struct stage *s) {
+  pthread_mutex_lock(&s->mu);
+  s->cancel = true;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Ends the thread: after it has read to the end, or at once when CANCEL. */
+static void stage_join(struct stage *s, bool cancel) {
+  if (!s->started)
+    return;
+  pthread_mutex_lock(&s->mu);
+  s->eof = true;
+  s->cancel = s->cancel || cancel;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  (void)pthread_join(s->thread, NULL);
+  s->started = false;
+}
+
+/* Removes the staging directory and what is in it. */
+static void stage_remove(struct stage *s) {
+  if (s->dir_fd < 0)
+    return;
+  (void)close(s->dir_fd);
+  s->dir_fd = -1;
+  struct sbx_error e = {0};
+  if (files_remove_tree(s->x->dest_fd, s->name, s->name, &e) < 0)
+    log_warn("archive import %016" PRIx64 ": %s", s->x->handle, e.msg);
+}
+
+static struct stage *stage_free(struct stage *s) {
+  if (!s)
+    return NULL;
+  stage_join(s, true);
+  stage_remove(s);
+  if (s->map)
+    (void)munmap((void *)s->map, s->maplen);
+  free(s->im.m);
+  free(s->im.pool);
+  free(s->im.ht);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  return NULL;
+}
+
+/* Starts extracting X while it arrives when its destination is empty; on
+ * any failure X is imported by the two passes. */
+static void stage_start(struct rpc_call *c, struct xfer *x) {
+  bool empty = false;
+  long page = sysconf(_SC_PAGESIZE);
+  if (dir_is_empty(x->dest_fd, &empty) < 0 || !empty || page <= 0 ||
+      x->lim.input_bytes > SIZE_MAX / 2)
+    return;
+  struct stage *s = calloc(1, sizeof(*s));
+  if (!s)
+    return;
+  s->x = x;
+  s->dir_fd = -1;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->maplen =
+      ((size_t)x->lim.input_bytes + (size_t)page - 1) & ~((size_t)page - 1);
+  if (s->maplen == 0)
+    s->maplen = (size_t)page;
+  void *m = mmap(NULL, s->maplen, PROT_READ, MAP_SHARED, x->spool_fd, 0);
+  if (m == MAP_FAILED) {
+    stage_free(s);
+    return;
+  }
+  s->map = m;
+  (void)snprintf(s->name, sizeof(s->name), ".sbx-import-%016" PRIx64,
+                 x->handle);
+  if (mkdirat(x->dest_fd, s->name, 0700) < 0) {
+    stage_free(s);
+    return;
+  }
+  s->dir_fd = sbx_openat2(x->dest_fd, s->name, O_PATH | O_DIRECTORY, 0,
+                          RESOLVE_NO_SYMLINKS);
+  s->im = (struct importer){
+      .x = x,
+      .base = s->dir_fd,
+      .d = c->d,
+      .e = &s->err,
+      .steps = LINK_STEPS_MAX,
+      .pfd = -1,
+      .fresh = true,
+  };
+  if (s->dir_fd < 0 || pthread_create(&s->thread, NULL, stage_main, s) != 0) {
+    if (s->dir_fd < 0)
+      (void)unlinkat(x->dest_fd, s->name, AT_REMOVEDIR);
+    stage_free(s);
+    return;
+  }
+  s->started = true;
+  x->stage = s;
+}
+
+/* Renames every entry of the staging directory into the destination; on a
+ * failure, moves back those it moved. */
+static int stage_move(struct stage *s) {
+  int fd = openat(s->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  DIR *dir = fdopendir(fd);
+  if (!dir) {
+    (void)close(fd);
+    return -ENOMEM;
+  }
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  int r = 0;
+  struct dirent *de;
+  while (r == 0 && (de = readdir(dir))) {
+    const char *nm = de->d_name;
+    if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0')))
+      continue;
+    char **nn = grow(names, &cap, n + 1, sizeof(*names));
+    char *copy = nn ? strdup(nm) : NULL;
+    if (nn)
+      names = nn;
+    if (!copy)
+      r = -ENOMEM;
+    else
+      names[n++] = copy;
+  }
+  (void)closedir(dir);
+  size_t moved = 0;
+  for (; r == 0 && moved < n; moved++)
+    if (renameat2(s->dir_fd, names[moved], s->x->dest_fd, names[moved],
+                  RENAME_NOREPLACE) < 0)
+      r = -errno;
+  if (r < 0) {
+    if (moved > 0)
+      moved--; /* the one that failed did not move */
+    while (moved > 0) {
+      moved--;
+      if (renameat2(s->x->dest_fd, names[moved], s->dir_fd, names[moved],
+                    RENAME_NOREPLACE) < 0)
+        log_warn("archive import %016" PRIx64 ": cannot move back \"%s\": %s",
+                 s->x->handle, names[moved], strerror(errno));
+    }
+  }
+  for (size_t k = 0; k < n; k++)
+    free(names[k]);
+  free(names);
+  return r;
+}
+
+/* The finish of a staged import: 1 done (X's counts set), 0 when the two
+ * passes must decide (the staging directory is gone), or a failure of the
+ * last step, the directories' metadata, as the two passes would report it. */
+static int stage_finish(struct stage *s, struct rpc_call *c) {
+  stage_join(s, false);
+  struct importer *im = &s->im;
+  int r = s->result;
+  if (r == 0)
+    r = im_check_tree(im);
+  for (size_t i = 0; r == 0 && i < im->n; i++)
+    if (im->m[i].type == M_SYMLINK || im->m[i].type == M_HARDLINK)
+      r = im_make(im, i);
+  if (im->pfd >= 0)
+    (void)close(im->pfd);
+  im->pfd = -1;
+  if (r == 0)
+    r = stage_move(s);
+  if (r < 0) {
+    log_debug("archive import %016" PRIx64 ": not staged (%s); two passes",
+              s->x->handle, s->err.msg[0] ? s->err.msg : strerror(-r));
+    stage_remove(s);
+    return 0;
+  }
+  (void)close(s->dir_fd);
+  s->dir_fd = -1;
+  if (unlinkat(s->x->dest_fd, s->name, AT_REMOVEDIR) < 0)
+    log_warn("archive import %016" PRIx64 ": cannot remove %s: %s",
+             s->x->handle, s->name, strerror(errno));
+  im->e = &c->err;
+  r = im_dir_meta(im);
+  if (r < 0)
+    return r;
+  s->x->members = im->n;
+  s->x->extracted = im->written;
+  return 1;
+}
+
 int rpc_archive_import_finish(struct rpc_call *c) {
   const Sbx__V1__ArchiveImportFinish *rq =
       RPC_BODY(c, ARCHIVE_IMPORT_FINISH, archive_import_finish);
@@ -2652,11 +2995,26 @@ int rpc_archive_import_finish(struct rpc_call *c) {
     r = xfer_refuse_finished(c, x);
     goto out;
   }
+  if (x->state == XFER_OPEN && x->stage) {
+    r = stage_finish(x->stage, c);
+    x->stage = stage_free(x->stage);
+    if (r < 0) {
+      r = xfer_fail(c, x, r);
+      goto out;
+    }
+    if (r > 0) {
+      x->state = XFER_DONE;
+      (void)close(x->spool_fd);
+      x->spool_fd = -1;
+    }
+    r = 0;
+  }
   if (x->state == XFER_OPEN) {
     struct importer im = {
         .x = x,
         .d = c->d,
         .e = &c->err,
+        .base = x->dest_fd,
         .steps = LINK_STEPS_MAX,
         .pfd = -1,
     };
@@ -2709,9 +3067,12 @@ int rpc_archive_close(struct rpc_call *c) {
     *slot = NULL;
     x->next = t->graveyard;
     t->graveyard = x;
-    /* The producer stops now; the next blocking call joins it. */
+    /* The producer (or an import's extraction) stops now; the next
+     * blocking call joins it. */
     if (x->stream)
       xstream_cancel(x->stream);
+    if (x->stage)
+      stage_cancel(x->stage);
   }
   pthread_mutex_unlock(&t->mu);
   if (!x)

@@ -34,6 +34,18 @@
  * lower the server's (archive_max_*) and never raise them (higher values are
  * clamped).
  *
+ * Into a destination that is empty at start, the import is extracted while
+ * it arrives: a thread checks each header as it comes and writes
+ * directories and files into ".sbx-import-HANDLE" inside the destination,
+ * and the finish (after the whole-archive checks and the links) renames
+ * that directory's entries into place. Anything that stops it (a refusal,
+ * an error, entries made in the destination meanwhile, more than 128
+ * levels) removes the staging directory and falls back to the checks and
+ * extraction above, whose answer is the import's. Closing the transfer
+ * unfinished stops the thread; the next blocking archive call removes the
+ * staging directory. Into other destinations, a mapped uncompressed archive's
+ * files are written by one thread per CPU (at most 4).
+ *
  * Transfers live in a table of at most limits.max_archives, under random
  * 64-bit handles; one not used for 10 minutes is dropped (checked lazily).
  * A transfer serves one call at a time: a second one gets CONFLICT.

@@ -619,35 +619,42 @@ Test(archive, import_of_many_files_keeps_tree) {
   unsigned char *tar =
       export_all("src", NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_NONE,
                  odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
-  struct outcome o = {0};
-  uint64_t members = 0;
-  int rc = import_all("dst", tar, len, 1 << 20, NULL,
-                      SBX__V1__COMPRESSION__COMPRESSION_NONE, &members, &o);
-  cr_assert_eq(rc, 0, "import: %s", o.msg);
-  cr_expect_eq(members, 18 + 6 + 6 * 40 + 2, "members %llu",
-               (unsigned long long)members);
-  pathf(a, sizeof(a), "src");
-  pathf(b, sizeof(b), "dst");
-  compare_trees(a, b, true);
-  struct stat s1, s2;
-  pathf(a, sizeof(a), "dst/many05/f039");
-  pathf(b, sizeof(b), "dst/late-link");
-  cr_assert_eq(stat(a, &s1), 0);
-  cr_assert_eq(stat(b, &s2), 0);
-  cr_expect_eq(s1.st_ino, s2.st_ino);
-  pathf(a, sizeof(a), "dst/many00/f000");
-  pathf(b, sizeof(b), "dst/many04/early-link");
-  cr_assert_eq(stat(a, &s1), 0);
-  cr_assert_eq(stat(b, &s2), 0);
-  cr_expect_eq(s1.st_ino, s2.st_ino);
+  /* Into an empty directory (extracted while it arrives) and into one that
+   * already holds a directory of the archive (two passes, files written by
+   * threads). */
+  mk_dir("dst2", 0755);
+  mk_dir("dst2/many03", 0700);
+  const char *dests[] = {"dst", "dst2"};
+  for (size_t k = 0; k < SBX_ARRAY_SIZE(dests); k++) {
+    struct outcome o = {0};
+    uint64_t members = 0;
+    int rc = import_all(dests[k], tar, len, 1 << 20, NULL,
+                        SBX__V1__COMPRESSION__COMPRESSION_NONE, &members, &o);
+    cr_assert_eq(rc, 0, "import into %s: %s", dests[k], o.msg);
+    cr_expect_eq(members, 18 + 6 + 6 * 40 + 2, "members %llu",
+                 (unsigned long long)members);
+    pathf(a, sizeof(a), "src");
+    pathf(b, sizeof(b), dests[k]);
+    compare_trees(a, b, true);
+    const char *links[][2] = {{"many05/f039", "late-link"},
+                              {"many00/f000", "many04/early-link"}};
+    for (size_t l = 0; l < SBX_ARRAY_SIZE(links); l++) {
+      struct stat s1, s2;
+      (void)snprintf(a, sizeof(a), "%s/%s/%s", h.root, dests[k], links[l][0]);
+      (void)snprintf(b, sizeof(b), "%s/%s/%s", h.root, dests[k], links[l][1]);
+      cr_assert_eq(stat(a, &s1), 0);
+      cr_assert_eq(stat(b, &s2), 0);
+      cr_expect_eq(s1.st_ino, s2.st_ino, "%s and %s are one file", a, b);
+    }
+  }
   free(tar);
 }
 
 Test(archive, failed_file_write_fails_the_import) {
-  /* The files are written after the whole archive was received and
-   * checked; a file that cannot be written (here: over RLIMIT_FSIZE, which
-   * the spool was not) fails the finish with that file's name, whichever
-   * thread wrote it. */
+  /* Into a directory that is not empty the files are written after the
+   * whole archive was received and checked; a file that cannot be written
+   * (here: over RLIMIT_FSIZE, which the spool was not) fails the finish
+   * with that file's name, whichever thread wrote it. */
   mk_dir("src", 0755);
   add_many_files("src", 4, 30);
   unsigned char *big = pattern(300000, 9);
@@ -657,6 +664,9 @@ Test(archive, failed_file_write_fails_the_import) {
   unsigned char *tar =
       export_all("src", NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_NONE,
                  odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
+  /* Not empty: the two passes, after the last write. */
+  mk_dir("dst", 0755);
+  mk_dir("dst/many00", 0755);
   uint64_t handle;
   struct outcome o = {0};
   cr_assert_eq(import_start("dst", NULL, SBX__V1__COMPRESSION__COMPRESSION_NONE,
@@ -681,6 +691,135 @@ Test(archive, failed_file_write_fails_the_import) {
   cr_expect_str_eq(o2.msg, o.msg);
   cr_assert_eq(archive_close(handle, NULL), 0);
   free(tar);
+}
+
+/* Waits up to 10 s for REL to exist; whether it does. */
+static bool wait_for(const char *rel) {
+  char p[4200];
+  pathf(p, sizeof(p), rel);
+  for (int i = 0; i < 1000; i++) {
+    if (exists_abs(p))
+      return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+Test(archive, import_into_an_empty_dir_is_extracted_while_it_arrives) {
+  struct tar t;
+  tar_begin(&t);
+  tar_add(&t, "d", AE_IFDIR, NULL, 0, NULL, false);
+  tar_file(&t, "d/a.txt", "alpha");
+  tar_file(&t, "b.txt", "beta");
+  tar_add(&t, "l", AE_IFLNK, NULL, 0, "d/a.txt", false);
+  tar_add(&t, "h", AE_IFREG, NULL, 0, "b.txt", true);
+  tar_end(&t);
+  mk_dir("dst", 0755);
+  uint64_t handle;
+  struct outcome o = {0};
+  cr_assert_eq(import_start("dst", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO,
+                            &handle, &o),
+               0, "%s", o.msg);
+  char staging[64], rel[128];
+  (void)snprintf(staging, sizeof(staging), "dst/.sbx-import-%016llx",
+                 (unsigned long long)handle);
+  cr_assert_eq(import_write(handle, 0, t.buf.data, t.buf.len, NULL, &o), 0,
+               "%s", o.msg);
+  /* Files appear in the staging directory before the finish; links wait
+   * for the checks that need the whole archive. */
+  (void)snprintf(rel, sizeof(rel), "%s/b.txt", staging);
+  cr_assert(wait_for(rel), "%s never appeared", rel);
+  (void)snprintf(rel, sizeof(rel), "%s/d/a.txt", staging);
+  cr_assert(wait_for(rel), "%s never appeared", rel);
+  char *s = harness_read(&h, rel);
+  cr_expect_str_eq(s, "alpha");
+  free(s);
+  char p[4200];
+  (void)snprintf(rel, sizeof(rel), "%s/l", staging);
+  pathf(p, sizeof(p), rel);
+  cr_expect(!exists_abs(p), "the symbolic link waits for the finish");
+  pathf(p, sizeof(p), "dst/b.txt");
+  cr_expect(!exists_abs(p), "nothing in the destination before the finish");
+  uint64_t members = 0;
+  cr_assert_eq(import_finish(handle, &members, NULL, &o), 0, "%s", o.msg);
+  cr_expect_eq(members, 5);
+  cr_assert_eq(archive_close(handle, NULL), 0);
+  cr_expect_eq(count_entries("dst"), 4, "d, b.txt, l, h: no staging left");
+  s = harness_read(&h, "dst/l");
+  cr_expect_str_eq(s, "alpha");
+  free(s);
+  struct stat s1, s2;
+  pathf(p, sizeof(p), "dst/b.txt");
+  cr_assert_eq(stat(p, &s1), 0);
+  pathf(p, sizeof(p), "dst/h");
+  cr_assert_eq(stat(p, &s2), 0);
+  cr_expect_eq(s1.st_ino, s2.st_ino);
+  free(t.buf.data);
+}
+
+Test(archive, staged_import_yields_to_a_destination_that_changed) {
+  /* Entries made in the destination while the archive arrives: the staged
+   * tree cannot be renamed over them, so the two passes extract it over
+   * them as into any other directory; the staging directory goes. */
+  struct tar t;
+  tar_begin(&t);
+  tar_file(&t, "a.txt", "new");
+  tar_add(&t, "sub", AE_IFDIR, NULL, 0, NULL, false);
+  tar_file(&t, "sub/x", "x");
+  tar_end(&t);
+  mk_dir("dst", 0755);
+  uint64_t handle;
+  struct outcome o = {0};
+  cr_assert_eq(import_start("dst", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO,
+                            &handle, &o),
+               0, "%s", o.msg);
+  cr_assert_eq(import_write(handle, 0, t.buf.data, t.buf.len, NULL, &o), 0,
+               "%s", o.msg);
+  char rel[128];
+  (void)snprintf(rel, sizeof(rel), "dst/.sbx-import-%016llx/sub/x",
+                 (unsigned long long)handle);
+  cr_assert(wait_for(rel), "%s never appeared", rel);
+  mk_file("dst/sub", "a file where the archive has a directory", 40, 0644);
+  mk_file("dst/other", "keep", 4, 0644);
+  cr_assert_eq(import_finish(handle, NULL, NULL, &o), 0, "%s", o.msg);
+  cr_assert_eq(archive_close(handle, NULL), 0);
+  char *s = harness_read(&h, "dst/a.txt");
+  cr_expect_str_eq(s, "new");
+  free(s);
+  s = harness_read(&h, "dst/sub/x");
+  cr_expect_str_eq(s, "x");
+  free(s);
+  s = harness_read(&h, "dst/other");
+  cr_expect_str_eq(s, "keep");
+  free(s);
+  cr_expect_eq(count_entries("dst"), 3, "a.txt, sub, other");
+  free(t.buf.data);
+}
+
+Test(archive, deep_tree_is_imported) {
+  /* Deeper than the staging directory goes: the two passes. */
+  char name[1024] = "";
+  for (int i = 0; i < 140; i++)
+    strcat(name, "d/");
+  strcat(name, "f");
+  struct tar t;
+  tar_begin(&t);
+  tar_file(&t, "top", "t");
+  tar_file(&t, name, "deep");
+  tar_end(&t);
+  struct outcome o = {0};
+  uint64_t members = 0;
+  cr_assert_eq(import_all("dst", t.buf.data, t.buf.len, 1 << 20, NULL,
+                          SBX__V1__COMPRESSION__COMPRESSION_AUTO, &members, &o),
+               0, "%s", o.msg);
+  cr_expect_eq(members, 2);
+  char rel[1100];
+  (void)snprintf(rel, sizeof(rel), "dst/%s", name);
+  char *s = harness_read(&h, rel);
+  cr_expect_str_eq(s, "deep");
+  free(s);
+  cr_expect_eq(count_entries("dst"), 2, "top and d");
+  free(t.buf.data);
 }
 
 /* Orders paths component by component ("a/x" before "a.txt"), which is
@@ -1471,7 +1610,7 @@ Test(archive, import_destination_rules) {
                             &o),
                0);
   cr_expect_eq(o.code, SBX_PERMISSION_DENIED, "%s", o.msg);
-  char p[300];
+  char p[300], p2[4200];
   (void)snprintf(p, sizeof(p), "%s/x", h.dir);
   cr_expect(!exists_abs(p));
   mk_link("/tmp", "tmplink");
@@ -1482,6 +1621,20 @@ Test(archive, import_destination_rules) {
   cr_expect(!exists_abs("/tmp/sbx-archive-test"));
   /* Parents are created. */
   cr_assert_eq(import_start("p/q/r", NULL,
+                            SBX__V1__COMPRESSION__COMPRESSION_AUTO, &handle,
+                            &o),
+               0, "%s", o.msg);
+  /* An empty destination holds the staging directory while the archive
+   * arrives, and nothing once the import is closed unfinished. */
+  cr_expect_eq(count_entries("p/q/r"), 1);
+  char staging[64];
+  (void)snprintf(staging, sizeof(staging), "p/q/r/.sbx-import-%016llx",
+                 (unsigned long long)handle);
+  pathf(p2, sizeof(p2), staging);
+  cr_expect(exists_abs(p2), "%s", p2);
+  cr_assert_eq(archive_close(handle, NULL), 0);
+  /* A closed transfer is freed by the next blocking archive call. */
+  cr_assert_eq(import_start("p/q/other", NULL,
                             SBX__V1__COMPRESSION__COMPRESSION_AUTO, &handle,
                             &o),
                0, "%s", o.msg);
