@@ -176,6 +176,7 @@ static uint64_t sbx_import(const char *in, const char *dest) {
   Sbx__V1__ArchiveImportStart s = SBX__V1__ARCHIVE_IMPORT_START__INIT;
   s.path = (char *)dest;
   s.compression = SBX__V1__COMPRESSION__COMPRESSION_AUTO;
+  s.stage = true;
   req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_START;
   req.archive_import_start = &s;
   struct rpc_call c;

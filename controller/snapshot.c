@@ -1088,8 +1088,10 @@ int snapshot_restore(const struct snapshot_spec *spec,
   if (r < 0)
     return r;
 
-  /* Spool it into sandboxd, hashing a local file on the way; nothing is
-   * extracted before the finish. */
+  /* Send it to sandboxd, hashing a local file on the way. Nothing is
+   * extracted in place before the finish; into an empty workspace sandboxd
+   * extracts into a staging directory as the archive arrives, which the
+   * clearing below leaves alone. */
   Sbx__V1__ArchiveLimits al = SBX__V1__ARCHIVE_LIMITS__INIT;
   al.max_input_bytes = lim.max_input_bytes;
   al.max_extracted_bytes = lim.max_extracted_bytes;
@@ -1098,6 +1100,7 @@ int snapshot_restore(const struct snapshot_spec *spec,
   a.path = (char *)".";
   a.limits = &al;
   a.compression = SBX__V1__COMPRESSION__COMPRESSION_AUTO;
+  a.stage = true;
   Sbx__V1__Response *reply = NULL;
   r = sbx_archive_import_start(sb->client, &a, &reply, e);
   if (r < 0) {
@@ -1105,6 +1108,9 @@ int snapshot_restore(const struct snapshot_spec *spec,
     return r;
   }
   uint64_t handle = reply->archive_import_start->handle;
+  const char *staging[] = {reply->archive_import_start->staging_path, NULL};
+  if (staging[0][0])
+    r = excludes_add(&ex, staging, e);
   sbx_client_reply_free(reply);
   reply = NULL;
 

@@ -334,6 +334,7 @@ int tarball_push(struct sbx_client *c, int fd, uint64_t size, const char *dest,
   Sbx__V1__ArchiveImportStart st = SBX__V1__ARCHIVE_IMPORT_START__INIT;
   st.path = (char *)dest;
   st.compression = SBX__V1__COMPRESSION__COMPRESSION_NONE;
+  st.stage = true; /* extracted as it arrives when DEST is empty */
   Sbx__V1__Response *resp = NULL;
   int r = sbx_archive_import_start(c, &st, &resp, e);
   if (r < 0)

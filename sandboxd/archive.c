@@ -142,7 +142,8 @@ static struct xstream *xstream_free(struct xstream *s) {
 
 /* Extraction while an import arrives (below). */
 static struct stage *stage_free(struct stage *s);
-static void stage_start(struct rpc_call *c, struct xfer *x);
+static void stage_start(struct rpc_call *c, struct xfer *x, const char *path,
+                        char **staging_path);
 static void stage_feed(struct stage *s, uint64_t size);
 static void stage_cancel(struct stage *s);
 
@@ -1304,8 +1305,9 @@ int rpc_archive_import_start(struct rpc_call *c) {
     xfer_free(x);
     return r;
   }
-  stage_start(c, x);
   sbx__v1__archive_start_reply__init(rep);
+  if (rq->stage)
+    stage_start(c, x, rq->path ? rq->path : "", &rep->staging_path);
   rep->handle = x->handle;
   c->resp->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_IMPORT_START;
   c->resp->archive_import_start = rep;
@@ -2836,9 +2838,11 @@ static struct stage *stage_free(struct stage *s) {
   return NULL;
 }
 
-/* Starts extracting X while it arrives when its destination is empty; on
- * any failure X is imported by the two passes. */
-static void stage_start(struct rpc_call *c, struct xfer *x) {
+/* Starts extracting X while it arrives when its destination (the client's
+ * PATH) is empty, and names the staging directory in *STAGING_PATH (in C's
+ * arena); on any failure X is imported by the two passes. */
+static void stage_start(struct rpc_call *c, struct xfer *x, const char *path,
+                        char **staging_path) {
   bool empty = false;
   long page = sysconf(_SC_PAGESIZE);
   if (dir_is_empty(x->dest_fd, &empty) < 0 || !empty || page <= 0 ||
@@ -2886,6 +2890,17 @@ static void stage_start(struct rpc_call *c, struct xfer *x) {
   }
   s->started = true;
   x->stage = s;
+  size_t pl = strlen(path);
+  while (pl > 0 && path[pl - 1] == '/')
+    pl--;
+  char *sp = sbx_arena_alloc(&c->arena, pl + 1 + sizeof(s->name));
+  if (!sp) {
+    x->stage = stage_free(s); /* the client could not be told */
+    return;
+  }
+  (void)snprintf(sp, pl + 1 + sizeof(s->name), "%.*s%s%s", (int)pl, path,
+                 pl ? "/" : "", s->name);
+  *staging_path = sp;
 }
 
 /* Renames every entry of the staging directory into the destination; on a

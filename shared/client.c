@@ -13,6 +13,7 @@
 #include "cleanup.h"
 #include "fileio.h"
 #include "log.h"
+#include "path.h"
 #include "rand.h"
 
 struct sbx_client {
@@ -681,8 +682,21 @@ int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
 int sbx_archive_import_start(struct sbx_client *c,
                              Sbx__V1__ArchiveImportStart *a,
                              Sbx__V1__Response **out, struct sbx_error *e) {
-  return call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_START, a, 0, out,
-                   e);
+  Sbx__V1__Response *r = NULL;
+  int ret =
+      call_body(c, SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_START, a, 0, &r, e);
+  if (ret < 0)
+    return ret;
+  const char *sp = r->archive_import_start->staging_path;
+  size_t n = sp ? strlen(sp) : 0;
+  if (n >= SBX_PATH_MAX || !sbx_utf8_valid(sp ? sp : "", n) ||
+      (n > 0 && !a->stage)) {
+    sbx_client_reply_free(r);
+    return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                         "sandboxd sent an invalid staging path");
+  }
+  *out = r;
+  return 0;
 }
 
 int sbx_archive_import_write(struct sbx_client *c, uint64_t handle,

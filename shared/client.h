@@ -120,6 +120,8 @@ int sbx_archive_export_start(struct sbx_client *c,
 int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
                             uint64_t offset, uint32_t max_bytes,
                             Sbx__V1__Response **out, struct sbx_error *e);
+/* With a.stage, the reply's staging_path (empty when sandboxd does not
+ * stage) is a directory the client must leave alone until the finish. */
 int sbx_archive_import_start(struct sbx_client *c,
                              Sbx__V1__ArchiveImportStart *a,
                              Sbx__V1__Response **out, struct sbx_error *e);

@@ -85,16 +85,27 @@ static unsigned char *export_dir(struct test_daemon *t, const char *dir,
   return export_dir_as(t, dir, comp, false, len);
 }
 
+static bool last_staged; /* whether the last import_dir was staged */
+
 /* Imports DATA into DIR; the finish's result, E filled on failure. */
 static int import_dir(struct test_daemon *t, const char *dir,
                       const unsigned char *data, size_t len, uint64_t *members,
                       struct sbx_error *e) {
   Sbx__V1__ArchiveImportStart a = SBX__V1__ARCHIVE_IMPORT_START__INIT;
+  a.stage = true;
   a.path = (char *)dir;
   a.compression = SBX__V1__COMPRESSION__COMPRESSION_AUTO;
   Sbx__V1__Response *r = NULL;
   cr_assert_eq(sbx_archive_import_start(t->client, &a, &r, e), 0, "%s", e->msg);
   uint64_t handle = r->archive_import_start->handle;
+  /* An empty directory is extracted while the archive arrives. */
+  char want[600];
+  (void)snprintf(want, sizeof(want), "%s/.sbx-import-%016llx", dir,
+                 (unsigned long long)handle);
+  const char *sp = r->archive_import_start->staging_path;
+  last_staged = sp[0] != '\0';
+  if (last_staged)
+    cr_expect_str_eq(sp, want);
   sbx_client_reply_free(r);
   for (size_t off = 0; off < len;) {
     size_t n = len - off < 65536 ? len - off : 65536;
@@ -148,6 +159,7 @@ Test(archive_daemon, zstd_round_trip_in_chunks) {
   struct sbx_error e = {0};
   cr_assert_eq(import_dir(&t, "restored/here", tar, len, &members, &e), 0, "%s",
                e.msg);
+  cr_expect(last_staged, "a new directory is staged");
   cr_expect_eq(members, 5);
   char *s = get(&t, "restored/here/link");
   cr_expect_str_eq(s, "beta\n");

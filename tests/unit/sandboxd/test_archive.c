@@ -163,9 +163,11 @@ static unsigned char *export_all(const char *path, const char **excl,
   return buf;
 }
 
-static int import_start(const char *path, const Sbx__V1__ArchiveLimits *lim,
-                        Sbx__V1__Compression comp, uint64_t *handle,
-                        struct outcome *o) {
+/* STAGING (optional) gets the reply's staging path. */
+static int import_start_as(const char *path, const Sbx__V1__ArchiveLimits *lim,
+                           Sbx__V1__Compression comp, bool stage,
+                           uint64_t *handle, char staging[128],
+                           struct outcome *o) {
   Sbx__V1__Request req;
   sbx__v1__request__init(&req);
   Sbx__V1__ArchiveImportStart b;
@@ -173,15 +175,28 @@ static int import_start(const char *path, const Sbx__V1__ArchiveLimits *lim,
   b.path = (char *)path;
   b.limits = (Sbx__V1__ArchiveLimits *)lim;
   b.compression = comp;
+  b.stage = stage;
   req.body_case = SBX__V1__REQUEST__BODY_ARCHIVE_IMPORT_START;
   req.archive_import_start = &b;
   struct harness_call *hc = harness_call(&h, &req, rpc_archive_import_start);
   int rc = hc->rc;
   keep(o, hc);
-  if (rc == 0)
+  if (rc == 0) {
     *handle = hc->resp.archive_import_start->handle;
+    if (staging)
+      (void)snprintf(staging, 128, "%s",
+                     hc->resp.archive_import_start->staging_path);
+  }
   harness_call_free(hc);
   return rc;
+}
+
+/* Imports stage (are extracted while they arrive into an empty
+ * directory) unless a test says otherwise. */
+static int import_start(const char *path, const Sbx__V1__ArchiveLimits *lim,
+                        Sbx__V1__Compression comp, uint64_t *handle,
+                        struct outcome *o) {
+  return import_start_as(path, lim, comp, true, handle, NULL, o);
 }
 
 static int import_write(uint64_t handle, uint64_t off, const void *data,
@@ -754,6 +769,32 @@ Test(archive, import_into_an_empty_dir_is_extracted_while_it_arrives) {
   pathf(p, sizeof(p), "dst/h");
   cr_assert_eq(stat(p, &s2), 0);
   cr_expect_eq(s1.st_ino, s2.st_ino);
+  free(t.buf.data);
+}
+
+Test(archive, import_without_stage_is_extracted_at_the_finish) {
+  struct tar t;
+  tar_begin(&t);
+  tar_file(&t, "a.txt", "alpha");
+  tar_end(&t);
+  mk_dir("dst", 0755);
+  uint64_t handle;
+  char staging[128];
+  struct outcome o = {0};
+  cr_assert_eq(import_start_as("dst", NULL,
+                               SBX__V1__COMPRESSION__COMPRESSION_AUTO, false,
+                               &handle, staging, &o),
+               0, "%s", o.msg);
+  cr_expect_str_eq(staging, "");
+  cr_assert_eq(import_write(handle, 0, t.buf.data, t.buf.len, NULL, &o), 0,
+               "%s", o.msg);
+  cr_expect_eq(count_entries("dst"), 0, "nothing before the finish");
+  cr_assert_eq(import_finish(handle, NULL, NULL, &o), 0, "%s", o.msg);
+  cr_assert_eq(archive_close(handle, NULL), 0);
+  char *s = harness_read(&h, "dst/a.txt");
+  cr_expect_str_eq(s, "alpha");
+  free(s);
+  cr_expect_eq(count_entries("dst"), 1);
   free(t.buf.data);
 }
 
@@ -1620,9 +1661,10 @@ Test(archive, import_destination_rules) {
                0);
   cr_expect(!exists_abs("/tmp/sbx-archive-test"));
   /* Parents are created. */
-  cr_assert_eq(import_start("p/q/r", NULL,
-                            SBX__V1__COMPRESSION__COMPRESSION_AUTO, &handle,
-                            &o),
+  char got[128];
+  cr_assert_eq(import_start_as("p/q/r/", NULL,
+                               SBX__V1__COMPRESSION__COMPRESSION_AUTO, true,
+                               &handle, got, &o),
                0, "%s", o.msg);
   /* An empty destination holds the staging directory while the archive
    * arrives, and nothing once the import is closed unfinished. */
@@ -1632,6 +1674,7 @@ Test(archive, import_destination_rules) {
                  (unsigned long long)handle);
   pathf(p2, sizeof(p2), staging);
   cr_expect(exists_abs(p2), "%s", p2);
+  cr_expect_str_eq(got, staging, "the reply names the staging directory");
   cr_assert_eq(archive_close(handle, NULL), 0);
   /* A closed transfer is freed by the next blocking archive call. */
   cr_assert_eq(import_start("p/q/other", NULL,

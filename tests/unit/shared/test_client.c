@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "path.h"
 
 /* Fills the reply to one request: the body and whatever it points to must
  * live until the peer has packed it (static storage in the tests). */
@@ -202,6 +203,53 @@ Test(client, read_replies_that_lie_are_refused) {
   /* More than asked for. */
   set_read(&read_reply, "0123456789", 10, 20, 0, 20);
   cr_expect_eq(sbx_exec_read(c, &rd, &r, &e), -EPROTO);
+  sbx_client_free(c);
+  peer_stop(&p);
+}
+
+static Sbx__V1__ArchiveStartReply import_reply;
+
+static void answer_import(const Sbx__V1__Request *req, Sbx__V1__Response *r) {
+  (void)req;
+  r->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_IMPORT_START;
+  r->archive_import_start = &import_reply;
+}
+
+static int import_start(struct sbx_client *c, bool stage, struct sbx_error *e) {
+  Sbx__V1__ArchiveImportStart a = SBX__V1__ARCHIVE_IMPORT_START__INIT;
+  a.path = (char *)"dst";
+  a.stage = stage;
+  Sbx__V1__Response *r = NULL;
+  int rc = sbx_archive_import_start(c, &a, &r, e);
+  if (rc == 0)
+    sbx_client_reply_free(r);
+  return rc;
+}
+
+/* The staging path names a directory the controller then leaves alone: one
+ * it did not ask for, or one that is not a sane path, is refused. */
+Test(client, import_staging_paths_are_checked) {
+  sbx__v1__archive_start_reply__init(&import_reply);
+  import_reply.handle = 9;
+  struct peer p;
+  peer_start(&p, answer_import);
+  struct sbx_client *c = client_of(&p);
+  struct sbx_error e = {0};
+  import_reply.staging_path = (char *)"dst/.sbx-import-0000000000000009";
+  cr_expect_eq(import_start(c, true, &e), 0, "%s", e.msg);
+  import_reply.staging_path = (char *)"";
+  cr_expect_eq(import_start(c, true, &e), 0, "%s", e.msg);
+  cr_expect_eq(import_start(c, false, &e), 0, "%s", e.msg);
+
+  import_reply.staging_path = (char *)"dst/.sbx-import-0000000000000009";
+  cr_expect_eq(import_start(c, false, &e), -EPROTO);
+  cr_expect_eq(e.code, SBX_INTERNAL);
+  import_reply.staging_path = (char *)"dst/\xff\xfe";
+  cr_expect_eq(import_start(c, true, &e), -EPROTO);
+  static char longp[SBX_PATH_MAX + 10];
+  memset(longp, 'a', sizeof(longp) - 1);
+  import_reply.staging_path = longp;
+  cr_expect_eq(import_start(c, true, &e), -EPROTO);
   sbx_client_free(c);
   peer_stop(&p);
 }
