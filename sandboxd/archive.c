@@ -2224,30 +2224,50 @@ static int im_block(struct importer *im, struct archive *a, size_t i,
   return 1;
 }
 
+/* Calls FN with each block of member I's data as it is read from A. */
+typedef int (*block_fn)(struct importer *im, size_t i, const void *buf,
+                        size_t len, uint64_t off, void *arg);
+
+static int im_blocks(struct importer *im, struct archive *a, size_t i,
+                     block_fn fn, void *arg) {
+  for (;;) {
+    const void *buf = NULL;
+    size_t len = 0;
+    uint64_t off = 0;
+    int r = im_block(im, a, i, &buf, &len, &off);
+    if (r <= 0)
+      return r;
+    r = fn(im, i, buf, len, off, arg);
+    if (r < 0)
+      return r;
+  }
+}
+
+struct file_out {
+  int fd;
+  uint64_t end; /* where the data written so far ends */
+};
+
+static int write_block(struct importer *im, size_t i, const void *buf,
+                       size_t len, uint64_t off, void *arg) {
+  struct file_out *fo = arg;
+  int r = file_write(im, i, fo->fd, buf, len, off, im->e);
+  if (r == 0 && off + len > fo->end)
+    fo->end = off + len;
+  return r;
+}
+
 /* Writes member I, a regular file, as its data are read from A. */
 static int im_write_file(struct importer *im, struct archive *a, size_t i,
                          int pfd, const char *name) {
   _cleanup_close_ int fd = file_create(im, i, pfd, name, im->e);
   if (fd < 0)
     return fd;
-  uint64_t end = 0;
-  for (;;) {
-    const void *buf;
-    size_t len;
-    uint64_t off;
-    int r = im_block(im, a, i, &buf, &len, &off);
-    if (r <= 0) {
-      if (r < 0)
-        return r;
-      break;
-    }
-    r = file_write(im, i, fd, buf, len, off, im->e);
-    if (r < 0)
-      return r;
-    if (off + len > end)
-      end = off + len;
-  }
-  return file_finish(im, i, fd, end, im->e);
+  struct file_out fo = {.fd = fd};
+  int r = im_blocks(im, a, i, write_block, &fo);
+  if (r < 0)
+    return r;
+  return file_finish(im, i, fd, fo.end, im->e);
 }
 
 /* ---- import: files written by threads ---- */
@@ -2303,36 +2323,33 @@ static void *grow(void *p, size_t *cap, size_t need, size_t size) {
 }
 
 /* Reads member I's data (pointers into the mapping) and lists the file. */
+static int list_block(struct importer *im, size_t i, const void *buf,
+                      size_t len, uint64_t off, void *arg) {
+  (void)i;
+  struct files *fs = arg;
+  const char *lo = im->map, *hi = lo + im->maplen;
+  if ((const char *)buf < lo || len > (size_t)(hi - (const char *)buf))
+    return sbx_error_set(im->e, SBX_INTERNAL, EIO,
+                         "archive data outside the mapped archive");
+  struct wblock *nb = grow(fs->blk, &fs->bcap, fs->nblk + 1, sizeof(*fs->blk));
+  if (!nb)
+    return sbx_error_set(im->e, SBX_OK, ENOMEM, "out of memory");
+  fs->blk = nb;
+  fs->blk[fs->nblk++] = (struct wblock){.p = buf, .len = len, .off = off};
+  fs->f[fs->n].nblk++;
+  return 0;
+}
+
 static int files_add(struct importer *im, struct files *fs, struct archive *a,
                      size_t i) {
-  const char *lo = im->map, *hi = lo + im->maplen;
   struct wfile *nf = grow(fs->f, &fs->cap, fs->n + 1, sizeof(*fs->f));
   if (!nf)
     return sbx_error_set(im->e, SBX_OK, ENOMEM, "out of memory");
   fs->f = nf;
-  struct wfile *f = &fs->f[fs->n];
-  *f = (struct wfile){.i = i, .blk = fs->nblk};
-  for (;;) {
-    const void *buf;
-    size_t len;
-    uint64_t off;
-    int r = im_block(im, a, i, &buf, &len, &off);
-    if (r <= 0) {
-      if (r < 0)
-        return r;
-      break;
-    }
-    if ((const char *)buf < lo || len > (size_t)(hi - (const char *)buf))
-      return sbx_error_set(im->e, SBX_INTERNAL, EIO,
-                           "archive data outside the mapped archive");
-    struct wblock *nb =
-        grow(fs->blk, &fs->bcap, fs->nblk + 1, sizeof(*fs->blk));
-    if (!nb)
-      return sbx_error_set(im->e, SBX_OK, ENOMEM, "out of memory");
-    fs->blk = nb;
-    fs->blk[fs->nblk++] = (struct wblock){.p = buf, .len = len, .off = off};
-    f->nblk++;
-  }
+  fs->f[fs->n] = (struct wfile){.i = i, .blk = fs->nblk};
+  int r = im_blocks(im, a, i, list_block, fs);
+  if (r < 0)
+    return r;
   fs->n++;
   return 0;
 }

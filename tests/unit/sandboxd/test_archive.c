@@ -266,6 +266,20 @@ static int import_all(const char *path, const void *data, size_t len,
   return rc;
 }
 
+/* Starts an import of DATA into DST (staged when STAGE) and sends it whole;
+ * the handle, and the reply's staging path in STAGING. */
+static uint64_t start_and_send(const char *dst, bool stage, const void *data,
+                               size_t len, char staging[128]) {
+  uint64_t handle;
+  struct outcome o = {0};
+  cr_assert_eq(import_start_as(dst, NULL,
+                               SBX__V1__COMPRESSION__COMPRESSION_AUTO, stage,
+                               &handle, staging, &o),
+               0, "%s", o.msg);
+  cr_assert_eq(import_write(handle, 0, data, len, NULL, &o), 0, "%s", o.msg);
+  return handle;
+}
+
 /* ---- building and comparing trees ---- */
 
 static void pathf(char *out, size_t n, const char *rel) {
@@ -682,12 +696,8 @@ Test(archive, failed_file_write_fails_the_import) {
   /* Not empty: the two passes, after the last write. */
   mk_dir("dst", 0755);
   mk_dir("dst/many00", 0755);
-  uint64_t handle;
+  uint64_t handle = start_and_send("dst", true, tar, len, NULL);
   struct outcome o = {0};
-  cr_assert_eq(import_start("dst", NULL, SBX__V1__COMPRESSION__COMPRESSION_NONE,
-                            &handle, &o),
-               0, "%s", o.msg);
-  cr_assert_eq(import_write(handle, 0, tar, len, NULL, &o), 0, "%s", o.msg);
   struct sigaction ign = {.sa_handler = SIG_IGN};
   cr_assert_eq(sigaction(SIGXFSZ, &ign, NULL), 0);
   struct rlimit old, lim;
@@ -730,16 +740,9 @@ Test(archive, import_into_an_empty_dir_is_extracted_while_it_arrives) {
   tar_add(&t, "h", AE_IFREG, NULL, 0, "b.txt", true);
   tar_end(&t);
   mk_dir("dst", 0755);
-  uint64_t handle;
+  char staging[128], rel[256];
+  uint64_t handle = start_and_send("dst", true, t.buf.data, t.buf.len, staging);
   struct outcome o = {0};
-  cr_assert_eq(import_start("dst", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO,
-                            &handle, &o),
-               0, "%s", o.msg);
-  char staging[64], rel[128];
-  (void)snprintf(staging, sizeof(staging), "dst/.sbx-import-%016llx",
-                 (unsigned long long)handle);
-  cr_assert_eq(import_write(handle, 0, t.buf.data, t.buf.len, NULL, &o), 0,
-               "%s", o.msg);
   /* Files appear in the staging directory before the finish; links wait
    * for the checks that need the whole archive. */
   (void)snprintf(rel, sizeof(rel), "%s/b.txt", staging);
@@ -778,16 +781,11 @@ Test(archive, import_without_stage_is_extracted_at_the_finish) {
   tar_file(&t, "a.txt", "alpha");
   tar_end(&t);
   mk_dir("dst", 0755);
-  uint64_t handle;
   char staging[128];
-  struct outcome o = {0};
-  cr_assert_eq(import_start_as("dst", NULL,
-                               SBX__V1__COMPRESSION__COMPRESSION_AUTO, false,
-                               &handle, staging, &o),
-               0, "%s", o.msg);
+  uint64_t handle =
+      start_and_send("dst", false, t.buf.data, t.buf.len, staging);
   cr_expect_str_eq(staging, "");
-  cr_assert_eq(import_write(handle, 0, t.buf.data, t.buf.len, NULL, &o), 0,
-               "%s", o.msg);
+  struct outcome o = {0};
   cr_expect_eq(count_entries("dst"), 0, "nothing before the finish");
   cr_assert_eq(import_finish(handle, NULL, NULL, &o), 0, "%s", o.msg);
   cr_assert_eq(archive_close(handle, NULL), 0);
@@ -809,16 +807,10 @@ Test(archive, staged_import_yields_to_a_destination_that_changed) {
   tar_file(&t, "sub/x", "x");
   tar_end(&t);
   mk_dir("dst", 0755);
-  uint64_t handle;
+  char staging[128], rel[256];
+  uint64_t handle = start_and_send("dst", true, t.buf.data, t.buf.len, staging);
   struct outcome o = {0};
-  cr_assert_eq(import_start("dst", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO,
-                            &handle, &o),
-               0, "%s", o.msg);
-  cr_assert_eq(import_write(handle, 0, t.buf.data, t.buf.len, NULL, &o), 0,
-               "%s", o.msg);
-  char rel[128];
-  (void)snprintf(rel, sizeof(rel), "dst/.sbx-import-%016llx/sub/x",
-                 (unsigned long long)handle);
+  (void)snprintf(rel, sizeof(rel), "%s/sub/x", staging);
   cr_assert(wait_for(rel), "%s never appeared", rel);
   mk_file("dst/sub", "a file where the archive has a directory", 40, 0644);
   mk_file("dst/other", "keep", 4, 0644);
