@@ -34,11 +34,12 @@
  * lower the server's (archive_max_*) and never raise them (higher values are
  * clamped).
  *
- * Into a destination that is empty at start, the import is extracted while
- * it arrives: a thread checks each header as it comes and writes
- * directories and files into ".sbx-import-HANDLE" inside the destination,
- * and the finish (after the whole-archive checks and the links) renames
- * that directory's entries into place. Anything that stops it (a refusal,
+ * With ArchiveImportStart.stage and a destination that is empty at start,
+ * the import is extracted while it arrives: a thread checks each header as
+ * it comes and writes directories and files into ".sbx-import-HANDLE"
+ * inside the destination (named in the reply's staging_path; the client
+ * leaves it alone), and the finish (after the whole-archive checks and the
+ * links) renames that directory's entries into place. Anything that stops it (a refusal,
  * an error, entries made in the destination meanwhile, more than 128
  * levels) removes the staging directory and falls back to the checks and
  * extraction above, whose answer is the import's. Closing the transfer
