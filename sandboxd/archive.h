@@ -39,8 +39,8 @@
  * it comes and writes directories and files into ".sbx-import-HANDLE"
  * inside the destination (named in the reply's staging_path; the client
  * leaves it alone), and the finish (after the whole-archive checks and the
- * links) renames that directory's entries into place. Anything that stops it (a refusal,
- * an error, entries made in the destination meanwhile, more than 128
+ * links) renames that directory's entries into place. Anything that stops it (a
+ * refusal, an error, entries made in the destination meanwhile, more than 128
  * levels) removes the staging directory and falls back to the checks and
  * extraction above, whose answer is the import's. Closing the transfer
  * unfinished stops the thread; the next blocking archive call removes the
