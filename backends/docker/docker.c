@@ -578,6 +578,48 @@ static int write_token(struct docker *d, const char *user,
   return 0;
 }
 
+/* Creates the container from SPEC and starts it. With published ports a
+ * start can fail with "address already in use": Podman picks a free host
+ * port when it creates the container and binds it only at the start, and
+ * another process may take it in between. Such a container is removed and
+ * made again, at most three times. */
+static int create_and_start(struct docker *d, const char *session_id,
+                            json_t *spec, bool published, struct sbx_error *e) {
+  for (int attempt = 1;; attempt++) {
+    char path[128];
+    (void)snprintf(path, sizeof(path), "/containers/create?name=sbx-%s",
+                   session_id);
+    struct docker_request req = {.method = "POST", .path = path, .body = spec};
+    _cleanup_json_ json_t *created = NULL;
+    int r = docker_engine_json(d->en, &req, &created, e);
+    if (r < 0)
+      return r;
+    const char *id = json_string_value(json_object_get(created, "Id"));
+    if (!id || !*id)
+      return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                           "the container engine created a container "
+                           "without an Id");
+    free(d->container);
+    d->container = strdup(id);
+    if (!d->container)
+      return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+    r = container_path(id, "/start", path, sizeof(path), e);
+    if (r < 0)
+      return r;
+    struct docker_request start = {.method = "POST", .path = path};
+    r = docker_engine_json(d->en, &start, NULL, e);
+    if (r == 0 || !published || attempt == 3 || !e ||
+        !strstr(e->msg, "address already in use"))
+      return r;
+    log_debug("docker: container %.12s: %s; making it again", id, e->msg);
+    struct sbx_error ignored = {0};
+    if (remove_container(d->en, d->container, &ignored) < 0)
+      return r;
+    free(d->container);
+    d->container = NULL;
+  }
+}
+
 static int docker_create(const struct backend_options *bo, struct sandbox **out,
                          struct sbx_error *e) {
   static const struct docker_options none = {0};
@@ -603,7 +645,6 @@ static int docker_create(const struct backend_options *bo, struct sandbox **out,
   _cleanup_free_ char *baked = NULL;
   _cleanup_free_ char *inject = NULL;
   _cleanup_json_ json_t *spec_json = NULL;
-  _cleanup_json_ json_t *created = NULL;
   r = docker_engine_open(o->host, &d->en, e);
   if (r < 0)
     goto fail;
@@ -645,31 +686,7 @@ static int docker_create(const struct backend_options *bo, struct sandbox **out,
   r = docker_spec_json(o, &sp, &spec_json, e);
   if (r < 0)
     goto fail;
-  char path[128];
-  (void)snprintf(path, sizeof(path), "/containers/create?name=sbx-%s",
-                 s->session_id);
-  struct docker_request req = {
-      .method = "POST", .path = path, .body = spec_json};
-  r = docker_engine_json(d->en, &req, &created, e);
-  if (r < 0)
-    goto fail;
-  const char *id = json_string_value(json_object_get(created, "Id"));
-  if (!id || !*id) {
-    r = sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                      "the container engine created a container without an "
-                      "Id");
-    goto fail;
-  }
-  d->container = strdup(id);
-  if (!d->container) {
-    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-    goto fail;
-  }
-  r = container_path(id, "/start", path, sizeof(path), e);
-  if (r < 0)
-    goto fail;
-  struct docker_request start = {.method = "POST", .path = path};
-  r = docker_engine_json(d->en, &start, NULL, e);
+  r = create_and_start(d, s->session_id, spec_json, o->n_exposed_ports > 0, e);
   if (r < 0)
     goto fail;
 
