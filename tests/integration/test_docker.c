@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "docker/docker.h"
 #include "docker/engine.h"
+#include "pyserver.h"
 #include "rand.h"
 
 #define IMAGE "localhost/sbx-debian:latest"
@@ -687,4 +688,84 @@ Test(docker, options_merge_run_over_client) {
   cr_expect_eq(m.n_exposed_ports, 2);
   docker_options_merge(NULL, &run, &m);
   cr_expect_null(m.network_mode);
+}
+
+/* ---- a scripted engine ---- */
+
+/* Runs tests/support/fake_engine.py with ARGS (after the socket and log)
+ * and tries to create a sandbox with a published port through it; the
+ * requests it saw (new array) and the create's error in *E. */
+static json_t *create_through_fake(const char *busy, struct sbx_error *e) {
+  char dir[] = "/tmp/sbx-fake-engine-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char sock[64], log[64], host[80];
+  (void)snprintf(sock, sizeof(sock), "%s/engine.sock", dir);
+  (void)snprintf(log, sizeof(log), "%s/requests.jsonl", dir);
+  (void)snprintf(host, sizeof(host), "unix://%s", sock);
+  const char *argv[] = {"python3",
+                        SBX_SOURCE_DIR "/tests/support/fake_engine.py",
+                        sock,
+                        log,
+                        "--busy-starts",
+                        busy,
+                        NULL};
+  pid_t pid = 0;
+  test_pyserver_start(argv, "fake engine", &pid);
+  struct backend_options o;
+  memset(&o, 0, sizeof(o));
+  o.docker.host = host;
+  o.docker.image = "fake:latest";
+  o.docker.sandboxd_static = STATIC_SANDBOXD;
+  o.docker.never_pull = true;
+  const uint16_t ports[] = {8000};
+  o.docker.exposed_ports = ports;
+  o.docker.n_exposed_ports = 1;
+  o.ready_timeout_ms = 3000;
+  struct sandbox *s = NULL;
+  cr_expect_lt(backend_docker.create(&o, &s, e), 0,
+               "the fake engine's containers never run sandboxd");
+  test_pyserver_stop(&pid);
+  json_t *reqs = test_jsonl_read(log);
+  (void)unlink(log);
+  (void)unlink(sock);
+  (void)rmdir(dir);
+  return reqs;
+}
+
+static size_t count_requests(json_t *reqs, const char *method,
+                             const char *path) {
+  size_t n = 0, i;
+  json_t *r;
+  json_array_foreach(reqs, i, r) {
+    if (strcmp(json_string_value(json_object_get(r, "method")), method) == 0 &&
+        strcmp(json_string_value(json_object_get(r, "path")), path) == 0)
+      n++;
+  }
+  return n;
+}
+
+/* Podman picks a published port's host port at create and binds it at
+ * start; when another process took it in between, the container is made
+ * again (at most three times). */
+Test(docker_fake, start_that_finds_its_port_taken_makes_the_container_again) {
+  struct sbx_error e = {0};
+  json_t *reqs = create_through_fake("1", &e);
+  cr_expect_eq(count_requests(reqs, "POST", "/containers/create"), 2);
+  cr_expect_eq(count_requests(reqs, "POST", "/containers/c1/start"), 1);
+  cr_expect_eq(count_requests(reqs, "DELETE", "/containers/c1"), 1,
+               "the first container is removed");
+  cr_expect_eq(count_requests(reqs, "POST", "/containers/c2/start"), 1);
+  /* The second one started; it then exited without sandboxd. */
+  cr_expect(strstr(e.msg, "address already in use") == NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "stopped") != NULL, "%s", e.msg);
+  json_decref(reqs);
+
+  /* Taken every time: three attempts, then the engine's error. */
+  e = (struct sbx_error){0};
+  reqs = create_through_fake("100", &e);
+  cr_expect_eq(count_requests(reqs, "POST", "/containers/create"), 3);
+  cr_expect_eq(count_requests(reqs, "DELETE", "/containers/c1"), 1);
+  cr_expect_eq(count_requests(reqs, "DELETE", "/containers/c2"), 1);
+  cr_expect(strstr(e.msg, "address already in use") != NULL, "%s", e.msg);
+  json_decref(reqs);
 }
