@@ -262,11 +262,6 @@ static double self_cpu(void) {
   return tv_s(ru.ru_utime) + tv_s(ru.ru_stime);
 }
 
-static void rm_rf(const char *path) {
-  char *argv[] = {"rm", "-rf", "--", (char *)path, NULL};
-  (void)run(argv);
-}
-
 /* On ext4, marks DIR as a top of directory hierarchies (chattr +T), so the
  * directories made in it (the tree, ours and tar's destinations alike) are
  * spread over block groups with free inodes instead of sharing DIR's group,
@@ -446,6 +441,6 @@ int main(int argc, char **argv) {
 
   archive_table_free(d.archives);
   (void)close(d.root_fd);
-  rm_rf(base);
+  (void)bench_rm_rf(base);
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "docker/engine.h"
 #include "pyserver.h"
 #include "rand.h"
+#include "sbxrun.h"
 
 #define IMAGE "localhost/sbx-debian:latest"
 #define IMAGE_SCRATCH "localhost/sbx-sandboxd:latest"
@@ -726,9 +727,7 @@ static json_t *create_through_fake(const char *busy, struct sbx_error *e) {
                "the fake engine's containers never run sandboxd");
   test_pyserver_stop(&pid);
   json_t *reqs = test_jsonl_read(log);
-  (void)unlink(log);
-  (void)unlink(sock);
-  (void)rmdir(dir);
+  (void)test_rm_rf(dir);
   return reqs;
 }
 

@@ -32,9 +32,7 @@ static void setup(void) {
 
 static void teardown(void) {
   sbx_sandbox_remove_all(sdir);
-  char cmd[128];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  (void)!system(cmd);
+  (void)test_rm_rf(dir);
 }
 
 TestSuite(docker_session, .init = setup, .fini = teardown, .timeout = 180);
@@ -134,9 +132,7 @@ Test(docker_session, resume_live_removed_and_neither) {
   const char *rm2[] = {"rm", nid, NULL};
   sbx(&r, rm2);
   sbx_run_free(&r);
-  char cmd[160];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", snaps);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(test_rm_rf(snaps), 0);
   sbx(&r, res);
   cr_expect_eq(r.status, 1);
   cr_expect(strstr(r.err, "the live sandbox is gone") &&

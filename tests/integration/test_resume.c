@@ -29,9 +29,7 @@ static void setup(void) {
 /* Removes every sandbox left in the state dir, then the temp dir. */
 static void teardown(void) {
   sbx_sandbox_remove_all(state);
-  char cmd[128];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  (void)!system(cmd);
+  (void)test_rm_rf(dir);
 }
 
 TestSuite(resume, .init = setup, .fini = teardown, .timeout = 180);
@@ -223,9 +221,9 @@ Test(resume, killed_at_five_points_resumes_to_the_same_answer) {
    * command, during the last model calls. */
   const int kill_at[] = {250, 1100, 1700, 2600, 3500};
   for (size_t k = 0; k < sizeof(kill_at) / sizeof(kill_at[0]); k++) {
-    char cmd[160];
-    (void)snprintf(cmd, sizeof(cmd), "rm -rf %s/runs", state);
-    (void)!system(cmd);
+    char runs[160];
+    (void)snprintf(runs, sizeof(runs), "%s/runs", state);
+    (void)test_rm_rf(runs);
     struct test_model_server srv;
     test_model_server_start(&srv, script, NULL);
     const char *run[] = {"run", "--state-dir", state, a, "log twice", NULL};

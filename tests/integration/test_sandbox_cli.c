@@ -64,9 +64,7 @@ static void teardown(void) {
                    tmux_sock);
     (void)!system(cmd);
   }
-  char cmd[128];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  (void)!system(cmd);
+  (void)test_rm_rf(dir);
 }
 
 TestSuite(sandbox_cli, .init = setup, .fini = teardown, .timeout = 180);

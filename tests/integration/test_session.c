@@ -27,9 +27,7 @@ static void sbx(struct sbx_run_out *r, const char *const *args) {
 
 static void teardown(void) {
   sbx_sandbox_remove_all(sdir);
-  char cmd[128];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  (void)!system(cmd);
+  (void)test_rm_rf(dir);
 }
 
 TestSuite(session, .init = setup, .fini = teardown, .timeout = 120);
@@ -137,9 +135,7 @@ Test(session, resume_fails_clearly_when_neither_is_possible) {
   const char *rm[] = {"rm", id, NULL};
   sbx(&r, rm);
   sbx_run_free(&r);
-  char cmd[160];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", snaps);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(test_rm_rf(snaps), 0);
   const char *res[] = {"resume", st, NULL};
   sbx(&r, res);
   cr_expect_eq(r.status, 1);

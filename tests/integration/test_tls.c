@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "sbxrun.h"
 
 static char certs[64];
 
@@ -88,9 +89,7 @@ static void start_tls(struct test_daemon *t) {
 }
 
 static void cleanup_certs(void) {
-  char cmd[128];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", certs);
-  (void)!system(cmd);
+  (void)test_rm_rf(certs);
 }
 
 TestSuite(tls, .init = make_certs, .fini = cleanup_certs, .timeout = 60);

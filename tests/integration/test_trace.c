@@ -28,9 +28,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  char cmd[128];
-  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  (void)!system(cmd);
+  (void)test_rm_rf(dir);
 }
 
 TestSuite(trace, .init = setup, .fini = teardown, .timeout = 180);

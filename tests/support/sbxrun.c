@@ -1,7 +1,9 @@
 #include "sbxrun.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -147,4 +149,17 @@ void sbx_sandbox_remove_all(const char *state_dir) {
   }
   json_decref(arr);
   sbx_run_free(&r);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag,
+                  struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
+}
+
+int test_rm_rf(const char *path) {
+  if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
+    return -errno;
+  return 0;
 }

@@ -25,6 +25,9 @@ char *sbx_sandbox_line(const char *state_dir, const char *const *args);
 void sbx_sandbox_remove_all(const char *state_dir);
 /* Path of the built sbx. */
 const char *test_sbx_path(void);
+/* Removes the tree at PATH, never following a symbolic link; 0 (also when
+ * PATH does not exist) or a negative errno. */
+int test_rm_rf(const char *path);
 /* Writes TEXT to DIR/NAME (DIR must exist); returns the path (static
  * buffer reused by the next call). */
 const char *test_write_file(const char *dir, const char *name,
