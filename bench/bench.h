@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "rand.h"
+#include "shared/client.h"
+#include "shared/rand.h"
 
 /* ---- clocks and statistics ------------------------------------------- */
 

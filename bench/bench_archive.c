@@ -36,9 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "archive.h"
-#include "bench.h"
-#include "clock.h"
+#include "bench/bench.h"
+#include "sandboxd/archive/transfer.h"
+#include "shared/clock.h"
 
 #define TREE_BYTES (200ull << 20)
 #define RUNS_MAX 20

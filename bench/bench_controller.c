@@ -30,7 +30,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
-#include "bench.h"
+#include "bench/bench.h"
 
 extern char **environ;
 

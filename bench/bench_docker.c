@@ -24,10 +24,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "clock.h"
-#include "docker/docker.h"
-#include "docker/engine.h"
+#include "backends/docker/docker.h"
+#include "backends/docker/engine.h"
+#include "bench/bench.h"
+#include "shared/clock.h"
 
 extern char **environ;
 

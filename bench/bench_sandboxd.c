@@ -21,7 +21,7 @@
 #include <getopt.h>
 #include <spawn.h>
 
-#include "bench.h"
+#include "bench/bench.h"
 
 extern char **environ;
 

@@ -28,11 +28,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "clock.h"
-#include "log.h"
-#include "sandbox.h"
-#include "snapshot.h"
+#include "backends/local/local.h"
+#include "bench/bench.h"
+#include "controller/backend/backend.h"
+#include "controller/snapshot/snapshot.h"
+#include "shared/clock.h"
+#include "shared/log.h"
 
 #define TREE_BYTES (200ull << 20)
 #define RUNS 3

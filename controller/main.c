@@ -1,5 +1,5 @@
 /* sbx: the control plane. */
-#include "cli.h"
+#include "controller/cli/cli.h"
 
 int main(int argc, char **argv) {
   return cli_main(argc, argv);

@@ -12,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "daemon.h"
-#include "log.h"
-#include "version.h"
+#include "sandboxd/daemon/daemon.h"
+#include "sandboxd/rpc/version.h"
+#include "shared/cleanup.h"
+#include "shared/log.h"
 
 static void usage(FILE *f) {
   fprintf(f,

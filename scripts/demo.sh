@@ -1,9 +1,5 @@
 #!/usr/bin/env bash
-# Runs the example agent. Until the controller lands, it shows sandboxd.
+# Runs the example agent with the sbx and sandboxd of the build tree BUILD.
 set -euo pipefail
 build=${1:-build}
-if [ -x "$build/sbx" ] && [ -f examples/renewal-packet/agent.json ]; then
-  exec bash examples/renewal-packet/run.sh "$build"
-fi
-echo "The sbx controller is not built yet; this demo only shows sandboxd:"
-"$build/sandboxd" --version
+exec bash examples/renewal-packet/run.sh "$build"

@@ -1,4 +1,4 @@
-#include "buf.h"
+#include "shared/buf.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "client.h"
+#include "shared/client.h"
 
 #include <errno.h>
 #include <nng/nng.h>
@@ -10,11 +10,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "cleanup.h"
-#include "fileio.h"
-#include "log.h"
-#include "path.h"
-#include "rand.h"
+#include "shared/cleanup.h"
+#include "shared/fileio.h"
+#include "shared/log.h"
+#include "shared/path.h"
+#include "shared/rand.h"
 
 struct sbx_client {
   nng_socket sock;

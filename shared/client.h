@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
 #include "sandboxd.pb-c.h"
+#include "shared/errors.h"
 
 struct sbx_client;
 

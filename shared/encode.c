@@ -1,4 +1,4 @@
-#include "encode.h"
+#include "shared/encode.h"
 
 #include <errno.h>
 

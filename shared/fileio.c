@@ -1,4 +1,4 @@
-#include "fileio.h"
+#include "shared/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,9 +12,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "cleanup.h"
-#include "rand.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
+#include "shared/rand.h"
 
 int sbx_read_file(const char *path, size_t max, char **out, size_t *len) {
   _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);

@@ -18,7 +18,7 @@
  *    so a hostile file and patch cannot make the search quadratic.
  *
  * Pure code: no I/O, no globals; every function is reentrant. */
-#include "patch.h"
+#include "shared/patch.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "cleanup.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
 
 SBX_DEFINE_CLEANUP(struct sbx_patch *, sbx_patch_free)
 

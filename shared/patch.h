@@ -24,7 +24,7 @@
 
 #include <stddef.h>
 
-#include "err.h"
+#include "shared/errors.h"
 
 enum sbx_patch_kind {
   SBX_PATCH_ADD = 1,

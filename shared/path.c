@@ -1,4 +1,4 @@
-#include "path.h"
+#include "shared/path.h"
 
 #include <errno.h>
 #include <string.h>

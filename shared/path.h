@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "err.h"
+#include "shared/errors.h"
 
 #define SBX_PATH_MAX 4096 /* bytes, including the NUL */
 #define SBX_NAME_MAX 255  /* bytes in one component */

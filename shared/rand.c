@@ -1,11 +1,11 @@
-#include "rand.h"
+#include "shared/rand.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <sys/random.h>
 #include <time.h>
 
-#include "encode.h"
+#include "shared/encode.h"
 
 int sbx_random_bytes(void *buf, size_t n) {
   uint8_t *p = buf;

@@ -1,4 +1,4 @@
-#include "sha256.h"
+#include "shared/sha256.h"
 
 /* The one-shot SHA256_* calls are deprecated in OpenSSL 3 in favour of EVP,
  * which allocates its context; they run the same SHA-NI/AVX2 code. */

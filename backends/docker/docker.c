@@ -2,7 +2,7 @@
  * Docker Engine API, with sandboxd as its entrypoint (baked into the image
  * or sbx's static build bind-mounted read-only), reached over ipc:// through
  * a bind-mounted 0700 host runtime directory. */
-#include "docker.h"
+#include "backends/docker/docker.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -16,13 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "clock.h"
-#include "engine.h"
-#include "fileio.h"
-#include "log.h"
-#include "options.h"
-#include "rand.h"
+#include "backends/docker/engine.h"
+#include "backends/docker/options.h"
+#include "shared/cleanup.h"
+#include "shared/clock.h"
+#include "shared/fileio.h"
+#include "shared/log.h"
+#include "shared/rand.h"
 
 #define PULL_TIMEOUT_MS (10u * 60 * 1000)
 #define LOG_TAIL_MAX 400

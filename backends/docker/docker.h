@@ -9,14 +9,16 @@
  * (not a host bind), so snapshots go through sandboxd. Containers carry the
  * labels sbx.session=<session id> and sbx.managed=true.
  *
- * Beyond struct backend (backend_docker, in controller/sandbox.h) this
- * header offers what the session lifecycle needs: the published endpoint of
- * an exposed port, detaching from a live container and resuming it.
- * Functions taking a struct sandbox require one made by this backend. */
+ * Beyond struct backend (backend_docker) this header offers what the session
+ * lifecycle needs: the published endpoint of an exposed port, detaching from a
+ * live container and resuming it. Functions taking a struct sandbox require one
+ * made by this backend. */
 #ifndef SBX_DOCKER_H
 #define SBX_DOCKER_H
 
-#include "sandbox.h"
+#include "controller/backend/backend.h"
+
+extern const struct backend backend_docker;
 
 #define DOCKER_DEFAULT_IMAGE "sbx-debian:latest"
 #define DOCKER_DEFAULT_ROOT "/workspace"

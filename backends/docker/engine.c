@@ -1,6 +1,6 @@
 /* The Docker Engine API over a unix socket with libcurl: one easy handle per
  * engine, so the connection is kept between requests. */
-#include "engine.h"
+#include "backends/docker/engine.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -13,8 +13,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "cleanup.h"
-#include "log.h"
+#include "shared/cleanup.h"
+#include "shared/log.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_MAX_BYTES (8u << 20)

@@ -28,8 +28,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "buf.h"
-#include "err.h"
+#include "shared/buf.h"
+#include "shared/errors.h"
 
 #define DOCKER_DEFAULT_HOST "unix:///var/run/docker.sock"
 #define DOCKER_API_MIN "1.25"

@@ -1,13 +1,13 @@
 /* The docker backend's options: merging a run's over a client's, checking
  * them before anything is created, and the container they describe. */
-#include "options.h"
+#include "backends/docker/options.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cleanup.h"
+#include "shared/cleanup.h"
 
 #define LABEL_KEY_MAX 256
 #define LABEL_VALUE_MAX 4096

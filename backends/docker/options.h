@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "docker.h"
+#include "backends/docker/docker.h"
 
 /* What the backend decided besides the options. All borrowed. */
 struct docker_spec {

@@ -10,6 +10,8 @@
  * attaches to it from the saved state (pid, socket, token file, workspace).
  * Grants become --grant options; a local bind mount is a symlink in the
  * workspace to its source plus a grant of that source. */
+#include "backends/local/local.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,12 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "clock.h"
-#include "fileio.h"
-#include "log.h"
-#include "rand.h"
-#include "sandbox.h"
+#include "shared/cleanup.h"
+#include "shared/clock.h"
+#include "shared/fileio.h"
+#include "shared/log.h"
+#include "shared/rand.h"
 
 #define LOCAL_MAX_GRANTS 64
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "patch.h"
+#include "shared/errors.h"
+#include "shared/patch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dispatch.h"
 #include "sandboxd.pb-c.h"
+#include "sandboxd/server/dispatch.h"
 
 static struct sandboxd d;
 static int ready;

@@ -1,6 +1,6 @@
 /* Archives through the real daemon and the C client: a zstd round trip in
  * chunks, and hostile archives refused with nothing written. */
-#include SBX_LIBARCHIVE_H
+#include <archive.h>
 #include <archive_entry.h>
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "tests/support/daemon.h"
 
 static void put(struct test_daemon *t, const char *rel, const char *content) {
   char p[512];

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "tests/support/daemon.h"
 
 Test(daemon, hello_reports_root_limits_and_version) {
   struct test_daemon t;

@@ -16,13 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "docker/docker.h"
-#include "docker/engine.h"
-#include "pyserver.h"
-#include "rand.h"
-#include "sbxrun.h"
+#include "backends/docker/docker.h"
+#include "backends/docker/engine.h"
+#include "shared/buf.h"
+#include "shared/clock.h"
+#include "shared/rand.h"
+#include "tests/support/pyserver.h"
+#include "tests/support/sbxrun.h"
 
 #define IMAGE "localhost/sbx-debian:latest"
 #define IMAGE_SCRATCH "localhost/sbx-sandboxd:latest"

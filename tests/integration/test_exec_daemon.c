@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "daemon.h"
+#include "shared/clock.h"
+#include "tests/support/daemon.h"
 
 TestSuite(exec_daemon, .timeout = 60);
 

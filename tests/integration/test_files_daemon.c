@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "tests/support/daemon.h"
 
 Test(files_daemon, write_read_escape_exists) {
   struct test_daemon t;

@@ -14,10 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon.h"
-#include "manifest.h"
-#include "materialize.h"
-#include "sandbox.h"
+#include "backends/local/local.h"
+#include "controller/backend/backend.h"
+#include "controller/config/manifest.h"
+#include "controller/sandbox/materialize.h"
+#include "tests/support/daemon.h"
 
 static struct test_daemon d;
 static char base[64]; /* host dir: the base directory of local sources */

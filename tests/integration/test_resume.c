@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model_server.h"
-#include "sbxrun.h"
+#include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
 
 static char dir[64];
 static char state[96];

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model_server.h"
-#include "sbxrun.h"
+#include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
 
 static char dir[64];
 

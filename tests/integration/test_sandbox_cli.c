@@ -16,11 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "lifecycle.h"
-#include "model_server.h"
-#include "sandbox.h"
-#include "sbxrun.h"
+#include "controller/backend/backend.h"
+#include "controller/cli/cli.h"
+#include "controller/sandbox/lifecycle.h"
+#include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
 
 static char dir[64];
 static char state[128];

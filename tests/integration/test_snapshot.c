@@ -1,7 +1,7 @@
 /* Snapshots through a real sandboxd: local and remote (nginx WebDAV on
  * loopback) round trips, the fingerprint skip, tampered and hostile
  * archives, prune and "none". */
-#include SBX_LIBARCHIVE_H
+#include <archive.h>
 #include <archive_entry.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon.h"
-#include "sha256.h"
-#include "snapshot.h"
-#include "webdav.h"
+#include "controller/snapshot/snapshot.h"
+#include "shared/sha256.h"
+#include "tests/support/daemon.h"
+#include "tests/support/webdav.h"
 
 #define SID "0b7e5d2c-8d1e-4c55-9a0f-5e8f2b1c3d4e"
 #define TOKEN "s3cret-token"

@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon.h"
-#include "sbxrun.h"
+#include "tests/support/daemon.h"
+#include "tests/support/sbxrun.h"
 
 static char certs[64];
 

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model_server.h"
-#include "otlp_receiver.h"
-#include "sbxrun.h"
+#include "tests/support/model_server.h"
+#include "tests/support/otlp_receiver.h"
+#include "tests/support/sbxrun.h"
 
 static char dir[64];
 

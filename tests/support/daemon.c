@@ -1,4 +1,4 @@
-#include "daemon.h"
+#include "tests/support/daemon.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rand.h"
+#include "shared/rand.h"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "client.h"
+#include "shared/client.h"
 
 struct test_daemon {
   pid_t pid;

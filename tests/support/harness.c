@@ -1,4 +1,4 @@
-#include "harness.h"
+#include "tests/support/harness.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "rpc.h"
+#include "sandboxd/rpc/rpc.h"
 
 struct harness {
   struct sandboxd d;

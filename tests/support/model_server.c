@@ -1,4 +1,4 @@
-#include "model_server.h"
+#include "tests/support/model_server.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "pyserver.h"
+#include "tests/support/pyserver.h"
 
 const char *test_model_server_path(void) {
   return SBX_SOURCE_DIR "/tests/support/model_server.py";

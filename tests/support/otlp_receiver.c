@@ -1,4 +1,4 @@
-#include "otlp_receiver.h"
+#include "tests/support/otlp_receiver.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pyserver.h"
+#include "tests/support/pyserver.h"
 
 static const char *receiver_path(void) {
   return SBX_SOURCE_DIR "/tests/support/otlp_receiver.py";

@@ -1,4 +1,4 @@
-#include "pyserver.h"
+#include "tests/support/pyserver.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

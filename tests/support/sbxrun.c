@@ -1,4 +1,4 @@
-#include "sbxrun.h"
+#include "tests/support/sbxrun.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "buf.h"
+#include "shared/buf.h"
 
 const char *test_sbx_path(void) {
   const char *p = getenv("SBX_BIN");

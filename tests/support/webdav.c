@@ -1,4 +1,4 @@
-#include "webdav.h"
+#include "tests/support/webdav.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>

@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "buf.h"
-#include "cleanup.h"
-#include "err.h"
+#include "controller/config/agent.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
+#include "shared/errors.h"
 
 static char tmpdir[] = "/tmp/sbx-test-agent-XXXXXX";
 

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "approvals.h"
+#include "controller/config/agent.h"
+#include "controller/run/approvals.h"
 
 static struct agent_set *load(const char *json) {
   char dir[] = "/tmp/sbx-appr-XXXXXX";

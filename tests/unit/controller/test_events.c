@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "events.h"
-#include "model_server.h"
-#include "sbxrun.h"
-#include "schema.h"
+#include "controller/run/schema.h"
+#include "controller/telemetry/events.h"
+#include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
 
 static char dir[64];
 

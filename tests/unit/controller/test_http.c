@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "http.h"
+#include "controller/net/http.h"
 
 static void expect_redacted(const char *in, const char *want) {
   char *out = NULL;

@@ -5,9 +5,9 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "cleanup.h"
-#include "manifest.h"
-#include "materialize.h"
+#include "controller/config/manifest.h"
+#include "controller/sandbox/materialize.h"
+#include "shared/cleanup.h"
 
 static struct manifest *parse_ok(const char *text) {
   json_error_t je;

@@ -9,11 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "clock.h"
-#include "err.h"
-#include "model.h"
-#include "model_server.h"
+#include "controller/model/model.h"
+#include "shared/cleanup.h"
+#include "shared/clock.h"
+#include "shared/errors.h"
+#include "tests/support/model_server.h"
 
 static struct test_model_server srv;
 static char tmpdir[] = "/tmp/sbx-test-model-XXXXXX";

@@ -5,9 +5,10 @@
 #include <regex.h>
 #include <string.h>
 
-#include "buf.h"
-#include "cleanup.h"
-#include "output.h"
+#include "controller/tools/output.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
+#include "shared/utf8.h"
 
 /* Truncates S to TOKENS and checks the text and the original token count. */
 static void expect_truncated(const char *s, int64_t tokens, const char *want,
@@ -190,13 +191,13 @@ Test(output, sanitize_replaces_maximal_invalid_subparts) {
 #undef R
   _cleanup_buf_ struct sbx_buf b;
   sbx_buf_init(&b, 1024);
-  cr_assert_eq(output_sanitize_utf8((const char *)in, sizeof(in), &b), 0);
+  cr_assert_eq(sbx_utf8_sanitize((const char *)in, sizeof(in), &b), 0);
   cr_expect_eq(b.len, sizeof(want) - 1);
   cr_expect_eq(memcmp(b.data, want, b.len), 0);
 
   sbx_buf_reset(&b);
   static const char ok[] = "plain ascii, é, 日本, 😀, \x7f";
-  cr_assert_eq(output_sanitize_utf8(ok, sizeof(ok) - 1, &b), 0);
+  cr_assert_eq(sbx_utf8_sanitize(ok, sizeof(ok) - 1, &b), 0);
   cr_expect_str_eq(b.data, ok);
 }
 
@@ -205,7 +206,7 @@ Test(output, bounded_buffer_refuses_instead_of_overflowing) {
   sbx_buf_init(&b, 10);
   cr_expect_eq(output_truncate("0123456789abc", 13, -1, &b, NULL), -E2BIG);
   sbx_buf_reset(&b);
-  cr_expect_eq(output_sanitize_utf8("\xff\xff\xff\xff", 4, &b), -E2BIG);
+  cr_expect_eq(sbx_utf8_sanitize("\xff\xff\xff\xff", 4, &b), -E2BIG);
   struct output_exec x = {.text = "hi\n", .len = 3};
   sbx_buf_reset(&b);
   cr_expect_eq(output_format_exec(&x, &b), -E2BIG);

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "cleanup.h"
-#include "err.h"
-#include "sse.h"
+#include "controller/net/sse.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
+#include "shared/errors.h"
 
 #define MAX_EVENTS 32
 

@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "otlp_receiver.h"
-#include "trace.h"
+#include "controller/telemetry/trace.h"
+#include "tests/support/otlp_receiver.h"
 
 static char dir[64];
 static char path[128];

@@ -1,9 +1,9 @@
 /* Archive export and import through the handlers: round trips, excludes,
  * determinism, resumable transfers, and hostile archives that must be
  * refused with nothing written. */
-#include "archive.h"
+#include "sandboxd/archive/transfer.h"
 
-#include SBX_LIBARCHIVE_H
+#include <archive.h>
 #include <archive_entry.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cleanup.h"
-#include "harness.h"
+#include "shared/cleanup.h"
+#include "tests/support/harness.h"
 
 static struct harness h;
 

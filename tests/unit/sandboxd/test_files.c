@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "files.h"
-#include "harness.h"
+#include "sandboxd/fs/files.h"
+#include "tests/support/harness.h"
 
 static struct harness h;
 static char out_dir[128]; /* h.dir/out: outside the workspace */

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbuf.h"
+#include "sandboxd/proc/outbuf.h"
 
 /* The byte a stream has at offset O in these tests. */
 static unsigned char pattern(uint64_t o) {

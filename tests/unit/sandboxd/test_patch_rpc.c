@@ -5,8 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "files.h"
-#include "harness.h"
+#include "sandboxd/fs/files.h"
+#include "sandboxd/patch/patch_rpc.h"
+#include "tests/support/harness.h"
 
 static struct harness h;
 static void setup(void) {

@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "harness.h"
-#include "proc.h"
+#include "sandboxd/proc/proc.h"
+#include "shared/clock.h"
+#include "tests/support/harness.h"
 
 static struct harness h;
 

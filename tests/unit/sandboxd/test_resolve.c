@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "resolve.h"
-#include "userdb.h"
+#include "sandboxd/fs/resolve.h"
+#include "sandboxd/users/userdb.h"
 
 static char tmpl[64];
 static struct sandboxd d;

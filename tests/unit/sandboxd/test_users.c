@@ -9,11 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "files.h"
-#include "harness.h"
-#include "rand.h"
-#include "userdb.h"
-#include "users.h"
+#include "sandboxd/fs/files.h"
+#include "sandboxd/users/userdb.h"
+#include "sandboxd/users/users.h"
+#include "shared/rand.h"
+#include "tests/support/harness.h"
 
 static struct harness h;
 static char etc[128];

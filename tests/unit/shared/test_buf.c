@@ -2,11 +2,11 @@
 #include <errno.h>
 #include <string.h>
 
-#include "buf.h"
-#include "cleanup.h"
-#include "encode.h"
-#include "err.h"
-#include "rand.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
+#include "shared/encode.h"
+#include "shared/errors.h"
+#include "shared/rand.h"
 
 Test(buf, grows_to_max_and_refuses_more) {
   _cleanup_buf_ struct sbx_buf b;

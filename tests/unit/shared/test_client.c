@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "path.h"
+#include "shared/client.h"
+#include "shared/path.h"
 
 /* Fills the reply to one request: the body and whatever it points to must
  * live until the peer has packed it (static storage in the tests). */

@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "encode.h"
+#include "shared/encode.h"
 
 Test(encode, hex_value_takes_either_case) {
   cr_expect_eq(sbx_hex_value('0'), 0);

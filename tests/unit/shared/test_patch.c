@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cleanup.h"
-#include "err.h"
-#include "patch.h"
+#include "shared/cleanup.h"
+#include "shared/errors.h"
+#include "shared/patch.h"
 
 SBX_DEFINE_CLEANUP(struct sbx_patch *, sbx_patch_free)
 #define _cleanup_patch_ _cleanup_(sbx_patch_freep)

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "path.h"
+#include "shared/path.h"
 
 /* One row: input (len -1 means strlen), flags, expected errno (0 = ok) and
  * the normalized output. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sha256.h"
+#include "shared/sha256.h"
 
 static void expect_hex(const char *msg, size_t len, const char *want) {
   uint8_t d[SBX_SHA256_BYTES];

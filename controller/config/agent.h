@@ -1,0 +1,192 @@
+/* Agent definition files.
+ *
+ * An agent is a JSON object with the Python Agents SDK's snake_case names:
+ *
+ *   name               string, required
+ *   model              string
+ *   instructions       string
+ *   base_instructions  string (replaces the default sandbox instructions)
+ *   default_manifest   object (kept as JSON; the manifest module parses it)
+ *   capabilities       array of "filesystem" | "shell" | "compaction" |
+ *                      "skills" | "memory", in order, no repeats;
+ *                      default ["filesystem", "shell", "compaction"]
+ *   run_as             string, or {"name": string}: a user name
+ *   model_settings     {temperature: number 0..2,
+ *                       reasoning: {effort: "minimal"|"low"|"medium"|"high"}
+ *                       or reasoning_effort: the same strings,
+ *                       tool_choice: "auto"|"required"|"none"|<tool name>,
+ *                       parallel_tool_calls: boolean,
+ *                       max_output_tokens: integer >= 1}
+ *   output_type        object (a JSON schema for the final output)
+ *   max_turns          integer >= 1
+ *   handoffs           array of paths to agent files
+ *   tools              array of {"type": "agent_as_tool", "agent": path,
+ *                       "name"?: [A-Za-z0-9_-]{1,64}, "description"?: string,
+ *                       "max_turns"?: integer >= 1}
+ *   api                "responses" (default) | "chat_completions"
+ *   base_url           "http://..." or "https://..."
+ *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
+ *   version            1 (optional)
+ *
+ * Keys are optional unless marked required; null is the same as leaving an
+ * optional key out. Unknown keys are errors.
+ *
+ * Relative paths are relative to the directory of the file that names them.
+ * Handoff and tool files are loaded too, each file once (by device and inode),
+ * so handoffs may form cycles: agents point at each other. A cycle that goes
+ * through an agent_as_tool reference is refused, since each such call nests a
+ * new run without end.
+ *
+ * Every error names the file and, where there is one, the key:
+ *   agents/a.json: unknown key "modle"
+ *   agents/a.json: "max_turns" must be an integer (got string)
+ *   agents/a.json: "model_settings.temperature" must be between 0 and 2 ...
+ *
+ * Not thread-safe while loading; a loaded set is read-only and may be shared
+ * between threads. */
+#ifndef SBX_AGENT_H
+#define SBX_AGENT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shared/errors.h"
+
+#define AGENT_MAX_FILE_BYTES (4u << 20) /* one agent file */
+#define AGENT_MAX_AGENTS 64             /* files in one set */
+#define AGENT_MAX_DEPTH 16              /* references from the first file */
+#define AGENT_MAX_LIST 256 /* entries in one array or approvals object */
+
+enum agent_capability {
+  AGENT_CAP_FILESYSTEM,
+  AGENT_CAP_SHELL,
+  AGENT_CAP_COMPACTION,
+  AGENT_CAP_SKILLS,
+  AGENT_CAP_MEMORY,
+  AGENT_CAP_COUNT
+};
+
+enum agent_api {
+  AGENT_API_RESPONSES,
+  AGENT_API_CHAT_COMPLETIONS,
+};
+
+enum agent_effort {
+  AGENT_EFFORT_UNSET,
+  AGENT_EFFORT_MINIMAL,
+  AGENT_EFFORT_LOW,
+  AGENT_EFFORT_MEDIUM,
+  AGENT_EFFORT_HIGH,
+};
+
+enum agent_tool_choice {
+  AGENT_TOOL_CHOICE_UNSET,
+  AGENT_TOOL_CHOICE_AUTO,
+  AGENT_TOOL_CHOICE_REQUIRED,
+  AGENT_TOOL_CHOICE_NONE,
+  AGENT_TOOL_CHOICE_NAMED, /* tool_choice_name */
+};
+
+/* Unset fields are: has_temperature false, *_UNSET, parallel_tool_calls -1,
+ * max_output_tokens 0. */
+struct agent_model_settings {
+  bool has_temperature;
+  double temperature;
+  enum agent_effort reasoning_effort;
+  enum agent_tool_choice tool_choice;
+  char *tool_choice_name;
+  int parallel_tool_calls; /* -1 unset, 0 false, 1 true */
+  int64_t max_output_tokens;
+};
+
+enum agent_approval_mode {
+  AGENT_APPROVAL_ALWAYS,
+  AGENT_APPROVAL_NEVER,
+  AGENT_APPROVAL_PREFIXES, /* prefixes: the approvals module decides */
+};
+
+struct agent_approval {
+  char *tool;
+  enum agent_approval_mode mode;
+  char **prefixes; /* non-empty strings */
+  size_t nprefixes;
+};
+
+struct agent;
+
+/* {"type": "agent_as_tool", ...}. */
+struct agent_tool {
+  char *agent_path;    /* as written in the file */
+  struct agent *agent; /* borrowed from the set */
+  char *name;          /* NULL: derive one from the agent's name */
+  char *description;   /* NULL when not given */
+  int64_t max_turns;   /* 0 when not given */
+};
+
+/* One loaded file. Strings are NUL-terminated and NULL when not given. */
+struct agent {
+  size_t index; /* position in agent_set.agents */
+  char *path;   /* the path it was opened by */
+  dev_t dev;    /* identity of the file */
+  ino_t ino;
+
+  char *name;
+  char *model;
+  char *instructions;
+  char *base_instructions;
+  json_t *default_manifest; /* object, owned reference, or NULL */
+  enum agent_capability capabilities[AGENT_CAP_COUNT];
+  size_t ncapabilities;
+  char *run_as; /* trimmed */
+  struct agent_model_settings model_settings;
+  json_t *output_type;     /* object, owned reference, or NULL */
+  int64_t max_turns;       /* 0 when not given: the runner's default applies */
+  char **handoff_paths;    /* as written, parallel to handoffs */
+  struct agent **handoffs; /* borrowed from the set, no repeats */
+  size_t nhandoffs;
+  struct agent_tool *tools;
+  size_t ntools;
+  enum agent_api api;
+  char *base_url;
+  /* "run_config": defaults for `sbx run` that its flags replace. */
+  char *run_backend;                /* "local" or "docker", or NULL */
+  char *run_image;                  /* docker image, or NULL */
+  char *run_network_mode;           /* "none", or NULL */
+  struct agent_approval *approvals; /* in file order */
+  size_t napprovals;
+};
+
+/* Every agent reachable from one file. agents[0] is that file; agents[i]
+ * has index i. The set owns the agents and everything they hold. */
+struct agent_set {
+  struct agent *agents[AGENT_MAX_AGENTS];
+  size_t n;
+};
+
+/* Loads the agent file PATH and every file it references into *OUT (new;
+ * free with agent_set_free). Returns 0, or a negative errno with E (may be
+ * NULL) saying what and where:
+ *   -ENOENT, -EACCES, ...  a file cannot be opened or read
+ *   -EINVAL                not a regular file; bad JSON; a bad key or value;
+ *                          a cycle through agent_as_tool
+ *   -EFBIG                 a file over AGENT_MAX_FILE_BYTES
+ *   -E2BIG                 over AGENT_MAX_AGENTS files, AGENT_MAX_DEPTH
+ *                          levels or AGENT_MAX_LIST entries
+ *   -ENOMEM
+ * *OUT is left alone on failure. */
+int agent_load(const char *path, struct agent_set **out, struct sbx_error *e);
+
+/* Frees S and its agents; accepts NULL; returns NULL. */
+struct agent_set *agent_set_free(struct agent_set *s);
+
+/* The name used in files: "filesystem", "shell", ...; NULL if out of range. */
+const char *agent_capability_name(enum agent_capability c);
+
+/* The approval entry for TOOL in A, or NULL (borrowed). */
+const struct agent_approval *agent_find_approval(const struct agent *a,
+                                                 const char *tool);
+
+#endif

@@ -1,0 +1,1018 @@
+/* The model client: configuration, retries, streaming, record and replay,
+ * and dispatch to the Responses or Chat Completions code. */
+#include "controller/model/model.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "controller/model/model_internal.h"
+#include "controller/net/http.h"
+#include "controller/net/sse.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
+#include "shared/fileio.h"
+#include "shared/log.h"
+#include "shared/rand.h"
+
+#define DEFAULT_BASE_URL "https://api.openai.com/v1"
+#define DEFAULT_TIMEOUT_MS 600000u
+#define DEFAULT_CONNECT_TIMEOUT_MS 10000u
+#define DEFAULT_MAX_RETRIES 4u
+#define DEFAULT_RETRY_BASE_MS 500u
+#define DEFAULT_MAX_RESPONSE ((size_t)64 << 20)
+#define MAX_BACKOFF_MS 20000u
+#define MAX_RETRY_AFTER_MS 60000u
+#define ERROR_BODY_BYTES 200
+#define REPLAY_MAX_BYTES ((size_t)256 << 20)
+#define REPLAY_MAX_CALLS 100000u
+#define SSE_MAX_EVENT_BYTES ((size_t)16 << 20)
+
+/* The conversation text a request may carry. */
+#define MODEL_MAX_INPUT_TEXT ((size_t)1 << 30)
+
+struct model_client {
+  enum model_api api;
+  char *url;         /* the endpoint */
+  char *url_display; /* the endpoint without user:password@ */
+  char *auth_header; /* "Authorization: Bearer KEY", NULL without a key */
+  char *api_key;
+  unsigned timeout_ms;
+  unsigned connect_timeout_ms;
+  unsigned max_retries;
+  unsigned retry_base_ms;
+  size_t max_response_bytes;
+  bool stream;
+  model_delta_fn on_delta;
+  void *delta_arg;
+  struct http_client *http;
+
+  int record_fd; /* -1 when not recording */
+  char *record_path;
+  char *replay_path; /* NULL when not replaying */
+  json_t *replay;    /* array of recorded lines */
+  size_t replay_next;
+
+  /* The Responses API takes the whole conversation every turn: the items
+   * sent last time, serialized once, for the next body (input_text). */
+  struct input_cache {
+    json_t **items; /* referenced; compared by identity */
+    size_t *ends;   /* text.len after each item */
+    size_t n, cap;
+    struct sbx_buf text; /* their JSON, comma-separated */
+  } in;
+
+  pthread_mutex_t lock; /* serializes model_call */
+};
+
+static const char *api_name(enum model_api api) {
+  return api == MODEL_API_CHAT ? "chat" : "responses";
+}
+
+bool model_tool_choice_is_keyword(const char *s) {
+  return strcmp(s, "auto") == 0 || strcmp(s, "required") == 0 ||
+         strcmp(s, "none") == 0;
+}
+
+int model_reply_check(json_t *reply, const char *url, struct sbx_error *e) {
+  if (!json_is_object(reply))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                         "unexpected reply from %s: not a JSON object", url);
+  json_t *err = json_object_get(reply, "error");
+  if (err && !json_is_null(err)) {
+    const char *msg = model_error_message(reply);
+    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
+                         msg ? msg : "no message given");
+  }
+  return 0;
+}
+
+const char *model_error_message(json_t *j) {
+  json_t *err = json_object_get(j, "error");
+  const char *m = json_string_value(json_object_get(err, "message"));
+  if (m && m[0])
+    return m;
+  if (json_is_string(err) && json_string_length(err))
+    return json_string_value(err);
+  m = json_string_value(json_object_get(j, "message"));
+  if (m && m[0])
+    return m;
+  m = json_string_value(json_object_get(j, "detail"));
+  return m && m[0] ? m : NULL;
+}
+
+long long model_json_int(json_t *j, const char *key) {
+  json_t *v = json_object_get(j, key);
+  if (json_is_integer(v))
+    return json_integer_value(v);
+  if (json_is_real(v))
+    return (long long)json_real_value(v);
+  return 0;
+}
+
+void model_response_clear(struct model_response *r) {
+  if (!r)
+    return;
+  json_decref(r->output);
+  free(r->id);
+  memset(r, 0, sizeof(*r));
+}
+
+enum model_api model_client_api(const struct model_client *m) {
+  return m->api;
+}
+
+bool model_client_replaying(const struct model_client *m) {
+  return m->replay_path != NULL;
+}
+
+json_t *model_build_body(const struct model_client *m,
+                         const struct model_request *req) {
+  return m->api == MODEL_API_CHAT ? chat_build_body(req, m->stream)
+                                  : responses_build_body(req, m->stream);
+}
+
+/* ---- configuration ------------------------------------------------- */
+
+static void erase_free(char *s) {
+  if (s) {
+    explicit_bzero(s, strlen(s));
+    free(s);
+  }
+}
+
+struct model_client *model_client_free(struct model_client *m) {
+  if (!m)
+    return NULL;
+  http_client_free(m->http);
+  if (m->record_fd >= 0)
+    (void)close(m->record_fd);
+  free(m->url);
+  free(m->url_display);
+  erase_free(m->auth_header);
+  erase_free(m->api_key);
+  free(m->record_path);
+  free(m->replay_path);
+  json_decref(m->replay);
+  for (size_t i = 0; i < m->in.n; i++)
+    json_decref(m->in.items[i]);
+  free(m->in.items);
+  free(m->in.ends);
+  sbx_buf_free(&m->in.text);
+  (void)pthread_mutex_destroy(&m->lock);
+  free(m);
+  return NULL;
+}
+
+/* Sets the endpoint URL from BASE: the path of API is appended to BASE's
+ * path (before any query), and the shown form loses its user:password@. */
+static int set_url(struct model_client *m, const char *base,
+                   struct sbx_error *e) {
+  if (strncasecmp(base, "http://", 7) != 0 &&
+      strncasecmp(base, "https://", 8) != 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "base URL must start with http:// or https:// "
+                         "(got \"%.100s\")",
+                         base);
+  const char *path =
+      m->api == MODEL_API_CHAT ? "/chat/completions" : "/responses";
+  size_t n = strcspn(base, "?#");
+  size_t trimmed = n;
+  while (trimmed > 0 && base[trimmed - 1] == '/')
+    trimmed--;
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, 8192);
+  if (sbx_buf_append(&b, base, trimmed) < 0 ||
+      sbx_buf_append_str(&b, path) < 0 || sbx_buf_append_str(&b, base + n) < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, E2BIG,
+                         "base URL is too long");
+  m->url = sbx_buf_steal(&b, NULL);
+  if (!m->url)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+
+  /* scheme://user:password@host/... → scheme://host/... */
+  const char *host = strstr(m->url, "://") + 3;
+  size_t authority = strcspn(host, "/?#");
+  const char *at = memrchr(host, '@', authority);
+  sbx_buf_reset(&b);
+  if (at) {
+    if (sbx_buf_append(&b, m->url, (size_t)(host - m->url)) < 0 ||
+        sbx_buf_append_str(&b, at + 1) < 0)
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+    m->url_display = sbx_buf_steal(&b, NULL);
+  } else {
+    m->url_display = strdup(m->url);
+  }
+  if (!m->url_display)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  return 0;
+}
+
+static int set_key(struct model_client *m, const char *key,
+                   struct sbx_error *e) {
+  if (!key || !key[0])
+    return 0;
+  for (const char *p = key; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "the API key contains a control character");
+  m->api_key = strdup(key);
+  size_t n = strlen(key) + sizeof("Authorization: Bearer ");
+  m->auth_header = malloc(n);
+  if (!m->api_key || !m->auth_header)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  (void)snprintf(m->auth_header, n, "Authorization: Bearer %s", key);
+  return 0;
+}
+
+/* Reads the whole of PATH (at most MAX bytes) into B. */
+static int read_file(const char *path, size_t max, struct sbx_buf *b,
+                     struct sbx_error *e) {
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return sbx_error_set(e, SBX_OK, errno, "cannot open replay file %s: %m",
+                         path);
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return sbx_error_set(e, SBX_OK, errno, "cannot stat replay file %s: %m",
+                         path);
+  if (!S_ISREG(st.st_mode))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "replay file %s is not a regular file", path);
+  char sz[32];
+  http_format_size(max, sz, sizeof(sz));
+  sbx_buf_init(b, max);
+  for (;;) {
+    if (sbx_buf_reserve(b, 65536) < 0 && sbx_buf_reserve(b, 1) < 0)
+      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                           "replay file %s exceeds %s", path, sz);
+    ssize_t n = read(fd, b->data + b->len, b->cap - b->len - 1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return sbx_error_set(e, SBX_OK, errno, "cannot read replay file %s: %m",
+                           path);
+    if (n == 0)
+      break;
+    b->len += (size_t)n;
+    b->data[b->len] = '\0';
+  }
+  return 0;
+}
+
+/* Loads the recording at PATH: one JSON object per line. */
+static int replay_load(struct model_client *m, const char *path,
+                       struct sbx_error *e) {
+  _cleanup_buf_ struct sbx_buf b = {0};
+  int r = read_file(path, REPLAY_MAX_BYTES, &b, e);
+  if (r < 0)
+    return r;
+  m->replay = json_array();
+  if (!m->replay)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  size_t lineno = 0;
+  for (size_t off = 0; off < b.len;) {
+    const char *line = b.data + off;
+    const char *nl = memchr(line, '\n', b.len - off);
+    size_t len = nl ? (size_t)(nl - line) : b.len - off;
+    off += len + (nl ? 1 : 0);
+    lineno++;
+    size_t k = 0;
+    while (k < len && isspace((unsigned char)line[k]))
+      k++;
+    if (k == len)
+      continue;
+    if (json_array_size(m->replay) >= REPLAY_MAX_CALLS)
+      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                           "replay file %s has more than %u model calls", path,
+                           REPLAY_MAX_CALLS);
+    json_error_t jerr;
+    _cleanup_json_ json_t *j = json_loadb(line, len, 0, &jerr);
+    if (!j)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                           "replay file %s line %zu: invalid JSON: %s", path,
+                           lineno, jerr.text);
+    const char *api = json_string_value(json_object_get(j, "api"));
+    if (model_json_int(j, "version") != 1)
+      return sbx_error_set(e, SBX_VERSION_MISMATCH, EPROTO,
+                           "replay file %s line %zu: unsupported version "
+                           "(expected 1)",
+                           path, lineno);
+    if (!api || (strcmp(api, "responses") != 0 && strcmp(api, "chat") != 0) ||
+        !json_is_object(json_object_get(j, "request")) ||
+        !json_is_object(json_object_get(j, "response")))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                           "replay file %s line %zu: expected {\"version\": "
+                           "1, \"api\", \"request\", \"response\"}",
+                           path, lineno);
+    if (json_array_append(m->replay, j) < 0)
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  }
+  m->replay_path = strdup(path);
+  if (!m->replay_path)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  return 0;
+}
+
+int model_client_new(const struct model_config *cfg, struct model_client **out,
+                     struct sbx_error *e) {
+  *out = NULL;
+  if (cfg->api != MODEL_API_RESPONSES && cfg->api != MODEL_API_CHAT)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "unknown model API %d", (int)cfg->api);
+  struct model_client *m = calloc(1, sizeof(*m));
+  if (m)
+    sbx_buf_init(&m->in.text, MODEL_MAX_INPUT_TEXT);
+  if (!m)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  m->record_fd = -1;
+  if (pthread_mutex_init(&m->lock, NULL) != 0) {
+    free(m);
+    return sbx_error_set(e, SBX_OK, ENOMEM, "cannot create a mutex");
+  }
+  m->api = cfg->api;
+  m->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
+  m->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms
+                                                  : DEFAULT_CONNECT_TIMEOUT_MS;
+  m->max_retries = cfg->no_retries    ? 0
+                   : cfg->max_retries ? cfg->max_retries
+                                      : DEFAULT_MAX_RETRIES;
+  m->retry_base_ms =
+      cfg->retry_base_ms ? cfg->retry_base_ms : DEFAULT_RETRY_BASE_MS;
+  m->max_response_bytes =
+      cfg->max_response_bytes ? cfg->max_response_bytes : DEFAULT_MAX_RESPONSE;
+  m->stream = cfg->stream;
+  m->on_delta = cfg->on_delta;
+  m->delta_arg = cfg->delta_arg;
+
+  const char *base = cfg->base_url;
+  if (!base || !base[0])
+    base = getenv("OPENAI_BASE_URL");
+  if (!base || !base[0])
+    base = DEFAULT_BASE_URL;
+  const char *key = cfg->api_key ? cfg->api_key : getenv("OPENAI_API_KEY");
+  int r = set_url(m, base, e);
+  if (r == 0)
+    r = set_key(m, key, e);
+  if (r == 0)
+    r = http_client_new(&m->http, e);
+  if (r == 0 && cfg->replay_path)
+    r = replay_load(m, cfg->replay_path, e);
+  if (r == 0 && cfg->record_path) {
+    m->record_fd =
+        open(cfg->record_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (m->record_fd < 0)
+      r = sbx_error_set(e, SBX_OK, errno, "cannot open recording %s: %m",
+                        cfg->record_path);
+    else if (!(m->record_path = strdup(cfg->record_path)))
+      r = sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  }
+  if (r < 0) {
+    model_client_free(m);
+    return r;
+  }
+  *out = m;
+  return 0;
+}
+
+/* ---- errors -------------------------------------------------------- */
+
+/* Replaces every occurrence of the API key in E's message. */
+static void redact(const struct model_client *m, struct sbx_error *e) {
+  if (!e || !m->api_key)
+    return;
+  size_t klen = strlen(m->api_key);
+  static const char mask[] = "[redacted]";
+  char *p;
+  while ((p = strstr(e->msg, m->api_key))) {
+    size_t tail = strlen(p + klen);
+    if (klen >= sizeof(mask) - 1) {
+      memcpy(p, mask, sizeof(mask) - 1);
+      memmove(p + sizeof(mask) - 1, p + klen, tail + 1);
+    } else {
+      /* A key shorter than the mask: blank it where it is. */
+      memset(p, '*', klen);
+    }
+  }
+}
+
+/* The first bytes of a body as printable ASCII, for a message. */
+static void sanitize(const char *body, size_t len, char *out, size_t size) {
+  size_t n = 0;
+  bool space = false;
+  for (size_t i = 0; i < len && n + 4 < size && i < ERROR_BODY_BYTES; i++) {
+    unsigned char c = (unsigned char)body[i];
+    if (isspace(c) || c < 0x20 || c == 0x7f) {
+      if (!space && n > 0)
+        out[n++] = ' ';
+      space = true;
+      continue;
+    }
+    space = false;
+    out[n++] = c < 0x80 ? (char)c : '?';
+  }
+  while (n > 0 && out[n - 1] == ' ')
+    n--;
+  if (len > ERROR_BODY_BYTES && n + 3 < size) {
+    memcpy(out + n, "...", 3);
+    n += 3;
+  }
+  out[n] = '\0';
+}
+
+static enum sbx_code status_code(long status, int *err) {
+  switch (status) {
+  case 400:
+  case 422:
+    *err = EINVAL;
+    return SBX_INVALID_ARGUMENT;
+  case 401:
+    *err = EKEYREJECTED;
+    return SBX_UNAUTHENTICATED;
+  case 403:
+    *err = EACCES;
+    return SBX_PERMISSION_DENIED;
+  case 404:
+    *err = ENOENT;
+    return SBX_NOT_FOUND;
+  case 408:
+  case 504:
+    *err = ETIMEDOUT;
+    return SBX_TIMED_OUT;
+  case 409:
+    *err = EBUSY;
+    return SBX_CONFLICT;
+  case 413:
+    *err = E2BIG;
+    return SBX_LIMIT_EXCEEDED;
+  case 429:
+    *err = EAGAIN;
+    return SBX_LIMIT_EXCEEDED;
+  default:
+    *err = status >= 500 ? EAGAIN : EIO;
+    return status >= 500 ? SBX_UNAVAILABLE : SBX_INTERNAL;
+  }
+}
+
+/* "401 from URL: message" for a reply with an error status. */
+static int status_error(const struct model_client *m,
+                        const struct http_response *resp, unsigned retries,
+                        struct sbx_error *e) {
+  char what[ERROR_BODY_BYTES + 8];
+  json_error_t jerr;
+  _cleanup_json_ json_t *j = json_loadb(resp->body, resp->body_len, 0, &jerr);
+  const char *msg = j ? model_error_message(j) : NULL;
+  if (msg)
+    sanitize(msg, strlen(msg), what, sizeof(what));
+  else
+    sanitize(resp->body, resp->body_len, what, sizeof(what));
+  char after[48] = "";
+  if (retries)
+    (void)snprintf(after, sizeof(after), " (after %u %s)", retries,
+                   retries == 1 ? "retry" : "retries");
+  int err;
+  enum sbx_code code = status_code(resp->status, &err);
+  return sbx_error_set(e, code, err, "%ld from %s: %s%s", resp->status,
+                       m->url_display, what[0] ? what : "(empty body)", after);
+}
+
+static bool status_retryable(const struct http_response *resp) {
+  if (resp->should_retry >= 0)
+    return resp->should_retry == 1;
+  switch (resp->status) {
+  case 408:
+  case 409:
+  case 429:
+  case 500:
+  case 502:
+  case 503:
+  case 504:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* ---- streaming ----------------------------------------------------- */
+
+struct stream_ctx {
+  const struct model_client *m;
+  struct sse_parser *sse;
+  struct responses_stream *rs;
+  struct chat_stream *cs;
+  struct sbx_error err;
+};
+
+/* One server-sent event: its data goes to the API's assembler. */
+static int on_event(const struct sse_event *ev, void *arg) {
+  struct stream_ctx *c = arg;
+  if (c->rs)
+    return responses_stream_event(c->rs, ev->data, ev->data_len,
+                                  c->m->url_display, &c->err);
+  return chat_stream_event(c->cs, ev->data, ev->data_len, c->m->url_display,
+                           &c->err);
+}
+
+/* Streamed body bytes from http_post. */
+static int on_data(void *arg, const char *data, size_t len) {
+  struct stream_ctx *c = arg;
+  struct sbx_error pe = {0};
+  int r = sse_feed(c->sse, data, len, &pe);
+  if (r < 0 && !c->err.msg[0]) {
+    /* The parser's own failure (an event too large, OOM), not ours. */
+    char sz[32];
+    http_format_size(SSE_MAX_EVENT_BYTES, sz, sizeof(sz));
+    r = r == -E2BIG ? sbx_error_set(&c->err, SBX_LIMIT_EXCEEDED, E2BIG,
+                                    "an event from %s exceeds %s",
+                                    c->m->url_display, sz)
+                    : sbx_error_set(&c->err, pe.code, -r,
+                                    "cannot read the event stream from %s: "
+                                    "%s",
+                                    c->m->url_display, pe.msg);
+  }
+  return r;
+}
+
+static int stream_ctx_init(struct stream_ctx *c, const struct model_client *m) {
+  memset(c, 0, sizeof(*c));
+  c->m = m;
+  if (!m->stream)
+    return 0;
+  if (sse_parser_new(SSE_MAX_EVENT_BYTES, on_event, c, &c->sse) < 0)
+    return -ENOMEM;
+  if (m->api == MODEL_API_CHAT)
+    c->cs = chat_stream_new(m->on_delta, m->delta_arg, m->max_response_bytes);
+  else
+    c->rs = responses_stream_new(m->on_delta, m->delta_arg);
+  return c->cs || c->rs ? 0 : -ENOMEM;
+}
+
+static void stream_ctx_clear(struct stream_ctx *c) {
+  c->sse = sse_parser_free(c->sse);
+  c->rs = responses_stream_free(c->rs);
+  c->cs = chat_stream_free(c->cs);
+}
+
+static bool stream_delivered(const struct stream_ctx *c) {
+  return c->rs ? responses_stream_delivered(c->rs)
+               : c->cs && chat_stream_delivered(c->cs);
+}
+
+/* Hands the final text of OUTPUT to the delta callback, for replies that
+ * were not streamed although streaming was asked for. */
+static void deliver_text(const struct model_client *m, json_t *output) {
+  if (!m->on_delta)
+    return;
+  size_t i, k;
+  json_t *item, *part;
+  json_array_foreach(output, i, item) {
+    const char *type = json_string_value(json_object_get(item, "type"));
+    if (!type || strcmp(type, "message") != 0)
+      continue;
+    json_array_foreach(json_object_get(item, "content"), k, part) {
+      const char *pt = json_string_value(json_object_get(part, "type"));
+      json_t *text = json_object_get(part, "text");
+      if (pt && strcmp(pt, "output_text") == 0 && json_string_length(text))
+        m->on_delta(m->delta_arg, json_string_value(text),
+                    json_string_length(text));
+    }
+  }
+}
+
+/* ---- one live call ------------------------------------------------- */
+
+static int parse_reply(const struct model_client *m, json_t *reply,
+                       const char *where, struct model_response *out,
+                       struct sbx_error *e) {
+  return m->api == MODEL_API_CHAT ? chat_parse(reply, where, out, e)
+                                  : responses_parse(reply, where, out, e);
+}
+
+static void sleep_ms(unsigned long long ms) {
+  struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                        .tv_nsec = (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+    ;
+}
+
+/* The wait before retry number ATTEMPT (0-based): Retry-After when the
+ * server gave one (capped), else exponential backoff with jitter. */
+static unsigned long long backoff_ms(const struct model_client *m,
+                                     unsigned attempt,
+                                     long long retry_after_ms) {
+  if (retry_after_ms >= 0)
+    return retry_after_ms > MAX_RETRY_AFTER_MS
+               ? MAX_RETRY_AFTER_MS
+               : (unsigned long long)retry_after_ms;
+  unsigned long long d = m->retry_base_ms;
+  for (unsigned i = 0; i < attempt && d < MAX_BACKOFF_MS; i++)
+    d *= 2;
+  if (d > MAX_BACKOFF_MS)
+    d = MAX_BACKOFF_MS;
+  /* Between half and all of it, so clients do not retry in step. */
+  return d / 2 + sbx_random_u64() % (d / 2 + 1);
+}
+
+/* One HTTP exchange. 0 with *REPLY (new); or an error, with *RETRY telling
+ * whether trying again may help, and *RETRY_AFTER_MS the server's wish. */
+static int attempt_call(struct model_client *m, const char *body,
+                        size_t body_len, unsigned retries, json_t **reply,
+                        bool *streamed, bool *retry, long long *retry_after_ms,
+                        struct sbx_error *e) {
+  *reply = NULL;
+  *streamed = false;
+  *retry = false;
+  *retry_after_ms = -1;
+  const char *headers[6];
+  size_t nh = 0;
+  headers[nh++] = "Content-Type: application/json";
+  headers[nh++] =
+      m->stream ? "Accept: text/event-stream" : "Accept: application/json";
+  headers[nh++] = "User-Agent: sbx/" SBX_VERSION;
+  if (m->auth_header)
+    headers[nh++] = m->auth_header;
+  headers[nh] = NULL;
+
+  struct stream_ctx sc;
+  if (stream_ctx_init(&sc, m) < 0) {
+    stream_ctx_clear(&sc);
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  }
+  struct http_request hr = {
+      .url = m->url,
+      .url_display = m->url_display,
+      .body = body,
+      .body_len = body_len,
+      .headers = headers,
+      .timeout_ms = m->timeout_ms,
+      .connect_timeout_ms = m->connect_timeout_ms,
+      .max_response_bytes = m->max_response_bytes,
+      .on_data = m->stream ? on_data : NULL,
+      .data_arg = &sc,
+  };
+  struct http_response resp;
+  int r = http_post(m->http, &hr, &resp, e);
+  if (r < 0) {
+    if (sc.err.msg[0] && e)
+      *e = sc.err; /* the stream's own failure */
+    *retry = (r == -ECONNREFUSED || r == -ETIMEDOUT || r == -ECONNRESET) &&
+             !stream_delivered(&sc);
+    stream_ctx_clear(&sc);
+    return r;
+  }
+  if (resp.status < 200 || resp.status > 299) {
+    *retry = status_retryable(&resp);
+    *retry_after_ms = resp.retry_after_ms;
+    r = status_error(m, &resp, retries, e);
+  } else if (resp.streamed) {
+    *streamed = true;
+    r = sc.rs ? responses_stream_end(sc.rs, reply, m->url_display, e)
+              : chat_stream_end(sc.cs, reply, m->url_display, e);
+    /* A stream cut short is worth another try if nothing was shown yet. */
+    *retry = r == -ECONNRESET && !stream_delivered(&sc);
+  } else {
+    json_error_t jerr;
+    *reply = json_loadb(resp.body, resp.body_len, 0, &jerr);
+    if (!*reply)
+      r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                        "invalid JSON from %s: %s", m->url_display, jerr.text);
+  }
+  stream_ctx_clear(&sc);
+  http_response_clear(&resp);
+  return r;
+}
+
+/* Brings the cache up to INPUT: keeps the items it starts with (the same
+ * values, as a conversation that only grows passes them), serializes the
+ * rest. The items must not change once given to the client. */
+static int input_cache_update(struct input_cache *c, json_t *input) {
+  size_t n = json_array_size(input), keep = 0;
+  while (keep < c->n && keep < n &&
+         c->items[keep] == json_array_get(input, keep))
+    keep++;
+  for (size_t i = keep; i < c->n; i++)
+    json_decref(c->items[i]);
+  c->n = keep;
+  c->text.len = keep ? c->ends[keep - 1] : 0;
+  if (c->text.data)
+    c->text.data[c->text.len] = '\0';
+  if (n > c->cap) {
+    size_t cap = n < 64 ? 64 : n * 2;
+    json_t **items = realloc(c->items, cap * sizeof(*items));
+    if (!items)
+      return -ENOMEM;
+    c->items = items;
+    size_t *ends = realloc(c->ends, cap * sizeof(*ends));
+    if (!ends)
+      return -ENOMEM;
+    c->ends = ends;
+    c->cap = cap;
+  }
+  for (size_t i = keep; i < n; i++) {
+    json_t *it = json_array_get(input, i);
+    _cleanup_free_ char *t = json_dumps(it, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!t || (i > 0 && sbx_buf_append(&c->text, ",", 1) < 0) ||
+        sbx_buf_append(&c->text, t, strlen(t)) < 0)
+      return -ENOMEM;
+    c->items[i] = json_incref(it);
+    c->ends[i] = c->text.len;
+    c->n = i + 1;
+  }
+  return 0;
+}
+
+/* BODY's text, as json_dumps(BODY, JSON_COMPACT) with its "input" first:
+ * a Responses body's input comes from the cache. New string or NULL. */
+static char *body_text(struct model_client *m, json_t *body, size_t *len) {
+  json_t *input = json_object_get(body, "input");
+  if (m->api != MODEL_API_RESPONSES || !json_is_array(input)) {
+    char *t = json_dumps(body, JSON_COMPACT);
+    *len = t ? strlen(t) : 0;
+    return t;
+  }
+  _cleanup_json_ json_t *rest = json_copy(body); /* shallow */
+  if (!rest || json_object_del(rest, "input") < 0 ||
+      input_cache_update(&m->in, input) < 0)
+    return NULL;
+  _cleanup_free_ char *r = json_dumps(rest, JSON_COMPACT);
+  if (!r)
+    return NULL;
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, m->in.text.len + strlen(r) + 16);
+  bool empty = strcmp(r, "{}") == 0;
+  if (sbx_buf_append(&b, "{\"input\":[", 10) < 0 ||
+      sbx_buf_append(&b, m->in.text.data ? m->in.text.data : "",
+                     m->in.text.len) < 0 ||
+      sbx_buf_append(&b, empty ? "]}" : "],", 2) < 0 ||
+      (!empty && sbx_buf_append(&b, r + 1, strlen(r + 1)) < 0))
+    return NULL;
+  *len = b.len;
+  return sbx_buf_steal(&b, NULL);
+}
+
+static int live_call(struct model_client *m, json_t *body, json_t **reply,
+                     bool *streamed, struct sbx_error *e) {
+  size_t len = 0;
+  _cleanup_free_ char *text = body_text(m, body, &len);
+  if (!text)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  for (unsigned attempt = 0;; attempt++) {
+    bool retry;
+    long long retry_after;
+    int r = attempt_call(m, text, len, attempt, reply, streamed, &retry,
+                         &retry_after, e);
+    if (r == 0)
+      return 0;
+    if (!retry || attempt >= m->max_retries) {
+      if (retry && attempt > 0 && e && !strstr(e->msg, "(after ")) {
+        size_t n = strlen(e->msg);
+        (void)snprintf(e->msg + n, sizeof(e->msg) - n, " (after %u %s)",
+                       attempt, attempt == 1 ? "retry" : "retries");
+      }
+      return r;
+    }
+    unsigned long long wait = backoff_ms(m, attempt, retry_after);
+    log_debug("model: %s; retrying in %llu ms (%u of %u)", e ? e->msg : "error",
+              wait, attempt + 1, m->max_retries);
+    sleep_ms(wait);
+  }
+}
+
+/* ---- record and replay --------------------------------------------- */
+
+static int record_write(struct model_client *m, json_t *body, json_t *reply,
+                        struct sbx_error *e) {
+  _cleanup_json_ json_t *line =
+      json_pack("{s:i, s:s, s:O, s:O}", "version", 1, "api", api_name(m->api),
+                "request", body, "response", reply);
+  _cleanup_free_ char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+  if (!text)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  size_t n = strlen(text);
+  _cleanup_free_ char *buf = malloc(n + 1);
+  if (!buf)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  memcpy(buf, text, n);
+  buf[n++] = '\n';
+  /* One write per line, so concurrent writers never interleave lines. */
+  int r = sbx_write_all(m->record_fd, buf, n);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot write recording %s: %s",
+                         m->record_path, strerror(-r));
+  return 0;
+}
+
+/* What a divergence check compares of one input item or chat message. */
+struct shape {
+  const char *type;
+  const char *role;
+  const char *name;
+  const char *call_id;
+  char names[256]; /* chat: the names of an assistant message's tool calls */
+  char ids[256];
+};
+
+static void shape_of(json_t *item, bool chat, struct shape *s) {
+  memset(s, 0, sizeof(*s));
+  s->role = json_string_value(json_object_get(item, "role"));
+  if (!chat) {
+    s->type = json_string_value(json_object_get(item, "type"));
+    if (!s->type && s->role)
+      s->type = "message";
+    s->name = json_string_value(json_object_get(item, "name"));
+    s->call_id = json_string_value(json_object_get(item, "call_id"));
+    return;
+  }
+  s->type = "message";
+  s->call_id = json_string_value(json_object_get(item, "tool_call_id"));
+  size_t i;
+  json_t *tc;
+  size_t nn = 0, ni = 0;
+  json_array_foreach(json_object_get(item, "tool_calls"), i, tc) {
+    const char *name = json_string_value(
+        json_object_get(json_object_get(tc, "function"), "name"));
+    const char *id = json_string_value(json_object_get(tc, "id"));
+    int w = snprintf(s->names + nn, sizeof(s->names) - nn, "%s%s", i ? "," : "",
+                     name ? name : "?");
+    if (w > 0 && (size_t)w < sizeof(s->names) - nn)
+      nn += (size_t)w;
+    w = snprintf(s->ids + ni, sizeof(s->ids) - ni, "%s%s", i ? "," : "",
+                 id ? id : "?");
+    if (w > 0 && (size_t)w < sizeof(s->ids) - ni)
+      ni += (size_t)w;
+  }
+  if (nn)
+    s->name = s->names;
+  if (ni)
+    s->call_id = s->ids;
+}
+
+static bool str_eq(const char *a, const char *b) {
+  return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static bool shape_eq(const struct shape *a, const struct shape *b) {
+  return str_eq(a->type, b->type) && str_eq(a->role, b->role) &&
+         str_eq(a->name, b->name) && str_eq(a->call_id, b->call_id);
+}
+
+/* "function_call_output for call_ab", "message (user)", ... */
+static void shape_text(const struct shape *s, char *out, size_t size) {
+  (void)snprintf(out, size, "%s%s%s%s%s%s", s->type ? s->type : "untyped",
+                 s->role ? " (" : "", s->role ? s->role : "",
+                 s->role ? ")" : "", s->name ? " " : "",
+                 s->name ? s->name : "");
+  if (s->call_id) {
+    size_t n = strlen(out);
+    (void)snprintf(out + n, size - n, " for %s", s->call_id);
+  }
+}
+
+/* The tool names of a body, comma-separated, into OUT. */
+static void tool_names(json_t *body, bool chat, char *out, size_t size) {
+  size_t n = 0, i;
+  json_t *t;
+  out[0] = '\0';
+  json_array_foreach(json_object_get(body, "tools"), i, t) {
+    const char *name = chat ? json_string_value(json_object_get(
+                                  json_object_get(t, "function"), "name"))
+                            : json_string_value(json_object_get(t, "name"));
+    if (!name)
+      name = json_string_value(json_object_get(t, "type"));
+    int w =
+        snprintf(out + n, size - n, "%s%s", i ? ", " : "", name ? name : "?");
+    if (w < 0 || (size_t)w >= size - n)
+      return;
+    n += (size_t)w;
+  }
+}
+
+/* Checks that BODY, what this run would send, matches the recorded
+ * request REC at model call CALL (1-based). */
+static int replay_check(const struct model_client *m, size_t call, json_t *rec,
+                        json_t *body, struct sbx_error *e) {
+  const char *api = json_string_value(json_object_get(rec, "api"));
+  if (strcmp(api, api_name(m->api)) != 0)
+    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                         "replay diverged at model call %zu: the run uses "
+                         "the %s API, the recording has %s",
+                         call, api_name(m->api), api);
+  json_t *req = json_object_get(rec, "request");
+  const char *model = json_string_value(json_object_get(body, "model"));
+  const char *rmodel = json_string_value(json_object_get(req, "model"));
+  if (!str_eq(model, rmodel))
+    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                         "replay diverged at model call %zu: the model is "
+                         "%s, the recording has %s",
+                         call, model ? model : "(none)",
+                         rmodel ? rmodel : "(none)");
+  bool chat = m->api == MODEL_API_CHAT;
+  char a[160], b[160];
+  tool_names(body, chat, a, sizeof(a));
+  tool_names(req, chat, b, sizeof(b));
+  if (strcmp(a, b) != 0)
+    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                         "replay diverged at model call %zu: the tools are "
+                         "[%s], the recording has [%s]",
+                         call, a, b);
+  const char *key = chat ? "messages" : "input";
+  json_t *in = json_object_get(body, key);
+  json_t *rin = json_object_get(req, key);
+  size_t n = json_array_size(in), rn = json_array_size(rin);
+  for (size_t i = 0; i < n && i < rn; i++) {
+    struct shape x, y;
+    shape_of(json_array_get(in, i), chat, &x);
+    shape_of(json_array_get(rin, i), chat, &y);
+    if (!shape_eq(&x, &y)) {
+      shape_text(&x, a, sizeof(a));
+      shape_text(&y, b, sizeof(b));
+      return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                           "replay diverged at model call %zu: %s %zu is "
+                           "%s, the recording has %s",
+                           call, chat ? "message" : "input item", i + 1, a, b);
+    }
+  }
+  if (n != rn)
+    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                         "replay diverged at model call %zu: the run has %zu "
+                         "%s, the recording has %zu",
+                         call, n, chat ? "messages" : "input items", rn);
+  return 0;
+}
+
+static int replay_call(struct model_client *m, json_t *body, json_t **reply,
+                       struct sbx_error *e) {
+  size_t total = json_array_size(m->replay);
+  if (m->replay_next >= total)
+    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                         "replay has only %zu recorded model call%s", total,
+                         total == 1 ? "" : "s");
+  size_t call = ++m->replay_next;
+  json_t *rec = json_array_get(m->replay, call - 1);
+  int r = replay_check(m, call, rec, body, e);
+  if (r < 0)
+    return r;
+  *reply = json_deep_copy(json_object_get(rec, "response"));
+  if (!*reply)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  return 0;
+}
+
+/* ---- the call ------------------------------------------------------ */
+
+static int call_locked(struct model_client *m, const struct model_request *req,
+                       struct model_response *out, struct sbx_error *e) {
+  _cleanup_json_ json_t *body = model_build_body(m, req);
+  if (!body)
+    return sbx_error_set(e, SBX_OK, ENOMEM,
+                         "out of memory building the request");
+  _cleanup_json_ json_t *reply = NULL;
+  bool streamed = false;
+  int r = m->replay_path ? replay_call(m, body, &reply, e)
+                         : live_call(m, body, &reply, &streamed, e);
+  if (r < 0)
+    return r;
+  const char *where = m->replay_path ? m->replay_path : m->url_display;
+  r = parse_reply(m, reply, where, out, e);
+  if (r < 0)
+    return r;
+  /* Deltas for --stream when none arrived: a replay, or a server that
+   * answered with plain JSON. */
+  if (m->stream && !streamed)
+    deliver_text(m, out->output);
+  if (m->record_fd >= 0) {
+    r = record_write(m, body, reply, e);
+    if (r < 0) {
+      model_response_clear(out);
+      return r;
+    }
+  }
+  return 0;
+}
+
+int model_call(struct model_client *m, const struct model_request *req,
+               struct model_response *out, struct sbx_error *e) {
+  memset(out, 0, sizeof(*out));
+  if (!req->model || !req->model[0])
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "no model name given");
+  if (req->input && !json_is_array(req->input))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "model input must be an array of items");
+  (void)pthread_mutex_lock(&m->lock);
+  int r = call_locked(m, req, out, e);
+  (void)pthread_mutex_unlock(&m->lock);
+  if (r < 0)
+    redact(m, e);
+  return r;
+}

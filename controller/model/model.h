@@ -1,0 +1,156 @@
+/* Model clients: the OpenAI Responses API and Chat Completions over libcurl,
+ * with retries, streaming (SSE), bounded responses, and record/replay.
+ *
+ * The conversation is kept in the Responses API's item format (json_t
+ * arrays of items such as {"type":"message",...}, {"type":"function_call",
+ * ...}, {"type":"function_call_output",...}, {"type":"reasoning",...},
+ * {"type":"apply_patch_call",...}). The Chat Completions client converts
+ * items to messages on the way out and the reply back to items, so the
+ * runner sees one format.
+ *
+ * Thread-safety: one model_client may be used by one call at a time per
+ * thread; calls on the same client from several threads are serialized
+ * internally (record/replay files are shared). */
+#ifndef SBX_MODEL_H
+#define SBX_MODEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "shared/errors.h"
+
+enum model_api {
+  MODEL_API_RESPONSES = 0,
+  MODEL_API_CHAT = 1,
+};
+
+/* Called for each text delta while streaming (may be NULL). */
+typedef void (*model_delta_fn)(void *arg, const char *text, size_t len);
+
+struct model_config {
+  enum model_api api;
+  const char *base_url;        /* default $OPENAI_BASE_URL or
+                                  https://api.openai.com/v1; http:// or https://,
+                                  "/responses" or "/chat/completions" is added */
+  const char *api_key;         /* default $OPENAI_API_KEY (when NULL); "" or no
+                                  key: no Authorization header (local servers) */
+  unsigned timeout_ms;         /* whole request; 0 means 600000 */
+  unsigned connect_timeout_ms; /* 0 means 10000 */
+  unsigned max_retries;        /* on 429, 5xx and connection errors; 0 means 4;
+                                  use model_config.no_retries to disable */
+  bool no_retries;
+  unsigned retry_base_ms;    /* first backoff; 0 means 500 */
+  size_t max_response_bytes; /* 0 means 64 MiB */
+  bool stream;               /* use SSE */
+  const char *record_path;   /* append request/response pairs as JSON lines */
+  const char *replay_path;   /* serve responses from such a file */
+  model_delta_fn on_delta;
+  void *delta_arg;
+};
+
+struct model_request {
+  const char *model;
+  const char *instructions; /* system prompt */
+  json_t *input;            /* borrowed: array of items */
+  json_t *tools;            /* borrowed: array of Responses-format tools
+                               ({"type":"function",name,description,
+                               parameters,strict} or {"type":"apply_patch"}) */
+  json_t *model_settings;   /* borrowed, may be NULL: temperature,
+                               reasoning {effort}, tool_choice,
+                               parallel_tool_calls, max_output_tokens */
+  json_t *output_schema;    /* borrowed, may be NULL: JSON schema of the
+                               final output (structured output) */
+  const char *output_name;  /* schema name, default "final_output" */
+  json_t *extra;            /* borrowed, may be NULL: merged into the body
+                               (e.g. context_management) */
+};
+
+struct model_usage {
+  long long input_tokens;
+  long long output_tokens;
+  long long total_tokens;
+  long long reasoning_tokens;
+  long long cached_tokens;
+};
+
+struct model_response {
+  json_t *output; /* new: array of items */
+  char *id;       /* new, may be NULL */
+  struct model_usage usage;
+};
+
+struct model_client;
+
+int model_client_new(const struct model_config *cfg, struct model_client **out,
+                     struct sbx_error *e);
+/* Frees; accepts NULL; returns NULL. */
+struct model_client *model_client_free(struct model_client *m);
+enum model_api model_client_api(const struct model_client *m);
+/* True when serving from a recording. */
+bool model_client_replaying(const struct model_client *m);
+
+/* One model call. On success OUT holds new values (free with
+ * model_response_clear); on failure OUT is empty.
+ *
+ * Retries: 408, 409, 429, 500, 502, 503, 504 (or what an x-should-retry
+ * header says), connection failures, timeouts and cut-off replies are tried
+ * again up to max_retries times, waiting Retry-After / retry-after-ms
+ * (at most 60 s) or else retry_base_ms doubled per attempt (at most 20 s)
+ * with jitter. A stream that already delivered deltas is not retried (the
+ * text would show twice). Other 4xx fail at once.
+ *
+ * Errors are for a person and never contain the API key (it is replaced by
+ * "[redacted]" should a server echo it):
+ *   "401 from https://api.openai.com/v1/responses: Incorrect API key ..."
+ *   "503 from URL: <message> (after 4 retries)"
+ *   "cannot connect to URL: <curl message>"
+ *   "request to URL timed out: <curl message>"
+ *   "response from URL exceeds 64 MiB"
+ *   "invalid JSON from URL: <jansson message>"
+ *   "incomplete response from URL: max_output_tokens"
+ *   "replay diverged at model call 3: input item 5 is function_call_output
+ *    for call_ab, the recording has message (user)"
+ *   "replay has only 4 recorded model calls"
+ *
+ * Record and replay: with record_path each successful call appends one line
+ * {"version":1, "api":"responses"|"chat", "request":<the body sent>,
+ * "response":<the reply; a streamed chat reply assembled into the
+ * non-stream shape>}. With replay_path (read whole at model_client_new, at
+ * most 256 MiB and 100000 calls) each call takes the next line instead of
+ * the network, after checking that the run has not diverged: the same API,
+ * model and tool names, the same number of input items (chat: messages),
+ * and for each the same type, role, call_id and name (tool output text is
+ * not compared: it holds wall times and random chunk ids). When streaming,
+ * a replayed reply's text is handed to on_delta.
+ *
+ * With stream set, text deltas go to on_delta as they arrive; a server
+ * that answers a streaming request with plain JSON still works, and its
+ * final text is handed to on_delta. */
+int model_call(struct model_client *m, const struct model_request *req,
+               struct model_response *out, struct sbx_error *e);
+void model_response_clear(struct model_response *r);
+
+/* The body model_call would send for REQ (new; it may share REQ's input
+ * and tools arrays, so use it before changing them). NULL on OOM.
+ *
+ * Responses: {model, instructions, input, tools, tool_choice,
+ * parallel_tool_calls, temperature, top_p, reasoning, max_output_tokens,
+ * truncation, text.format (json_schema, strict) for output_schema, stream,
+ * store:false, include:["reasoning.encrypted_content"]} with EXTRA merged
+ * last. A tool_choice naming a hosted tool (e.g. "apply_patch") becomes
+ * {"type":"apply_patch"}, another name {"type":"function","name":...}.
+ *
+ * Chat: {model, messages, tools (function tools only), tool_choice,
+ * parallel_tool_calls, temperature, top_p, reasoning_effort, max_tokens
+ * (max_completion_tokens when model_settings names it), response_format,
+ * stream, stream_options.include_usage when streaming} with EXTRA merged.
+ * Instructions become the system message; consecutive function_call items
+ * one assistant message with tool_calls; function_call_output a "tool"
+ * message whose content is the output text (input_text parts and
+ * input_image URLs joined by newlines); developer messages are sent as
+ * system; reasoning and other Responses-only items are dropped. */
+json_t *model_build_body(const struct model_client *m,
+                         const struct model_request *req);
+
+#endif

@@ -1,0 +1,248 @@
+/* The OpenAI Responses API: request bodies, replies and streamed events. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/model/model_internal.h"
+#include "shared/cleanup.h"
+
+/* True when TOOLS has a hosted tool (not a function) of type NAME. */
+static bool has_hosted_tool(json_t *tools, const char *name) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (type && strcmp(type, "function") != 0 && strcmp(type, name) == 0)
+      return true;
+  }
+  return false;
+}
+
+/* The tool_choice value for the Responses API (new; NULL on OOM). */
+static json_t *tool_choice(json_t *choice, json_t *tools) {
+  const char *s = json_string_value(choice);
+  if (!s || model_tool_choice_is_keyword(s))
+    return json_deep_copy(choice);
+  if (has_hosted_tool(tools, s))
+    return json_pack("{ss}", "type", s);
+  return json_pack("{ssss}", "type", "function", "name", s);
+}
+
+/* Adds the model_settings fields the Responses API knows. -ENOMEM. */
+static int add_settings(json_t *b, json_t *st, bool have_tools, json_t *tools) {
+  json_t *v;
+  int r = 0;
+  if (!json_is_object(st))
+    return 0;
+  if ((v = json_object_get(st, "temperature")) && json_is_number(v))
+    r |= json_object_set(b, "temperature", v);
+  if ((v = json_object_get(st, "top_p")) && json_is_number(v))
+    r |= json_object_set(b, "top_p", v);
+  if (have_tools && (v = json_object_get(st, "tool_choice")) &&
+      !json_is_null(v))
+    r |= json_object_set_new(b, "tool_choice", tool_choice(v, tools));
+  if (have_tools && (v = json_object_get(st, "parallel_tool_calls")) &&
+      json_is_boolean(v))
+    r |= json_object_set(b, "parallel_tool_calls", v);
+  if ((v = json_object_get(st, "reasoning")) && json_is_object(v))
+    r |= json_object_set_new(b, "reasoning", json_deep_copy(v));
+  else if ((v = json_object_get(st, "reasoning_effort")) && json_is_string(v))
+    r |= json_object_set_new(b, "reasoning", json_pack("{sO}", "effort", v));
+  if ((v = json_object_get(st, "max_output_tokens")) && json_is_integer(v))
+    r |= json_object_set(b, "max_output_tokens", v);
+  if ((v = json_object_get(st, "truncation")) && json_is_string(v))
+    r |= json_object_set(b, "truncation", v);
+  return r ? -ENOMEM : 0;
+}
+
+json_t *responses_build_body(const struct model_request *req, bool stream) {
+  _cleanup_json_ json_t *b = json_object();
+  if (!b)
+    return NULL;
+  bool have_tools = json_is_array(req->tools) && json_array_size(req->tools);
+  int r = 0;
+  r |= json_object_set_new(b, "model",
+                           json_string(req->model ? req->model : ""));
+  if (req->instructions && req->instructions[0])
+    r |= json_object_set_new(b, "instructions", json_string(req->instructions));
+  r |= json_object_set_new(b, "input",
+                           json_is_array(req->input) ? json_incref(req->input)
+                                                     : json_array());
+  if (have_tools)
+    r |= json_object_set(b, "tools", req->tools);
+  if (r || add_settings(b, req->model_settings, have_tools, req->tools) < 0)
+    return NULL;
+  if (req->output_schema) {
+    const char *name =
+        req->output_name ? req->output_name : MODEL_DEFAULT_OUTPUT_NAME;
+    r |= json_object_set_new(b, "text",
+                             json_pack("{s{sssssOsb}}", "format", "type",
+                                       "json_schema", "name", name, "schema",
+                                       req->output_schema, "strict", 1));
+  }
+  r |= json_object_set_new(b, "stream", json_boolean(stream));
+  r |= json_object_set_new(b, "store", json_false());
+  r |= json_object_set_new(b, "include",
+                           json_pack("[s]", "reasoning.encrypted_content"));
+  if (json_is_object(req->extra))
+    r |= json_object_update(b, req->extra);
+  if (r)
+    return NULL;
+  return TAKE_PTR(b);
+}
+
+static void read_usage(json_t *u, struct model_usage *out) {
+  memset(out, 0, sizeof(*out));
+  if (!json_is_object(u))
+    return;
+  out->input_tokens = model_json_int(u, "input_tokens");
+  out->output_tokens = model_json_int(u, "output_tokens");
+  out->total_tokens = model_json_int(u, "total_tokens");
+  out->reasoning_tokens = model_json_int(
+      json_object_get(u, "output_tokens_details"), "reasoning_tokens");
+  out->cached_tokens = model_json_int(
+      json_object_get(u, "input_tokens_details"), "cached_tokens");
+  if (!out->total_tokens)
+    out->total_tokens = out->input_tokens + out->output_tokens;
+}
+
+/* The error for a response whose status is not a success. */
+static int status_error(json_t *reply, const char *status, const char *url,
+                        struct sbx_error *e) {
+  if (strcmp(status, "incomplete") == 0) {
+    const char *why = json_string_value(json_object_get(
+        json_object_get(reply, "incomplete_details"), "reason"));
+    return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "incomplete response from %s: %s", url,
+                         why ? why : "no reason given");
+  }
+  const char *msg = model_error_message(reply);
+  return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "response %s at %s: %s", status,
+                       url, msg ? msg : "no message given");
+}
+
+int responses_parse(json_t *reply, const char *url, struct model_response *out,
+                    struct sbx_error *e) {
+  memset(out, 0, sizeof(*out));
+  int rc = model_reply_check(reply, url, e);
+  if (rc < 0)
+    return rc;
+  const char *status = json_string_value(json_object_get(reply, "status"));
+  if (status &&
+      (strcmp(status, "failed") == 0 || strcmp(status, "incomplete") == 0 ||
+       strcmp(status, "cancelled") == 0))
+    return status_error(reply, status, url, e);
+  json_t *output = json_object_get(reply, "output");
+  if (!json_is_array(output))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                         "unexpected reply from %s: no \"output\" array", url);
+  out->output = json_deep_copy(output);
+  const char *id = json_string_value(json_object_get(reply, "id"));
+  out->id = id ? strdup(id) : NULL;
+  if (!out->output || (id && !out->id)) {
+    model_response_clear(out);
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  }
+  read_usage(json_object_get(reply, "usage"), &out->usage);
+  return 0;
+}
+
+struct responses_stream {
+  model_delta_fn on_delta;
+  void *delta_arg;
+  bool delivered;
+  json_t *completed; /* the response of response.completed */
+  json_t *items;     /* items of response.output_item.done, in order */
+};
+
+struct responses_stream *responses_stream_new(model_delta_fn on_delta,
+                                              void *delta_arg) {
+  struct responses_stream *s = calloc(1, sizeof(*s));
+  if (!s)
+    return NULL;
+  s->items = json_array();
+  if (!s->items) {
+    free(s);
+    return NULL;
+  }
+  s->on_delta = on_delta;
+  s->delta_arg = delta_arg;
+  return s;
+}
+
+struct responses_stream *responses_stream_free(struct responses_stream *s) {
+  if (!s)
+    return NULL;
+  json_decref(s->completed);
+  json_decref(s->items);
+  free(s);
+  return NULL;
+}
+
+bool responses_stream_delivered(const struct responses_stream *s) {
+  return s->delivered;
+}
+
+int responses_stream_event(struct responses_stream *s, const char *data,
+                           size_t len, const char *url, struct sbx_error *e) {
+  json_error_t jerr;
+  _cleanup_json_ json_t *ev = json_loadb(data, len, 0, &jerr);
+  if (!ev)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                         "invalid JSON in the event stream from %s: %s", url,
+                         jerr.text);
+  const char *type = json_string_value(json_object_get(ev, "type"));
+  if (!type)
+    return 0;
+  if (strcmp(type, "response.output_text.delta") == 0) {
+    json_t *d = json_object_get(ev, "delta");
+    if (json_is_string(d) && json_string_length(d) > 0 && s->on_delta) {
+      s->on_delta(s->delta_arg, json_string_value(d), json_string_length(d));
+      s->delivered = true;
+    }
+  } else if (strcmp(type, "response.output_item.done") == 0) {
+    json_t *item = json_object_get(ev, "item");
+    if (json_is_object(item) && json_array_append(s->items, item) < 0)
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  } else if (strcmp(type, "response.completed") == 0) {
+    json_t *resp = json_object_get(ev, "response");
+    if (!json_is_object(resp))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
+                           "unexpected event from %s: response.completed "
+                           "without a response",
+                           url);
+    json_decref(s->completed);
+    s->completed = json_incref(resp);
+  } else if (strcmp(type, "response.failed") == 0 ||
+             strcmp(type, "response.incomplete") == 0) {
+    json_t *resp = json_object_get(ev, "response");
+    const char *status = json_string_value(json_object_get(resp, "status"));
+    if (!status)
+      status = strcmp(type, "response.failed") == 0 ? "failed" : "incomplete";
+    return status_error(resp, status, url, e);
+  } else if (strcmp(type, "error") == 0) {
+    const char *msg = model_error_message(ev);
+    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
+                         msg ? msg : "no message given");
+  }
+  return 0;
+}
+
+int responses_stream_end(struct responses_stream *s, json_t **reply,
+                         const char *url, struct sbx_error *e) {
+  *reply = NULL;
+  if (!s->completed)
+    return sbx_error_set(e, SBX_UNAVAILABLE, ECONNRESET,
+                         "the event stream from %s ended before "
+                         "response.completed",
+                         url);
+  /* Some servers send the items only as output_item.done events. */
+  json_t *output = json_object_get(s->completed, "output");
+  if ((!json_is_array(output) || json_array_size(output) == 0) &&
+      json_array_size(s->items) > 0 &&
+      json_object_set(s->completed, "output", s->items) < 0)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  *reply = TAKE_PTR(s->completed);
+  return 0;
+}

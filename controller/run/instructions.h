@@ -1,0 +1,30 @@
+/* System prompt assembly, in the SDK's order, joined with blank lines:
+ * base instructions (the agent's base_instructions or sbx's default),
+ * "# Agent instructions", "# Sandbox capability instructions", the remote
+ * mount policy (only with mounts), and "# Filesystem" with the manifest
+ * tree (depth 3, at most 120 lines and 12000 characters). */
+#ifndef SBX_INSTRUCTIONS_H
+#define SBX_INSTRUCTIONS_H
+
+#include <stdbool.h>
+
+#include "controller/config/manifest.h"
+
+/* sbx's default sandbox prompt. */
+extern const char instructions_default_base[];
+/* The shell capability's fragment. */
+extern const char instructions_shell_fragment[];
+
+struct instructions_input {
+  const char *base;                /* NULL: the default */
+  const char *agent;               /* NULL or "": no agent section */
+  bool shell;                      /* the shell capability is on */
+  const struct manifest *manifest; /* may be NULL */
+  const char *root;                /* the workspace root commands see */
+  const char *cwd;                 /* workspace-relative run cwd, or NULL */
+};
+
+/* New string. */
+char *instructions_build(const struct instructions_input *in);
+
+#endif

@@ -1,0 +1,87 @@
+/* The runner: the turn loop of one agent run inside sandboxes.
+ *
+ * Each turn builds the system prompt, calls the model, runs the tool calls
+ * of the response concurrently and feeds their outputs back, until the
+ * model answers without tool calls (the final output, validated against
+ * output_type when the agent has one), or max_turns is exceeded. Handoffs
+ * switch the active agent within the run; agents used as tools run a
+ * nested run with their own sandbox and turn budget. */
+#ifndef SBX_RUNNER_H
+#define SBX_RUNNER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "controller/backend/backend.h"
+#include "controller/config/agent.h"
+#include "controller/model/model.h"
+#include "controller/sandbox/lifecycle.h"
+#include "shared/errors.h"
+
+struct tracer;
+
+#define RUNNER_DEFAULT_MAX_TURNS 10
+
+struct run_options {
+  struct agent_set *agents; /* borrowed; agents[0] starts */
+  const char *prompt;
+  int64_t max_turns; /* 0: the agent's, else RUNNER_DEFAULT_MAX_TURNS */
+  const char *model; /* overrides every agent's model; NULL: theirs */
+  const char *cwd;   /* workspace-relative run cwd, or NULL */
+  const struct backend *backend;
+  struct backend_options backend_opts;
+  struct model_config model_cfg; /* base settings: stream, record, replay */
+  FILE *events;                  /* --stream: JSON lines (docs/events.md);
+                                    NULL for none */
+  struct tracer *tracer;         /* borrowed: spans (trace.h), or NULL */
+  /* Materialization limits and the base directory of local sources (NULL:
+   * each agent file's directory). */
+  struct materialize_options materialize;
+  const uint16_t *exposed_ports; /* reported with sandbox_created */
+  size_t n_exposed_ports;
+  /* --sandbox: the starting agent runs in this live sandbox (borrowed,
+   * never closed by the run) holding SANDBOX_MANIFEST; its record is
+   * rewritten when the agent's manifest adds entries. */
+  struct sandbox *sandbox;
+  const struct manifest *sandbox_manifest;
+  struct lifecycle_record *sandbox_record;
+  /* Run state: with STATE_DIR set, the run's state is written atomically
+   * to STATE_DIR/runs/<run id>.json after every step, and its sandboxes
+   * are recorded in STATE_DIR so a paused or crashed run can be resumed.
+   * RESUME_PATH continues the run saved there (agents and prompt come
+   * from it). APPROVE_ASK asks on ASK_TTY for calls that need approval
+   * instead of pausing. */
+  const char *state_dir;
+  const char *resume_path;
+  bool approve_ask;
+  FILE *ask_tty;
+};
+
+/* runner_run's result for a run that stopped to wait for approvals; the
+ * run state is at run_result.state_path. */
+#define RUNNER_PAUSED 1
+
+struct run_result {
+  char *final_output; /* new: text, or the JSON text for output_type */
+  json_t *final_json; /* new, with output_type; else NULL */
+  struct model_usage usage;
+  int turns;
+  const char *last_agent; /* borrowed from the agent set */
+  bool config_error;      /* the failure is the configuration's (exit 2) */
+  char state_path[4200];  /* the run state file, "" without one */
+};
+
+/* Runs to completion or to a pause for approval (RUNNER_PAUSED). Returns
+ * 0, RUNNER_PAUSED, or a negative errno with E saying why;
+ * res->config_error tells a configuration error (a bad manifest, a missing
+ * cwd: exit 2) from a failed run (model or tool error: exit 1). */
+int runner_run(const struct run_options *o, struct run_result *res,
+               struct sbx_error *e);
+void run_result_clear(struct run_result *r);
+
+/* The model's context window for compaction (0.9 of it is the threshold);
+ * 240000 for unknown models. */
+long long runner_compaction_threshold(const char *model);
+
+#endif

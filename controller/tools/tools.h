@@ -1,0 +1,93 @@
+/* The sandbox tools the model calls: exec_command, write_stdin,
+ * apply_patch and view_image, with the SDK's schemas, defaults, clamps,
+ * output text and error strings, bound to one sandbox session through the
+ * sandboxd client.
+ *
+ * Thread-safety: the functions may run concurrently for one toolbox (the
+ * runner runs a response's calls in parallel); the exec session table is
+ * locked inside. */
+#ifndef SBX_TOOLS_H
+#define SBX_TOOLS_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "controller/backend/backend.h"
+#include "shared/errors.h"
+
+struct trace_span;
+
+#define TOOLS_MAX_EXEC_SESSIONS 64
+#define TOOLS_VIEW_IMAGE_MAX (10u << 20)
+
+struct tool_exec_session {
+  int id;           /* the model's session id, from 1 */
+  uint64_t exec_id; /* sandboxd's */
+  uint64_t offset;  /* next byte to report */
+  bool tty;
+  uint64_t last_used;
+};
+
+struct toolbox {
+  struct sandbox *sb; /* borrowed */
+  const char *cwd;    /* workspace-relative run cwd, or NULL */
+  const char *run_as; /* or NULL */
+  bool text_images;   /* view_image returns the data URL as text (chat) */
+  pthread_mutex_t mu;
+  struct tool_exec_session sessions[TOOLS_MAX_EXEC_SESSIONS];
+  size_t nsessions;
+  int next_id;
+};
+
+void toolbox_init(struct toolbox *t, struct sandbox *sb, const char *cwd,
+                  const char *run_as, bool text_images);
+/* Kills and releases every process still running (for close). */
+void toolbox_fini(struct toolbox *t);
+/* Forgets the running sessions without killing them (for a pause). */
+void toolbox_detach(struct toolbox *t);
+
+/* The running exec sessions as JSON (new): {"next_id", "sessions":
+ * [{"id", "exec_id", "offset", "tty"}]}, so a resumed run picks each process
+ * up by its exec id and output offset. */
+json_t *toolbox_save(struct toolbox *t);
+/* Restores what toolbox_save wrote; unknown or malformed entries are
+ * skipped. */
+void toolbox_load(struct toolbox *t, json_t *j);
+
+/* The function tool definitions, in the SDK's order (view_image,
+ * apply_patch, exec_command, write_stdin), Responses format. With
+ * HOSTED_PATCH apply_patch is {"type":"apply_patch"}; otherwise the
+ * function-tool fallback. New array. */
+json_t *tools_definitions(bool filesystem, bool shell, bool hosted_patch);
+
+/* One tool call's context (may be NULL where nobody asks): the span the
+ * call's sandbox.* span goes under, and how the call ended. */
+struct tool_ctx {
+  struct trace_span *span;  /* in, borrowed, may be NULL */
+  struct sbx_error failure; /* out: code SBX_OK, or the tool failed and
+                               msg says why (the output tells the model) */
+};
+
+/* Runs the function tool NAME with the JSON ARGS string. *OUTPUT is new:
+ * a string, or for view_image an array [{"type":"input_image",...}].
+ * Returns 0; a tool failure is reported in *OUTPUT as the SDK reports it
+ * (the generic message for invalid input) and in CTX->failure. -ENOENT
+ * when NAME is not a sandbox tool. The call is traced as sandbox.exec,
+ * sandbox.write_stdin, sandbox.view_image or sandbox.apply_patch. */
+int tools_call(struct toolbox *t, const char *name, const char *args,
+               json_t **output, struct tool_ctx *ctx);
+
+/* Applies a hosted apply_patch operation ({"type":"create_file"|
+ * "update_file"|"delete_file", path, diff, move_to}). *STATUS is
+ * "completed" or "failed"; *OUTPUT is new text (may be NULL on success).
+ * Traced as sandbox.apply_patch; a failure is also in CTX->failure. */
+int tools_apply_patch_operation(struct toolbox *t, json_t *operation,
+                                const char **status, char **output,
+                                struct tool_ctx *ctx);
+
+/* The generic message for a tool that failed. */
+extern const char tools_generic_error[];
+
+#endif

@@ -1,0 +1,81 @@
+/* Archive transfers: export a subtree as a pax tar (optionally zstd) and
+ * import a tar into a directory, both chunked by byte offset and resumable.
+ *
+ * Export walks the directory itself (openat/fstatat beneath the directory's
+ * fd, never following symlinks) in name order and spools the archive into an
+ * unlinked temporary file at start, then serves ranges of it. The same tree
+ * gives the same bytes: mtimes come from the files, owners are numeric, no
+ * user or group names, no atime/ctime. Kept: regular files, directories,
+ * symlinks (as symlinks), hard links; skipped: sockets, fifos, devices. An
+ * export the server would refuse to import (more than archive_max_members
+ * entries, archive_max_extracted_bytes of data or archive_max_input_bytes of
+ * archive) is refused with LIMIT_EXCEEDED.
+ *
+ * A streamed export (ArchiveExportStart.stream) is produced into the spool
+ * by a thread of its own while reads serve the ranges already written: a
+ * read ahead of production waits at most a few seconds (and at most two
+ * reads wait at once, so they cannot hold every worker), then returns what
+ * there is, possibly nothing, with eof false. A production error fails every
+ * read after it. Closing the transfer stops the producer at its next write;
+ * the next blocking archive call joins it.
+ *
+ * Import spools received chunks (offset must equal the bytes received; a
+ * repeated chunk is acknowledged, not appended), then at finish checks the
+ * whole archive before it writes anything: member count, the sum of sizes,
+ * paths (relative, no "..", no duplicates, nothing beneath a symlink or a
+ * file), types (no devices, fifos, sockets), symlink targets (resolved from
+ * the link's directory through the archive's own links, they must stay in
+ * the destination), hard links (to an earlier regular file). It then
+ * extracts with its own code beneath the destination (openat2 with
+ * RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS): setuid/setgid bits cleared, owners
+ * applied only when sandboxd is root, directory modes and times applied
+ * after their contents. A refused archive leaves the destination untouched;
+ * an I/O error during extraction may leave part of it written. Client limits
+ * lower the server's (archive_max_*) and never raise them (higher values are
+ * clamped).
+ *
+ * With ArchiveImportStart.stage and a destination that is empty at start,
+ * the import is extracted while it arrives: a thread checks each header as
+ * it comes and writes directories and files into ".sbx-import-HANDLE"
+ * inside the destination (named in the reply's staging_path; the client
+ * leaves it alone), and the finish (after the whole-archive checks and the
+ * links) renames that directory's entries into place. Anything that stops it (a
+ * refusal, an error, entries made in the destination meanwhile, more than 128
+ * levels) removes the staging directory and falls back to the checks and
+ * extraction above, whose answer is the import's. Closing the transfer
+ * unfinished stops the thread; the next blocking archive call removes the
+ * staging directory. Into other destinations, a mapped uncompressed archive's
+ * files are written by one thread per CPU (at most 4).
+ *
+ * Transfers live in a table of at most limits.max_archives, under random
+ * 64-bit handles; one not used for 10 minutes is dropped (checked lazily).
+ * A transfer serves one call at a time: a second one gets CONFLICT.
+ * Every handler is thread-safe. */
+#ifndef SANDBOXD_ARCHIVE_H
+#define SANDBOXD_ARCHIVE_H
+
+#include <stdint.h>
+
+#include "sandboxd/rpc/rpc.h"
+
+/* A new, empty table for D (new; free with archive_table_free, which frees
+ * every open transfer; no handler may run then). 0 or -ENOMEM. */
+int archive_table_new(struct sandboxd *d, struct archive_table **out);
+void archive_table_free(struct archive_table *t);
+/* Stops every streamed export's production and wakes its waiting read,
+ * which then fails with UNAVAILABLE; for shutdown, before the workers are
+ * joined. Thread-safe; T may be NULL. */
+void archive_table_stop(struct archive_table *t);
+/* How long a transfer may stay idle before it is dropped (for tests). */
+void archive_table_set_idle_ms(struct archive_table *t, uint64_t ms);
+
+int rpc_archive_export_start(struct rpc_call *c);  /* blocking */
+int rpc_archive_export_read(struct rpc_call *c);   /* blocking */
+int rpc_archive_import_start(struct rpc_call *c);  /* blocking */
+int rpc_archive_import_write(struct rpc_call *c);  /* blocking */
+int rpc_archive_import_finish(struct rpc_call *c); /* blocking */
+/* Not blocking: the transfer's files are released by the next blocking
+ * archive call (or archive_table_free). */
+int rpc_archive_close(struct rpc_call *c);
+
+#endif

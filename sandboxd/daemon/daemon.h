@@ -1,0 +1,46 @@
+/* Running the daemon: options, setup, the serve loop and teardown. Kept out
+ * of main.c so tests and fuzzers can build a daemon context too. */
+#ifndef SANDBOXD_DAEMON_H
+#define SANDBOXD_DAEMON_H
+
+#include <stdbool.h>
+
+#include "sandboxd/rpc/sandboxd.h"
+#include "shared/errors.h"
+
+#define DAEMON_MAX_GRANTS 64
+
+struct daemon_options {
+  const char *listen;
+  const char *root;
+  const char *token_file;
+  int token_fd; /* -1: none */
+  const char *tls_cert, *tls_key, *tls_ca;
+  bool insecure;
+  int ready_fd;                          /* -1: none */
+  const char *grants[DAEMON_MAX_GRANTS]; /* "PATH" or "PATH:ro" */
+  size_t ngrants;
+  enum sandboxd_seccomp seccomp;
+  struct sandboxd_limits limits;
+};
+
+void daemon_options_init(struct daemon_options *o);
+
+/* Reads a token from FD (closing it) or FILE: at most 4096 bytes, trailing
+ * whitespace stripped, at least 16 bytes left. *OUT is new; the caller
+ * wipes and frees it. */
+int daemon_read_token(const char *file, int fd, char **out, size_t *len,
+                      struct sbx_error *e);
+
+/* Opens the root and the grants into D (d->root, root_fd, grants). */
+int daemon_open_roots(struct sandboxd *d, const char *root,
+                      const char *const *grants, size_t ngrants,
+                      struct sbx_error *e);
+/* Closes and frees what daemon_open_roots opened. */
+void daemon_close_roots(struct sandboxd *d);
+
+/* Sets up everything, serves until Shutdown, SIGTERM or SIGINT, tears
+ * down. Returns 0 or a negative errno with E filled. */
+int daemon_run(const struct daemon_options *o, struct sbx_error *e);
+
+#endif

@@ -1,0 +1,65 @@
+/* The daemon's context: configuration and the state every RPC handler
+ * reaches through. One per process; created by main.c and passed down. */
+#ifndef SANDBOXD_H
+#define SANDBOXD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shared/path.h"
+
+struct sandboxd_limits {
+  uint64_t max_message_bytes; /* NNG_OPT_RECVMAXSZ and reply cap */
+  uint32_t max_inflight;      /* nng contexts = requests served at once */
+  uint32_t max_processes;     /* live process records (LRU-pruned) */
+  uint64_t retention_head;    /* bytes kept from each stream's start */
+  uint64_t retention_tail;    /* bytes kept from each stream's end */
+  uint32_t max_list_entries;
+  uint32_t max_read_bytes; /* largest data chunk in one reply */
+  uint64_t archive_max_members;
+  uint64_t archive_max_input_bytes;
+  uint64_t archive_max_extracted_bytes;
+  uint32_t max_archives;        /* open archive transfers */
+  uint32_t idempotency_entries; /* cached replies of mutating requests */
+};
+
+/* The defaults: 64 MiB messages, 256 in flight, 64 processes, 64 KiB head and
+ * 1 MiB tail retention, 10000 list entries, 4 MiB reads, archive limits of
+ * 100000 members, 1 GiB input and 4 GiB extracted (the SDK's). */
+void sandboxd_limits_default(struct sandboxd_limits *l);
+
+enum sandboxd_seccomp {
+  SANDBOXD_SECCOMP_DEFAULT = 0, /* refuse what container runtimes refuse */
+  SANDBOXD_SECCOMP_NO_NETWORK,  /* and AF_INET/AF_INET6 sockets */
+  SANDBOXD_SECCOMP_OFF,
+};
+
+struct proc_table;
+struct archive_table;
+struct server;
+
+struct sandboxd {
+  char *root;  /* absolute, normalized */
+  int root_fd; /* O_PATH|O_DIRECTORY of root */
+  struct sbx_grant *grants;
+  int *grant_fds; /* O_PATH|O_DIRECTORY, one per grant */
+  size_t ngrants;
+  struct sandboxd_limits limits;
+  enum sandboxd_seccomp seccomp;
+  uid_t uid; /* sandboxd's own identity */
+  gid_t gid;
+  bool is_root; /* may switch users, chown */
+
+  /* Set by a Shutdown request: how long processes get between TERM and
+   * KILL (0 until then). Written by one request, read after the server
+   * stops. */
+  unsigned shutdown_grace_ms;
+
+  struct proc_table *procs;
+  struct archive_table *archives;
+  struct server *server;
+};
+
+#endif

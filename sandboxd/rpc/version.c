@@ -1,0 +1,5 @@
+#include "sandboxd/rpc/version.h"
+
+const char *sandboxd_version(void) {
+  return SBX_VERSION;
+}
