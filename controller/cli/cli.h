@@ -1,19 +1,16 @@
 /* The sbx command line. cli_main parses argv and returns the exit code:
  * 0 done, 1 the run failed (model or tool error), 2 usage or configuration
- * error. */
+ * error, 3 waiting for approval. */
 #ifndef SBX_CLI_H
 #define SBX_CLI_H
 
 #include <stdbool.h>
 
+#include "controller/sandbox/lifecycle.h"
+#include "shared/errors.h"
+
 int cli_main(int argc, char **argv);
 
-/* `sbx sandbox ...` (cli_sandbox.c); ARGV[0] is "sandbox". */
-int cli_sandbox_main(int argc, char **argv);
-
-struct lifecycle_record;
-struct sandbox;
-struct sbx_error;
 /* Loads and attaches to the developer-owned sandbox ID in STATE_DIR (NULL:
  * the default), starting its sandboxd again when it was stopped. Returns 0,
  * or the exit code (1 or 2) with E saying why. */
@@ -28,7 +25,8 @@ int cli_attach(const char *state_dir, const char *id,
  * 0 or a negative errno with E saying which step failed (-EINVAL: the
  * state or manifest file is unusable). */
 int cli_session_resume(const char *state_dir, const char *path,
-                       const char *trusted, bool progress, char id_out[13],
-                       bool *reconnected, struct sbx_error *e);
+                       const char *trusted, bool progress,
+                       char id_out[STATE_ID_LEN + 1], bool *reconnected,
+                       struct sbx_error *e);
 
 #endif

@@ -1,0 +1,74 @@
+/* Private to controller/cli/: the commands cli.c dispatches to, and what
+ * the `sbx sandbox` subcommands (sandbox*.c) share. Exit codes follow
+ * cli.h: 0 done, 1 failed, 2 usage or configuration error. */
+#ifndef SBX_CLI_INTERNAL_H
+#define SBX_CLI_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "controller/cli/cli.h"
+#include "controller/sandbox/lifecycle.h"
+#include "shared/errors.h"
+
+/* sbx run (run.c), sbx approve and sbx reject (decide.c) and sbx sandbox
+ * (sandbox.c). ARGV[0] is the command's name. */
+int cli_run(int argc, char **argv);
+int cli_decide(int argc, char **argv);
+int cli_sandbox_main(int argc, char **argv);
+
+/* What every `sbx sandbox` subcommand takes. */
+struct cli_common {
+  const char *state_dir;
+  bool json;
+  const char *prog; /* "sbx sandbox create" */
+};
+
+/* The subcommands (ARGV[0] is the subcommand's name). */
+int cli_sandbox_create(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_ls(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_info(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_port(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_exec(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_shell(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_cp(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_start(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_stop(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_rm(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_save(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_resume(struct cli_common *c, int argc, char **argv);
+
+/* Prints "PROG: MESSAGE" and where to read the subcommand SUB's usage on
+ * stderr; returns 2. */
+int cli_usage_error(const struct cli_common *c, const char *sub,
+                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prints E's message (else R's strerror) after PROG on stderr; returns 1. */
+int cli_fail(const struct cli_common *c, const struct sbx_error *e, int r);
+/* Prints J indented, keys sorted, on stdout. */
+void cli_print_json(json_t *j);
+/* Lets go of an attached sandbox (the sandbox lives on) and its record;
+ * CODE, or 1 when stdout could not be written out. SB may be NULL. */
+int cli_detach_done(struct sandbox *sb, struct lifecycle_record *rec, int code);
+/* Reads the JSON file PATH (at most 64 MiB) into *OUT (new). */
+int cli_load_json_file(const char *path, json_t **out, struct sbx_error *e);
+/* The directory part of PATH ("." for none) into OUT. */
+void cli_dir_of(const char *path, char *out, size_t n);
+/* Attaches to the recorded sandbox ID for SUB: 0, or the exit status after
+ * saying why not (2 for a usage error such as an unknown ID). */
+int cli_attach_for(struct cli_common *c, const char *sub, const char *id,
+                   struct lifecycle_record *rec, struct sandbox **sb);
+/* The options every subcommand takes (--state-dir, --json, --help; getopt
+ * codes 'S', 'J' and 'h') and the answer to an unknown one: -1 when parsing
+ * goes on, else the exit status (0 after --help). */
+int cli_common_option(struct cli_common *c, const char *sub, int ch);
+/* Parses only the common options (and --force when FORCE is given). */
+int cli_parse_common_only(struct cli_common *c, const char *sub, int argc,
+                          char **argv, bool *force);
+/* Parses the common options and exactly NARGS positional arguments (NARGS
+ * < 0: at least one). */
+int cli_parse_ids(struct cli_common *c, const char *sub, int argc, char **argv,
+                  int nargs, bool *force);
+
+#endif

@@ -1,0 +1,394 @@
+/* `sbx sandbox ...`: the operator CLI for developer-owned sandboxes; this
+ * file holds the subcommand table, the usage texts and what every
+ * subcommand shares (cli_internal.h). The subcommands live in
+ * sandbox_*.c.
+ *
+ * Every subcommand takes --state-dir DIR, --json (for scripts) and --help;
+ * usage errors exit 2, failures 1, exec and shell exit with the command's
+ * status (128+N when killed by signal N). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/cli/cli_internal.h"
+#include "shared/cleanup.h"
+#include "shared/fileio.h"
+
+static void usage_sandbox(FILE *f) {
+  fprintf(
+      f,
+      "usage: sbx sandbox [--state-dir DIR] SUBCOMMAND [options] [ARGS]\n"
+      "\n"
+      "Developer-owned sandboxes: they live until `sbx sandbox rm`, any sbx "
+      "process\n"
+      "can attach to them, and `sbx run --sandbox ID` runs an agent in one.\n"
+      "\n"
+      "Subcommands:\n"
+      "  create [--manifest M] [--agent A]   create one; prints its id\n"
+      "  ls                                  list them (a table)\n"
+      "  info ID                             what is known of one\n"
+      "  exec ID [options] -- CMD [ARG...]   run a command; its output "
+      "streams and\n"
+      "                                      its exit status is sbx's\n"
+      "  shell ID [options]                  an interactive shell on your "
+      "terminal\n"
+      "  cp SRC DST                          copy files in or out; one side "
+      "is ID:PATH\n"
+      "  apply-patch ID [--dir D] < PATCH    apply a *** Begin Patch text "
+      "atomically\n"
+      "  port ID PORT                        where an exposed port is "
+      "reachable\n"
+      "  stop ID                             stop its processes and sandboxd, "
+      "keep files\n"
+      "  start ID                            start a stopped one again\n"
+      "  rm ID [ID...]                       stop it and remove its "
+      "workspace\n"
+      "\n"
+      "Common options: --state-dir DIR (default $XDG_STATE_HOME/sbx or\n"
+      "~/.local/state/sbx), --json (machine-readable output), --help.\n"
+      "IDs may be shortened to a unique prefix. Exit status: 0 done, 1 "
+      "failed,\n"
+      "2 usage error; exec and shell exit with the command's status.\n");
+}
+
+/* The subcommands: their handlers and the usage --help prints (save and
+ * resume print their own). */
+static const struct subcommand {
+  const char *name;
+  int (*fn)(struct cli_common *c, int argc, char **argv);
+  const char *usage;
+} subcommands[] = {
+    {"create", cli_sandbox_create,
+     "usage: sbx sandbox create [--manifest M.json] [--agent AGENT.json] "
+     "[options]\n"
+     "\n"
+     "Creates a developer-owned sandbox holding the manifest M (or AGENT's\n"
+     "default_manifest; with both, M plus AGENT's run_as user) and prints "
+     "its id.\n"
+     "\n"
+     "  --manifest FILE      a manifest (JSON)\n"
+     "  --agent FILE         an agent file: its default_manifest and run_as\n"
+     "  --base-dir DIR       local sources are relative to DIR and must lie "
+     "beneath\n"
+     "                       it or a grant (default: the directory of M, "
+     "else of\n"
+     "                       AGENT)\n"
+     "  --backend NAME       sandbox backend: local (default) or docker\n"
+     "  --image IMAGE        docker: the image (default: sbx's Debian image)\n"
+     "  --network none       docker: no network but loopback\n"
+     "  --seccomp MODE       default | no-network | off\n"
+     "  --expose PORT        a port the sandbox exposes (repeatable)\n"
+     "  --concurrency SPEC   manifest_entries=N,local_dir_files=N (default "
+     "4,4;\n"
+     "                       0 is unlimited, at most 64 threads)\n"},
+    {"ls", cli_sandbox_ls,
+     "usage: sbx sandbox ls [--json]\n"
+     "\n"
+     "Lists developer-owned sandboxes: id, backend, status (running, "
+     "stopped),\n"
+     "creation time and workspace.\n"},
+    {"info", cli_sandbox_info,
+     "usage: sbx sandbox info [--json] ID\n"
+     "\n"
+     "Shows a sandbox's record: backend, status, workspace, socket, "
+     "owner,\n"
+     "exposed ports, users, entries and environment names. The auth "
+     "token is\n"
+     "never shown.\n"},
+    {"exec", cli_sandbox_exec,
+     "usage: sbx sandbox exec [options] ID -- CMD [ARG...]\n"
+     "\n"
+     "Runs CMD in the sandbox. Its stdout and stderr stream to ours; sbx "
+     "exits with\n"
+     "its status (128+N when killed by signal N). Ctrl-C and SIGTERM are "
+     "passed on\n"
+     "to its process group.\n"
+     "\n"
+     "  -i, --interactive    pass our stdin to it\n"
+     "  -t, --tty            run it on a terminal (stdout and stderr "
+     "merged)\n"
+     "  -w, --workdir DIR    working directory, relative to the root\n"
+     "  -u, --user USER      run as USER (sandboxd must be root)\n"
+     "  -e, --env NAME=VAL   add to its environment (repeatable)\n"
+     "  --timeout MS         kill it after MS milliseconds\n"
+     "  --json               collect the output and print {exit_code, "
+     "signal,\n"
+     "                       stdout, stderr} at the end\n"},
+    {"shell", cli_sandbox_shell,
+     "usage: sbx sandbox shell [options] ID\n"
+     "\n"
+     "Attaches an interactive login shell (bash, else sh) on a terminal to "
+     "yours:\n"
+     "raw mode, resized when your window is, restored when it exits. Ctrl-C "
+     "goes\n"
+     "to the shell. sbx exits with the shell's status. Not available with "
+     "--json.\n"
+     "\n"
+     "  -w, --workdir DIR    working directory, relative to the root\n"
+     "  -u, --user USER      run as USER\n"
+     "  --shell PATH         the shell to run instead\n"},
+    {"cp", cli_sandbox_cp,
+     "usage: sbx sandbox cp [--json] SRC DST\n"
+     "\n"
+     "Copies files and directories between the host and a sandbox, as "
+     "docker cp\n"
+     "does: one of SRC and DST is ID:PATH (PATH relative to the root, or "
+     "absolute\n"
+     "under it or a grant). A directory is copied with its contents; SRC/. "
+     "copies\n"
+     "only its contents. A DST that is an existing directory receives SRC "
+     "by its\n"
+     "name. Modes, times and symbolic links are kept; ownership is not "
+     "(files\n"
+     "copied in belong to sandboxd's user, files copied out to you).\n"},
+    {"apply-patch", cli_sandbox_apply_patch,
+     "usage: sbx sandbox apply-patch [--json] [--dir D] ID < PATCH\n"
+     "\n"
+     "Applies the patch on stdin (\"*** Begin Patch\" ... \"*** End "
+     "Patch\") in the\n"
+     "sandbox: all files or none. Paths in it are relative to D (default "
+     "the root).\n"
+     "Prints one line per file.\n"},
+    {"port", cli_sandbox_port,
+     "usage: sbx sandbox port [--json] ID PORT\n"
+     "\n"
+     "Prints HOST:PORT where the sandbox's exposed PORT is reachable "
+     "(the local\n"
+     "backend: 127.0.0.1:PORT). PORT must be one given with create "
+     "--expose.\n"},
+    {"stop", cli_sandbox_stop,
+     "usage: sbx sandbox stop [--json] ID\n"
+     "\n"
+     "Kills the sandbox's processes and stops its sandboxd; the "
+     "workspace stays.\n"
+     "Stopping a stopped sandbox does nothing.\n"},
+    {"start", cli_sandbox_start,
+     "usage: sbx sandbox start [--json] ID\n"
+     "\n"
+     "Starts a stopped sandbox's sandboxd again on the same "
+     "workspace. Starting a\n"
+     "running sandbox does nothing.\n"},
+    {"rm", cli_sandbox_rm,
+     "usage: sbx sandbox rm [--json] [--force] ID [ID...]\n"
+     "\n"
+     "Stops each sandbox, removes its workspace and its record. With "
+     "--force a\n"
+     "record that cannot be attached to is removed anyway.\n"},
+    {"save", cli_sandbox_save, NULL},
+    {"resume", cli_sandbox_resume, NULL},
+};
+
+static void usage_sub(FILE *f, const char *name) {
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(subcommands); i++)
+    if (strcmp(subcommands[i].name, name) == 0 && subcommands[i].usage) {
+      fputs(subcommands[i].usage, f);
+      fputs("\nCommon options: --state-dir DIR, --json, --help.\n", f);
+    }
+}
+
+int cli_usage_error(const struct cli_common *c, const char *sub,
+                    const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", c->prog);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  fprintf(stderr, "(see sbx sandbox %s --help)\n", sub);
+  return 2;
+}
+
+int cli_fail(const struct cli_common *c, const struct sbx_error *e, int r) {
+  fprintf(stderr, "%s: %s\n", c->prog,
+          e->msg[0] ? e->msg : strerror(r < 0 ? -r : EIO));
+  return 1;
+}
+
+void cli_print_json(json_t *j) {
+  char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+  if (s) {
+    puts(s);
+    free(s);
+  }
+}
+
+/* Lets go of an attached sandbox (the sandbox lives on) and its record;
+ * CODE, or 1 when stdout could not be written out. */
+int cli_detach_done(struct sandbox *sb, struct lifecycle_record *rec,
+                    int code) {
+  if (sb)
+    sb->backend->detach(sb);
+  lifecycle_record_clear(rec);
+  return code ? code : (fflush(stdout) == 0 ? 0 : 1);
+}
+
+int cli_attach(const char *state_dir, const char *id,
+               struct lifecycle_record *rec, struct sandbox **out,
+               struct sbx_error *e) {
+  char dir[4096];
+  memset(rec, 0, sizeof(*rec));
+  int r = state_dir_resolve(state_dir, dir, sizeof(dir), e);
+  if (r < 0)
+    return 2;
+  r = lifecycle_load(dir, id, rec, e);
+  if (r < 0)
+    return 1;
+  struct backend_options bo = {0};
+  r = lifecycle_attach(rec, &bo, out, e);
+  if (r < 0) {
+    lifecycle_record_clear(rec);
+    return 1;
+  }
+  if (!(*out)->client) {
+    sbx_error_set(e, SBX_UNAVAILABLE, ESRCH,
+                  "sandbox %s is stopped (sbx sandbox start %s)", rec->id,
+                  rec->id);
+    (*out)->backend->detach(*out);
+    *out = NULL;
+    lifecycle_record_clear(rec);
+    return 1;
+  }
+  return 0;
+}
+
+int cli_load_json_file(const char *path, json_t **out, struct sbx_error *e) {
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  int r = sbx_read_file(path, 64u << 20, &text, &len);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "%s: %s", path, strerror(-r));
+  json_error_t je;
+  *out = json_loadb(text, len, 0, &je);
+  if (!*out)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "%s:%d:%d: invalid JSON: %s", path, je.line, je.column,
+                         je.text);
+  return 0;
+}
+
+void cli_dir_of(const char *path, char *out, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    (void)snprintf(out, n, ".");
+  else if (slash == path)
+    (void)snprintf(out, n, "/");
+  else
+    (void)snprintf(out, n, "%.*s", (int)(slash - path), path);
+}
+
+/* Attaches to the recorded sandbox ID for SUB: 0, or the exit status after
+ * saying why not (2 for a usage error such as an unknown ID). */
+int cli_attach_for(struct cli_common *c, const char *sub, const char *id,
+                   struct lifecycle_record *rec, struct sandbox **sb) {
+  struct sbx_error e = {0};
+  int k = cli_attach(c->state_dir, id, rec, sb, &e);
+  if (k == 0)
+    return 0;
+  return k == 2 ? cli_usage_error(c, sub, "%s", e.msg) : cli_fail(c, &e, -1);
+}
+
+/* The options every subcommand takes (--state-dir, --json, --help) and
+ * the answer to an unknown one: -1 when parsing goes on, else the exit
+ * status (0 after --help). */
+int cli_common_option(struct cli_common *c, const char *sub, int ch) {
+  switch (ch) {
+  case 'S':
+    c->state_dir = optarg;
+    return -1;
+  case 'J':
+    c->json = true;
+    return -1;
+  case 'h':
+    usage_sub(stdout, sub);
+    return 0;
+  default:
+    return cli_usage_error(c, sub, "unknown option");
+  }
+}
+
+int cli_parse_common_only(struct cli_common *c, const char *sub, int argc,
+                          char **argv, bool *force) {
+  static const struct option opts[] = {
+      {"state-dir", required_argument, NULL, 'S'},
+      {"json", no_argument, NULL, 'J'},
+      {"force", no_argument, NULL, 'f'},
+      {"help", no_argument, NULL, 'h'},
+      {0},
+  };
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "+hf", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'f':
+      if (!force)
+        return cli_usage_error(c, sub, "unknown option \"--force\"");
+      *force = true;
+      break;
+    default: {
+      int r = cli_common_option(c, sub, ch);
+      if (r >= 0)
+        return r;
+    }
+    }
+  }
+  return -1;
+}
+
+/* Parses the common options and exactly NARGS positional arguments. */
+int cli_parse_ids(struct cli_common *c, const char *sub, int argc, char **argv,
+                  int nargs, bool *force) {
+  int u = cli_parse_common_only(c, sub, argc, argv, force);
+  if (u >= 0)
+    return u;
+  if (nargs > 0 && argc - optind != nargs)
+    return cli_usage_error(c, sub, "expected %s",
+                           nargs == 1 ? "ID" : "ID PORT");
+  if (nargs < 0 && argc - optind < 1)
+    return cli_usage_error(c, sub, "expected at least one ID");
+  return -1;
+}
+
+int cli_sandbox_main(int argc, char **argv) {
+  struct cli_common c = {.prog = "sbx sandbox"};
+  int i = 1;
+  for (; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage_sandbox(stdout);
+      return 0;
+    }
+    if (strcmp(argv[i], "--json") == 0) {
+      c.json = true;
+      continue;
+    }
+    if (strcmp(argv[i], "--state-dir") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "sbx sandbox: --state-dir needs a directory\n");
+        return 2;
+      }
+      c.state_dir = argv[++i];
+      continue;
+    }
+    if (strncmp(argv[i], "--state-dir=", 12) == 0) {
+      c.state_dir = argv[i] + 12;
+      continue;
+    }
+    break;
+  }
+  if (i >= argc) {
+    usage_sandbox(stderr);
+    return 2;
+  }
+  char prog[64];
+  (void)snprintf(prog, sizeof(prog), "sbx sandbox %.32s", argv[i]);
+  c.prog = prog;
+  for (size_t k = 0; k < SBX_ARRAY_SIZE(subcommands); k++)
+    if (strcmp(argv[i], subcommands[k].name) == 0)
+      return subcommands[k].fn(&c, argc - i, argv + i);
+  fprintf(stderr,
+          "sbx sandbox: unknown subcommand \"%s\" (see sbx sandbox --help)\n",
+          argv[i]);
+  return 2;
+}

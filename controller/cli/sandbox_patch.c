@@ -1,0 +1,105 @@
+/* sbx sandbox apply-patch: a "*** Begin Patch" text from stdin applied in
+ * the sandbox, all files or none. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "controller/cli/cli_internal.h"
+#include "shared/buf.h"
+
+#define CLI_PATCH_MAX (64u << 20)
+
+/* ---- apply-patch
+ * -------------------------------------------------------------- */
+
+int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"dir", required_argument, NULL, 'd'},
+      {"state-dir", required_argument, NULL, 'S'},
+      {"json", no_argument, NULL, 'J'},
+      {"help", no_argument, NULL, 'h'},
+      {0},
+  };
+  const char *dir = "";
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "+d:h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd':
+      dir = optarg;
+      break;
+    default: {
+      int r = cli_common_option(c, "apply-patch", ch);
+      if (r >= 0)
+        return r;
+    }
+    }
+  }
+  if (argc - optind != 1)
+    return cli_usage_error(c, "apply-patch",
+                           "expected ID (and the patch on "
+                           "stdin)");
+  struct sbx_buf b;
+  sbx_buf_init(&b, CLI_PATCH_MAX);
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = read(0, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      sbx_buf_free(&b);
+      fprintf(stderr, "%s: cannot read stdin: %s\n", c->prog, strerror(errno));
+      return 1;
+    }
+    if (n == 0)
+      break;
+    if (sbx_buf_append(&b, chunk, (size_t)n) < 0) {
+      sbx_buf_free(&b);
+      return cli_usage_error(c, "apply-patch",
+                             "the patch is larger than %u MiB",
+                             CLI_PATCH_MAX >> 20);
+    }
+  }
+  if (b.len == 0 || sbx_buf_append(&b, "", 1) < 0) {
+    sbx_buf_free(&b);
+    return cli_usage_error(c, "apply-patch", "no patch on stdin");
+  }
+  struct lifecycle_record rec;
+  struct sandbox *sb = NULL;
+  struct sbx_error e = {0};
+  int k = cli_attach_for(c, "apply-patch", argv[optind], &rec, &sb);
+  if (k) {
+    sbx_buf_free(&b);
+    return k;
+  }
+  Sbx__V1__Response *resp = NULL;
+  int r = sbx_patch_apply(sb->client, b.data, dir, false, &resp, &e);
+  sbx_buf_free(&b);
+  int code = 0;
+  if (r < 0) {
+    code = cli_fail(c, &e, r);
+  } else {
+    Sbx__V1__PatchApplyReply *x = resp->patch_apply;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < x->n_results; i++) {
+      if (c->json)
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "path",
+                                             x->results[i]->path, "action",
+                                             x->results[i]->action, "summary",
+                                             x->results[i]->summary));
+      else
+        printf("%s\n", x->results[i]->summary);
+    }
+    if (c->json) {
+      json_t *j = json_pack("{s:o}", "results", arr);
+      cli_print_json(j);
+      json_decref(j);
+    } else {
+      json_decref(arr);
+    }
+  }
+  sbx_client_reply_free(resp);
+  return cli_detach_done(sb, &rec, code);
+}

@@ -1,0 +1,301 @@
+/* sbx sandbox save and resume: session states (the SDK's fields, a
+ * snapshot of the workspace, no secrets), and resuming one into the live
+ * sandbox or a new one restored from the snapshot. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/local/local.h"
+#include "backends/registry.h"
+#include "controller/cli/cli_internal.h"
+#include "controller/sandbox/progress.h"
+#include "controller/snapshot/snapshot.h"
+#include "controller/telemetry/trace.h"
+#include "shared/cleanup.h"
+#include "shared/log.h"
+
+/* Reads --snapshot TYPE, --snapshot-dir DIR and --snapshot-url URL. */
+static int parse_snapshot_opt(const char *opt, const char *val,
+                              struct snapshot_spec *spec) {
+  if (strcmp(opt, "--snapshot") == 0)
+    return snapshot_type_parse(val, &spec->type);
+  if (strcmp(opt, "--snapshot-dir") == 0) {
+    spec->base_dir = val;
+    return 0;
+  }
+  if (strcmp(opt, "--snapshot-url") == 0) {
+    spec->url = val;
+    return 0;
+  }
+  return -ENOENT;
+}
+
+/* sbx sandbox save ID: snapshots the workspace and prints the session
+ * state (the SDK's fields; no token, no host paths, no credentials). */
+int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
+  struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL};
+  const char *id = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf(
+          "usage: sbx sandbox save ID [--snapshot local|remote|none] "
+          "[--snapshot-dir DIR] [--snapshot-url URL]\n\n"
+          "Snapshots the sandbox's workspace (default: local, under "
+          "$XDG_STATE_HOME/sbx/snapshots)\nand prints its session state as "
+          "JSON on stdout, for sbx sandbox resume. The state holds\nno "
+          "token, no credentials and no host paths. A remote snapshot is "
+          "PUT to the URL with\nthe bearer token from $SBX_SNAPSHOT_TOKEN.\n");
+      return 0;
+    }
+    int pr = i + 1 < argc ? parse_snapshot_opt(argv[i], argv[i + 1], &spec)
+                          : -ENOENT;
+    if (pr != -ENOENT) {
+      if (pr < 0)
+        return cli_usage_error(c, "save", "%s \"%s\" is not valid", argv[i],
+                               argv[i + 1]);
+      i++;
+      continue;
+    }
+    if (argv[i][0] == '-' || id)
+      return cli_usage_error(c, "save", "unexpected argument \"%s\"", argv[i]);
+    id = argv[i];
+  }
+  if (!id)
+    return cli_usage_error(c, "save", "expected a sandbox id");
+  if (spec.type == SNAPSHOT_REMOTE && !spec.url)
+    return cli_usage_error(c, "save", "--snapshot remote needs --snapshot-url");
+  struct lifecycle_record rec;
+  struct sandbox *sb = NULL;
+  struct sbx_error e = {0};
+  int k = cli_attach(c->state_dir, id, &rec, &sb, &e);
+  if (k != 0) {
+    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+    return k;
+  }
+  /* Traced as sandbox.snapshot when OTEL_EXPORTER_OTLP_* asks for it. */
+  struct trace_options to = {0};
+  trace_options_from_env(&to);
+  struct tracer *tracer = NULL;
+  struct sbx_error te = {0};
+  if (trace_new(&to, &tracer, &te) < 0)
+    log_warn("tracing is off: %s", te.msg);
+  struct trace_span *sp = trace_start(tracer, TRACE_SANDBOX_SNAPSHOT);
+  trace_set_str(sp, "sandbox.session_id", sb->session_id);
+  trace_set_str(sp, "sandbox.backend", sb->backend->name);
+  trace_set_str(sp, "sandbox.snapshot.type", snapshot_type_name(spec.type));
+  /* Ephemeral entries and mounts stay out of the snapshot. */
+  json_t *skip = json_object_get(rec.rec, "snapshot_excludes");
+  size_t nskip = json_array_size(skip);
+  _cleanup_free_ const char **excludes = calloc(nskip + 1, sizeof(char *));
+  for (size_t i = 0; excludes && i < nskip; i++)
+    excludes[i] = json_string_value(json_array_get(skip, i));
+  struct snapshot_record snap = {0};
+  int r = snapshot_save(
+      &spec, sb, sb->session_id, excludes && nskip ? excludes : NULL, &snap,
+      progress_enabled(c->json) ? progress_snapshot : NULL, NULL, &e);
+  if (r < 0)
+    trace_set_error(sp, "%s", e.msg);
+  else
+    trace_set_int(sp, "sandbox.snapshot.bytes", (int64_t)snap.size);
+  trace_end(sp);
+  (void)trace_free(tracer);
+  if (r < 0) {
+    sb->backend->detach(sb);
+    lifecycle_record_clear(&rec);
+    return cli_fail(c, &e, r);
+  }
+  json_t *st = json_pack(
+      "{s:i, s:s, s:s, s:s, s:o, s:{s:s, s:s?, s:s, s:I}, s:s, s:s, s:b}",
+      "version", 1, "type", sb->backend->name, "session_id", sb->session_id,
+      "sandbox_id", rec.id, "manifest", manifest_to_json(rec.manifest),
+      "snapshot", "type", snapshot_type_name(snap.type), "location",
+      snap.location, "sha256", snap.sha256, "size", (json_int_t)snap.size,
+      "snapshot_fingerprint", snap.sha256, "snapshot_fingerprint_version",
+      snap.version, "workspace_root_ready", 1);
+  json_t *ports = json_array();
+  for (size_t i = 0; i < rec.nports; i++)
+    json_array_append_new(ports, json_integer(rec.ports[i]));
+  json_object_set_new(st, "exposed_ports", ports);
+  /* Backend fields, as the Python SDK's DockerSandboxSessionState has. */
+  const char *cid = json_string_value(
+      json_object_get(json_object_get(rec.rec, "docker"), "container"));
+  if (cid)
+    json_object_set_new(st, "container_id", json_string(cid));
+  cli_print_json(st);
+  json_decref(st);
+  snapshot_record_clear(&snap);
+  if (spec.type == SNAPSHOT_LOCAL) {
+    /* Local snapshots older than 30 days go, as the SDK prunes its own. */
+    _cleanup_free_ char *base = NULL;
+    unsigned removed = 0;
+    struct sbx_error pe = {0};
+    if (spec.base_dir || snapshot_default_base_dir(&base, &pe) == 0)
+      (void)snapshot_prune(spec.base_dir ? spec.base_dir : base, 0, &removed,
+                           &pe);
+  }
+  return cli_detach_done(sb, &rec, 0);
+}
+
+int cli_session_resume(const char *state_dir, const char *path,
+                       const char *trusted, bool progress,
+                       char id_out[STATE_ID_LEN + 1], bool *reconnected,
+                       struct sbx_error *e) {
+  struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL};
+  *reconnected = false;
+  _cleanup_json_ json_t *st = NULL;
+  if (cli_load_json_file(path, &st, e) < 0)
+    return -EINVAL;
+  const char *sid = json_string_value(json_object_get(st, "session_id"));
+  const char *sbid = json_string_value(json_object_get(st, "sandbox_id"));
+  json_t *snapj = json_object_get(st, "snapshot");
+  json_t *manj = json_object_get(st, "manifest");
+  if (!sid || !json_is_object(manj))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "\"%s\" is not a session state", path);
+  char why_live[600] = "no sandbox id in the state";
+  /* 1. The live sandbox, when it proves its identity: our token (Hello
+   * through the state dir's token file) and the same session id. */
+  if (sbid) {
+    struct lifecycle_record rec;
+    struct sandbox *sb = NULL;
+    struct sbx_error le = {0};
+    if (cli_attach(state_dir, sbid, &rec, &sb, &le) == 0) {
+      bool same = strcmp(sb->session_id, sid) == 0;
+      if (same)
+        (void)snprintf(id_out, STATE_ID_LEN + 1, "%s", rec.id);
+      else
+        (void)snprintf(why_live, sizeof(why_live),
+                       "sandbox %s holds another session", rec.id);
+      sb->backend->detach(sb);
+      lifecycle_record_clear(&rec);
+      if (same) {
+        *reconnected = true;
+        return 0;
+      }
+    } else {
+      (void)snprintf(why_live, sizeof(why_live), "%s", le.msg);
+    }
+  }
+  /* 2. A new sandbox from the trusted manifest, with the snapshot. */
+  struct snapshot_record snap = {0};
+  const char *stype = json_string_value(json_object_get(snapj, "type"));
+  const char *loc = json_string_value(json_object_get(snapj, "location"));
+  const char *sha = json_string_value(json_object_get(snapj, "sha256"));
+  if (!stype || snapshot_type_parse(stype, &snap.type) < 0 ||
+      snap.type == SNAPSHOT_NONE || !loc || !sha || strlen(sha) != 64)
+    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
+                         "cannot resume: the live sandbox is gone (%s) and the "
+                         "state has no restorable snapshot",
+                         why_live);
+  spec.type = snap.type;
+  snap.location = (char *)loc;
+  memcpy(snap.sha256, sha, 65);
+  snap.size = (uint64_t)json_integer_value(json_object_get(snapj, "size"));
+  (void)snprintf(snap.version, sizeof(snap.version), "%s",
+                 SNAPSHOT_FINGERPRINT_VERSION);
+  _cleanup_json_ json_t *tj = NULL;
+  if (trusted && cli_load_json_file(trusted, &tj, e) < 0)
+    return -EINVAL;
+  struct manifest *m = NULL;
+  char where[600];
+  (void)snprintf(where, sizeof(where), "%s: manifest",
+                 trusted ? trusted : path);
+  int r = manifest_parse(tj ? tj : manj, where, &m, e);
+  if (r < 0)
+    return r;
+  char dir[4096], tok[4200], logp[4200], created[32];
+  char id[STATE_ID_LEN + 1] = "";
+  r = state_dir_resolve(state_dir, dir, sizeof(dir), e);
+  if (r == 0 &&
+      ((r = state_dir_ensure(dir, e)) < 0 || (r = state_new_id(id)) < 0 ||
+       state_path(dir, id, "token", tok, sizeof(tok)) < 0 ||
+       state_path(dir, id, "log", logp, sizeof(logp)) < 0))
+    r = r < 0 ? r : -ENAMETOOLONG;
+  struct lifecycle_options lo = {
+      .backend = backend_find(json_string_value(json_object_get(st, "type")))};
+  if (!lo.backend)
+    lo.backend = &backend_local;
+  struct sandbox *sb = NULL;
+  struct sbx_error ie = {0};
+  if (r == 0)
+    r = lifecycle_create(&lo, m, true, tok, logp, &sb, &ie);
+  /* What the trusted manifest made ephemeral or mounted is kept, not
+   * replaced by the snapshot. */
+  _cleanup_free_ const char **keep = calloc(m->nentries + 1, sizeof(char *));
+  size_t nkeep = 0;
+  for (size_t i = 0; keep && i < m->nentries; i++)
+    if (m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
+        m->entries[i].type == MANIFEST_CLOUD_MOUNT)
+      keep[nkeep++] = m->entries[i].path;
+  spec.excludes = nkeep ? keep : NULL;
+  struct snapshot_restore_result rr = {0};
+  if (r == 0)
+    r = snapshot_restore(&spec, &snap, sb, NULL, NULL, &rr,
+                         progress ? progress_snapshot : NULL, NULL, &ie);
+  if (r == 0) {
+    state_now(created);
+    r = lifecycle_save(dir, id, sb, m, NULL, 0, created, (long)getpid(), &ie);
+  }
+  manifest_free(m);
+  if (r < 0) {
+    if (sb) {
+      struct sbx_error ce = {0};
+      (void)sb->backend->close(sb, &ce);
+    }
+    if (id[0])
+      state_remove(dir, id);
+    return sbx_error_set(e, ie.code ? ie.code : SBX_INTERNAL, -r,
+                         "cannot resume: the live sandbox is gone (%s), and "
+                         "restoring the snapshot failed: %s",
+                         why_live, ie.msg);
+  }
+  sb->backend->detach(sb);
+  (void)snprintf(id_out, STATE_ID_LEN + 1, "%s", id);
+  return 0;
+}
+
+/* sbx sandbox resume STATE.json: prints the sandbox id (see
+ * cli_session_resume). */
+int cli_sandbox_resume(struct cli_common *c, int argc, char **argv) {
+  const char *path = NULL, *trusted = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf("usage: sbx sandbox resume STATE.json [--manifest M]\n\n"
+             "Reconnects to the saved sandbox when it is still running and "
+             "proves its identity\n(its session id, and the token this "
+             "controller's state holds); otherwise creates a\nnew sandbox "
+             "from the trusted manifest (--manifest, else the state's) and "
+             "restores\nthe snapshot into it. Prints the sandbox id.\n");
+      return 0;
+    }
+    if (strcmp(argv[i], "--manifest") == 0 && i + 1 < argc) {
+      trusted = argv[++i];
+      continue;
+    }
+    if (argv[i][0] == '-' || path)
+      return cli_usage_error(c, "resume", "unexpected argument \"%s\"",
+                             argv[i]);
+    path = argv[i];
+  }
+  if (!path)
+    return cli_usage_error(c, "resume", "expected a session state file");
+  char id[STATE_ID_LEN + 1];
+  bool reconnected = false;
+  struct sbx_error e = {0};
+  int r = cli_session_resume(c->state_dir, path, trusted,
+                             progress_enabled(c->json), id, &reconnected, &e);
+  if (r < 0) {
+    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+    return e.code == SBX_INVALID_ARGUMENT && r == -EINVAL ? 2 : 1;
+  }
+  printf("%s\n", id);
+  fprintf(stderr,
+          reconnected ? "%s: reconnected to the live sandbox %s\n"
+                      : "%s: the saved sandbox is gone; restored its snapshot "
+                        "into a new sandbox %s\n",
+          c->prog, id);
+  return fflush(stdout) == 0 ? 0 : 1;
+}
