@@ -3,10 +3,22 @@
 #ifndef SBX_BACKENDS_REGISTRY_H
 #define SBX_BACKENDS_REGISTRY_H
 
+#include <stddef.h>
+
 #include "controller/backend/backend.h"
 
-/* Looks a backend up by name ("local", "docker"); NULL (the default) is
- * "local". NULL when unknown. */
+/* The backend called NAME; NULL names the default ("local"). NULL when
+ * there is none of that name. */
 const struct backend *backend_find(const char *name);
+
+/* The I-th backend (0 is the default), or NULL past the last: for lists of
+ * every backend's options. */
+const struct backend *backend_at(size_t i);
+
+/* The backends' names for a message, each in QUOTE, the last after LAST:
+ * ("\"", " or ") gives "\"local\" or \"docker\""; ("", ", ") gives
+ * "local, docker". Written into OUT (N bytes, cut to fit); returns OUT. */
+const char *backend_names(char *out, size_t n, const char *quote,
+                          const char *last);
 
 #endif

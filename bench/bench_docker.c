@@ -155,14 +155,13 @@ int main(int argc, char **argv) {
   if (!getenv("DOCKER_HOST"))
     die("DOCKER_HOST", "unset: run scripts/containers.sh first");
 
-  struct backend_options o = {0};
-  o.docker.image = image;
-  o.docker.never_pull = true;
+  struct docker_options d = {.image = image, .never_pull = true};
+  struct backend_options o = {.own = &d};
   struct sbx_error e = {0};
 
   /* ---- exec round trip ---- */
   struct sandbox *s = NULL;
-  if (backend_docker.create(&o, &s, &e) < 0)
+  if (backend_docker.create(&o, NULL, &s, &e) < 0)
     die("create", e.msg);
   for (int i = 0; i < 20; i++)
     (void)exec_true(s);
@@ -189,7 +188,7 @@ int main(int argc, char **argv) {
     die("engine", e.msg);
   for (size_t i = 0; i < nready; i++) {
     uint64_t t0 = sbx_now_ns();
-    if (backend_docker.create(&o, &s, &e) < 0)
+    if (backend_docker.create(&o, NULL, &s, &e) < 0)
       die("create", e.msg);
     t_ready[i] = sbx_now_ns() - t0;
     if (backend_docker.close(s, &e) < 0)

@@ -125,8 +125,8 @@ int main(int argc, char **argv) {
                               .workspace_base = base};
   struct sandbox *src = NULL, *dst = NULL;
   struct sbx_error e = {0};
-  if (backend_local.create(&o, &src, &e) < 0 ||
-      backend_local.create(&o, &dst, &e) < 0)
+  if (backend_local.create(&o, NULL, &src, &e) < 0 ||
+      backend_local.create(&o, NULL, &dst, &e) < 0)
     die("local sandbox", e.msg);
 
   struct bench_tree st = {0};

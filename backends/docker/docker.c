@@ -4,7 +4,6 @@
  * a bind-mounted 0700 host runtime directory. */
 #include "backends/docker/docker.h"
 
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -16,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/docker/engine.h"
+#include "backends/docker/docker_internal.h"
 #include "backends/docker/options.h"
 #include "shared/cleanup.h"
 #include "shared/clock.h"
@@ -24,26 +23,9 @@
 #include "shared/log.h"
 #include "shared/rand.h"
 
-#define PULL_TIMEOUT_MS (10u * 60 * 1000)
 #define LOG_TAIL_MAX 400
-#define MAX_PORTS 256
 
-struct docker_port {
-  unsigned port; /* in the container */
-  struct docker_endpoint at;
-};
-
-struct docker {
-  struct docker_engine *en;
-  char *container; /* id */
-  char *rundir;    /* host runtime directory; removed at close */
-  char token[SBX_TOKEN_HEX + 1];
-  char *token_path; /* a recorded sandbox's token file, or NULL */
-  struct docker_port *ports;
-  size_t nports;
-};
-
-static struct docker *docker_of(const struct sandbox *s) {
+struct docker *docker_of(const struct sandbox *s) {
   return s && s->backend == &backend_docker ? s->priv : NULL;
 }
 
@@ -79,10 +61,11 @@ int docker_exposed_port(const struct sandbox *s, unsigned port,
 }
 
 /* Frees D (the controller's side only). */
-static void docker_free(struct docker *d) {
+void docker_free(struct docker *d) {
   if (!d)
     return;
   docker_engine_free(d->en);
+  free(d->host);
   free(d->container);
   free(d->rundir);
   free(d->token_path);
@@ -92,8 +75,8 @@ static void docker_free(struct docker *d) {
 }
 
 /* Path of container ID in the API: /containers/<escaped>SUFFIX. */
-static int container_path(const char *id, const char *suffix, char *out,
-                          size_t size, struct sbx_error *e) {
+int container_path(const char *id, const char *suffix, char *out, size_t size,
+                   struct sbx_error *e) {
   _cleanup_free_ char *esc = docker_engine_escape(id, false);
   if (!esc)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
@@ -104,8 +87,8 @@ static int container_path(const char *id, const char *suffix, char *out,
   return 0;
 }
 
-static int inspect_container(struct docker_engine *en, const char *id,
-                             json_t **out, struct sbx_error *e) {
+int inspect_container(struct docker_engine *en, const char *id, json_t **out,
+                      struct sbx_error *e) {
   char path[512];
   int r = container_path(id, "/json", path, sizeof(path), e);
   if (r < 0)
@@ -123,7 +106,7 @@ static int inspect_container(struct docker_engine *en, const char *id,
   return r;
 }
 
-static const char *label_of(json_t *inspect, const char *key) {
+const char *label_of(json_t *inspect, const char *key) {
   json_t *cfg = json_object_get(inspect, "Config");
   return json_string_value(
       json_object_get(json_object_get(cfg, "Labels"), key));
@@ -189,8 +172,8 @@ static void sleep_us(unsigned us) {
 }
 
 /* Removes container ID with its anonymous volumes; a missing one is fine. */
-static int remove_container(struct docker_engine *en, const char *id,
-                            struct sbx_error *e) {
+int remove_container(struct docker_engine *en, const char *id,
+                     struct sbx_error *e) {
   char path[512];
   int r = container_path(id, "?force=1&v=1", path, sizeof(path), e);
   if (r < 0)
@@ -211,7 +194,7 @@ static int remove_container(struct docker_engine *en, const char *id,
   }
 }
 
-static int docker_close(struct sandbox *s, struct sbx_error *e) {
+int docker_close(struct sandbox *s, struct sbx_error *e) {
   if (!s)
     return 0;
   struct docker *d = s->priv;
@@ -238,160 +221,6 @@ void docker_detach(struct sandbox *s) {
   sandbox_free(s);
 }
 
-/* True when the ELF file at PATH asks for no program interpreter, i.e. is
- * statically linked. *ERR gets the reason when it cannot tell. */
-static bool is_static_elf(const char *path, int *err) {
-  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-  Elf64_Ehdr eh;
-  *err = 0;
-  if (fd < 0 || pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh)) {
-    *err = fd < 0 ? errno : ENOEXEC;
-    return false;
-  }
-  if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
-      eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > 256) {
-    *err = ENOEXEC;
-    return false;
-  }
-  for (unsigned i = 0; i < eh.e_phnum; i++) {
-    Elf64_Phdr ph;
-    if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) !=
-        (ssize_t)sizeof(ph)) {
-      *err = ENOEXEC;
-      return false;
-    }
-    if (ph.p_type == PT_INTERP)
-      return false;
-  }
-  return true;
-}
-
-/* The static sandboxd to inject: O's, $SBX_SANDBOXD_STATIC, sandboxd-static
- * next to sbx, then the build tree's ../build-static/sandboxd. */
-static int find_static_sandboxd(const struct docker_options *o, char **out,
-                                struct sbx_error *e) {
-  const char *p = o->sandboxd_static;
-  if (!p || !*p)
-    p = getenv("SBX_SANDBOXD_STATIC");
-  char cand[PATH_MAX];
-  if (!p || !*p) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    char *slash = n > 0 ? (self[n] = '\0', strrchr(self, '/')) : NULL;
-    if (slash) {
-      *slash = '\0';
-      static const char *const rel[] = {"/sandboxd-static",
-                                        "/../build-static/sandboxd"};
-      for (size_t i = 0; i < SBX_ARRAY_SIZE(rel) && !p; i++) {
-        int k = snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
-        if (k > 0 && (size_t)k < sizeof(cand) && access(cand, X_OK) == 0)
-          p = cand;
-      }
-    }
-  }
-  if (!p)
-    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
-                         "the image has no sandboxd (no %s label) and no "
-                         "static sandboxd was found to inject: build one with "
-                         "`make static` and set SBX_SANDBOXD_STATIC to "
-                         "build-static/sandboxd",
-                         DOCKER_IMAGE_LABEL);
-  int err;
-  if (!is_static_elf(p, &err))
-    return err ? sbx_error_set(e, SBX_NOT_FOUND, err,
-                               "cannot use \"%s\" as the static sandboxd: %s",
-                               p, strerror(err))
-               : sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                               "sandboxd \"%s\" is dynamically linked; a "
-                               "container needs the static build (`make "
-                               "static` makes build-static/sandboxd)",
-                               p);
-  *out = realpath(p, NULL);
-  if (!*out)
-    return sbx_error_set(e, SBX_OK, errno, "cannot resolve \"%s\": %m", p);
-  return 0;
-}
-
-/* Pulls IMAGE; the engine reports failures inside the progress stream. */
-static int pull_image(struct docker_engine *en, const char *image,
-                      struct sbx_error *e) {
-  _cleanup_free_ char *esc = docker_engine_escape(image, false);
-  if (!esc)
-    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  char path[1024];
-  int n = snprintf(path, sizeof(path), "/images/create?fromImage=%s", esc);
-  if (n < 0 || (size_t)n >= sizeof(path))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
-                         "image name is too long");
-  _cleanup_buf_ struct sbx_buf body = {0};
-  sbx_buf_init(&body, 16 * 1024);
-  struct docker_request req = {.method = "POST",
-                               .path = path,
-                               .timeout_ms = PULL_TIMEOUT_MS,
-                               .max_bytes = 16 * 1024,
-                               .keep_tail = true};
-  log_info("pulling image \"%s\"", image);
-  int r = docker_engine_raw(en, &req, &body, e);
-  if (r < 0)
-    return r;
-  /* The last JSON line says how it ended. */
-  while (body.len &&
-         (body.data[body.len - 1] == '\n' || body.data[body.len - 1] == '\r'))
-    body.data[--body.len] = '\0';
-  const char *last = strrchr(body.data, '\n');
-  last = last ? last + 1 : body.data;
-  json_error_t je;
-  _cleanup_json_ json_t *j = json_loads(last, 0, &je);
-  const char *err = json_string_value(json_object_get(j, "error"));
-  if (err)
-    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
-                         "cannot pull image \"%s\": %.300s", image, err);
-  return 0;
-}
-
-/* Inspects IMAGE, pulling it first when missing (unless O says never), and
- * tells where its baked sandboxd is (*BAKED new, NULL when none). */
-static int prepare_image(struct docker_engine *en, const char *image,
-                         const struct docker_options *o, char **baked,
-                         struct sbx_error *e) {
-  *baked = NULL;
-  _cleanup_free_ char *esc = docker_engine_escape(image, true);
-  if (!esc)
-    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  char path[1024];
-  int n = snprintf(path, sizeof(path), "/images/%s/json", esc);
-  if (n < 0 || (size_t)n >= sizeof(path))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
-                         "image name is too long");
-  struct docker_request req = {.method = "GET", .path = path};
-  _cleanup_json_ json_t *j = NULL;
-  int r = docker_engine_json(en, &req, &j, e);
-  if (r == -ENOENT) {
-    if (o->never_pull)
-      return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
-                           "image \"%s\" is not in the container engine and "
-                           "pulling is off",
-                           image);
-    sbx_error_clear(e);
-    r = pull_image(en, image, e);
-    if (r < 0)
-      return r;
-    r = docker_engine_json(en, &req, &j, e);
-  }
-  if (r < 0)
-    return r;
-  const char *label = json_string_value(
-      json_object_get(json_object_get(json_object_get(j, "Config"), "Labels"),
-                      DOCKER_IMAGE_LABEL));
-  if (label && label[0] == '/' && strlen(label) < 1024) {
-    *baked = strdup(label);
-    if (!*baked)
-      return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  }
-  return 0;
-}
-
 /* Fails with what the container said when it is no longer running. */
 static int check_running(struct docker *d, const char *image,
                          struct sbx_error *e) {
@@ -416,8 +245,8 @@ static int check_running(struct docker *d, const char *image,
 
 /* Waits for sandboxd's socket to appear in the runtime directory, with a
  * bounded backoff, watching that the container still runs. */
-static int wait_socket(struct docker *d, const char *sock, const char *image,
-                       unsigned timeout_ms, struct sbx_error *e) {
+int wait_socket(struct docker *d, const char *sock, const char *image,
+                unsigned timeout_ms, struct sbx_error *e) {
   uint64_t start = sbx_now_ms();
   uint64_t next_check = start + 100;
   unsigned delay_us = 250;
@@ -449,9 +278,8 @@ static int wait_socket(struct docker *d, const char *sock, const char *image,
 
 /* Connects S's client to the sandboxd behind SOCK and checks with Hello,
  * within BUDGET_MS in all, that it takes D's token. */
-static int connect_sandboxd(struct sandbox *s, struct docker *d,
-                            const char *sock, unsigned budget_ms,
-                            struct sbx_error *e) {
+int connect_sandboxd(struct sandbox *s, struct docker *d, const char *sock,
+                     unsigned budget_ms, struct sbx_error *e) {
   char url[PATH_MAX + 16];
   int n = snprintf(url, sizeof(url), "ipc://%s", sock);
   if (n < 0 || (size_t)n >= sizeof(url))
@@ -489,7 +317,7 @@ static int connect_sandboxd(struct sandbox *s, struct docker *d,
 
 /* Records the host endpoints of the container's published ports from its
  * inspection J (NetworkSettings.Ports {"8000/tcp": [{HostIp, HostPort}]}). */
-static int record_ports(struct docker *d, json_t *j, struct sbx_error *e) {
+int record_ports(struct docker *d, json_t *j, struct sbx_error *e) {
   json_t *ports =
       json_object_get(json_object_get(j, "NetworkSettings"), "Ports");
   const char *key;
@@ -620,10 +448,23 @@ static int create_and_start(struct docker *d, const char *session_id,
   }
 }
 
-static int docker_create(const struct backend_options *bo, struct sandbox **out,
-                         struct sbx_error *e) {
+/* The docker options of BO (its own, or the defaults) into *OUT, with BO's
+ * exposed ports when the options name none. */
+static void effective_options(const struct backend_options *bo,
+                              struct docker_options *out) {
   static const struct docker_options none = {0};
-  const struct docker_options *o = bo ? &bo->docker : &none;
+  *out = bo && bo->own ? *(const struct docker_options *)bo->own : none;
+  if (bo && !out->n_exposed_ports) {
+    out->exposed_ports = bo->ports;
+    out->n_exposed_ports = bo->nports;
+  }
+}
+
+static int create_container(const struct backend_options *bo,
+                            struct sandbox **out, struct sbx_error *e) {
+  struct docker_options eff;
+  effective_options(bo, &eff);
+  const struct docker_options *o = &eff;
   *out = NULL;
   /* Everything that can be refused is refused before anything exists. */
   int r = docker_options_check(o, e);
@@ -648,6 +489,10 @@ static int docker_create(const struct backend_options *bo, struct sandbox **out,
   r = docker_engine_open(o->host, &d->en, e);
   if (r < 0)
     goto fail;
+  if (o->host && !(d->host = strdup(o->host))) {
+    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+    goto fail;
+  }
   r = prepare_image(d->en, image, o, &baked, e);
   if (r < 0)
     goto fail;
@@ -739,173 +584,17 @@ fail:
   return r;
 }
 
-/* The host side of the container's runtime directory, from the mounts in
- * its inspection; it must be a directory of ours that nobody else may
- * enter, or the socket in it is not to be trusted. */
-static int find_rundir(json_t *j, const char *id, char **out,
-                       struct sbx_error *e) {
-  json_t *mounts = json_object_get(j, "Mounts");
-  size_t i;
-  json_t *m;
-  const char *src = NULL;
-  json_array_foreach(mounts, i, m) {
-    const char *dst = json_string_value(json_object_get(m, "Destination"));
-    if (dst && strcmp(dst, DOCKER_RUN_DIR) == 0) {
-      src = json_string_value(json_object_get(m, "Source"));
-      break;
-    }
-  }
-  if (!src || src[0] != '/' || strlen(src) > 200)
-    return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
-                         "container %.12s has no sbx runtime directory at %s",
-                         id, DOCKER_RUN_DIR);
-  /* Ours: owned by us, or by the numeric user the container runs as (the
-   * directory was handed to it at creation). */
-  uid_t owner = geteuid();
-  const char *user =
-      json_string_value(json_object_get(json_object_get(j, "Config"), "User"));
-  char *end = NULL;
-  unsigned long uid = user && *user ? strtoul(user, &end, 10) : 0;
-  bool numeric_user = user && *user && end && (*end == '\0' || *end == ':');
-  struct stat st;
-  if (lstat(src, &st) < 0)
-    return sbx_error_set(e, SBX_UNAVAILABLE, errno,
-                         "the runtime directory \"%s\" of container %.12s is "
-                         "gone: %m",
-                         src, id);
-  if (!S_ISDIR(st.st_mode) || (st.st_mode & 077) ||
-      (st.st_uid != owner && !(numeric_user && st.st_uid == (uid_t)uid)))
-    return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
-                         "the runtime directory \"%s\" of container %.12s is "
-                         "not a private directory of ours",
-                         src, id);
-  *out = strdup(src);
-  return *out ? 0 : sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-}
-
-int docker_resume(const struct backend_options *bo,
-                  const struct docker_resume_args *a, struct sandbox **out,
-                  struct sbx_error *e) {
-  *out = NULL;
-  if (!a || !a->session_id || !a->container || !a->token ||
-      strlen(a->session_id) >= sizeof(((struct sandbox *)0)->session_id) ||
-      strlen(a->token) != SBX_TOKEN_HEX)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "resume needs a session id, a container and a "
-                         "%d-digit token",
-                         SBX_TOKEN_HEX);
-  struct sandbox *s = calloc(1, sizeof(*s));
-  struct docker *d = calloc(1, sizeof(*d));
-  if (!s || !d) {
-    free(s);
-    free(d);
-    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  }
-  s->backend = &backend_docker;
-  s->priv = d;
-  memcpy(s->session_id, a->session_id, strlen(a->session_id) + 1);
-  memcpy(d->token, a->token, SBX_TOKEN_HEX + 1);
-  _cleanup_json_ json_t *j = NULL;
-  _cleanup_free_ char *rundir = NULL;
-  int r = docker_engine_open(bo ? bo->docker.host : NULL, &d->en, e);
-  if (r < 0)
-    goto fail;
-  r = inspect_container(d->en, a->container, &j, e);
-  if (r == -ENOENT) {
-    r = sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
-                      "container \"%.64s\" of session %s is gone", a->container,
-                      a->session_id);
-    goto fail;
-  }
-  if (r < 0)
-    goto fail;
-  const char *managed = label_of(j, DOCKER_LABEL_MANAGED);
-  const char *session = label_of(j, DOCKER_LABEL_SESSION);
-  if (!managed || strcmp(managed, "true") != 0 || !session) {
-    r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
-                      "container \"%.64s\" was not made by sbx (no %s=true "
-                      "label); refusing to resume it",
-                      a->container, DOCKER_LABEL_MANAGED);
-    goto fail;
-  }
-  if (strcmp(session, a->session_id) != 0) {
-    r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
-                      "container \"%.64s\" belongs to session %.64s, not %s; "
-                      "refusing to resume it",
-                      a->container, session, a->session_id);
-    goto fail;
-  }
-  const char *id = json_string_value(json_object_get(j, "Id"));
-  d->container = strdup(id ? id : a->container);
-  if (!d->container) {
-    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-    goto fail;
-  }
-  json_t *st = json_object_get(j, "State");
-  bool running = json_is_true(json_object_get(st, "Running"));
-  if (!running && !a->allow_stopped) {
-    const char *status = json_string_value(json_object_get(st, "Status"));
-    r = sbx_error_set(e, SBX_UNAVAILABLE, ESRCH,
-                      "container %.12s of session %s is not running (%s)",
-                      d->container, a->session_id, status ? status : "?");
-    goto fail;
-  }
-  r = find_rundir(j, d->container, &rundir, e);
-  if (r < 0)
-    goto fail;
-  if (!running) {
-    /* A stopped container: a handle without a client, to start again. */
-    const char *root0 = label_of(j, DOCKER_LABEL_ROOT);
-    s->root = strdup(root0 && root0[0] == '/' ? root0 : DOCKER_DEFAULT_ROOT);
-    if (!s->root) {
-      r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-      goto fail;
-    }
-    d->rundir = TAKE_PTR(rundir);
-    *out = s;
-    return 0;
-  }
-  char sock[PATH_MAX];
-  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", rundir);
-  r = connect_sandboxd(
-      s, d, sock, bo && bo->ready_timeout_ms ? bo->ready_timeout_ms : 10000, e);
-  if (r < 0) {
-    if (e && e->code == SBX_UNAUTHENTICATED)
-      r = sbx_error_set(e, SBX_UNAUTHENTICATED, EACCES,
-                        "sandboxd in container %.12s did not accept this "
-                        "controller's token; refusing to resume it",
-                        d->container);
-    goto fail;
-  }
-  const char *root = label_of(j, DOCKER_LABEL_ROOT);
-  s->root = strdup(root && root[0] == '/' ? root : DOCKER_DEFAULT_ROOT);
-  if (!s->root || (r = record_ports(d, j, e)) < 0) {
-    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-    goto fail;
-  }
-  /* Only now is the directory ours to remove at close. */
-  d->rundir = TAKE_PTR(rundir);
-  *out = s;
-  return 0;
-fail:
-  /* Leave the container alone: it is not ours until it proved to be. */
-  docker_detach(s);
-  return r;
-}
-
-/* ---- lifecycle: developer-owned and recorded sandboxes ----------------- */
-
 /* A container that outlives this process: created as usual (containers
  * always outlive their creator), with the token also written to the state
  * directory's token file so another sbx process can attach. */
-static int docker_create_spec(const struct backend_options *bo,
-                              const struct sandbox_spec *spec,
-                              struct sandbox **out, struct sbx_error *e) {
+int docker_create(const struct backend_options *bo,
+                  const struct sandbox_spec *spec, struct sandbox **out,
+                  struct sbx_error *e) {
   if (spec && (spec->ngrants || spec->nbinds))
     return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
                          "extra_path_grants and local_bind mounts are not "
                          "supported by backend docker; use its mounts option");
-  int r = docker_create(bo, out, e);
+  int r = create_container(bo, out, e);
   if (r < 0 || !spec || !spec->token_path)
     return r;
   struct docker *d = (*out)->priv;
@@ -921,105 +610,41 @@ static int docker_create_spec(const struct backend_options *bo,
   return 0;
 }
 
-/* The record's docker part: the container, and where the token is (the
- * token itself stays in its 0600 file). */
-static int docker_save(const struct sandbox *s, json_t *obj) {
-  const struct docker *d = s->priv;
-  json_t *o =
-      json_pack("{s:s, s:s, s:s?}", "container", d->container, "session_id",
-                s->session_id, "token_file", d->token_path);
-  if (!o)
-    return -ENOMEM;
-  int r = json_object_update(obj, o) < 0 ? -ENOMEM : 0;
-  json_decref(o);
-  return r;
-}
-
-/* Attaches through docker_resume: labels, a running container, a private
- * runtime directory, and a sandboxd that accepts the recorded token. The
- * token comes from the record's token file. */
-static int docker_attach(const struct backend_options *bo, json_t *obj,
-                         struct sandbox **out, struct sbx_error *e) {
-  const char *container = json_string_value(json_object_get(obj, "container"));
-  const char *sid = json_string_value(json_object_get(obj, "session_id"));
-  const char *tokf = json_string_value(json_object_get(obj, "token_file"));
-  if (!container || !sid || !tokf)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "the docker sandbox record lacks its container, "
-                         "session or token file");
-  _cleanup_free_ char *tok = NULL;
-  size_t len = 0;
-  int r = sbx_read_file(tokf, 256, &tok, &len);
-  if (r < 0)
-    return sbx_error_set(e, SBX_OK, -r, "cannot read the token file \"%s\"",
-                         tokf);
-  while (len > 0 && (tok[len - 1] == '\n' || tok[len - 1] == ' '))
-    tok[--len] = '\0';
-  struct docker_resume_args a = {.session_id = sid,
-                                 .container = container,
-                                 .token = tok,
-                                 .allow_stopped = true};
-  r = docker_resume(bo, &a, out, e);
-  explicit_bzero(tok, len);
-  if (r == 0) {
-    struct docker *d = (*out)->priv;
-    if (!(d->token_path = strdup(tokf))) {
-      docker_detach(*out);
-      *out = NULL;
-      return -ENOMEM;
-    }
-  }
-  return r;
-}
-
-static bool docker_running(const struct sandbox *s) {
-  return s && s->client != NULL;
-}
-
-/* Stops the container (sandboxd gets TERM and kills its processes); the
- * container and its workspace stay for a later start. */
-static int docker_stop(struct sandbox *s, struct sbx_error *e) {
-  struct docker *d = s->priv;
-  s->client = sbx_client_free(s->client);
-  char path[512];
-  int r = container_path(d->container, "/stop?t=5", path, sizeof(path), e);
+/* Where exposed PORT is published on the host. */
+static int docker_resolve_port(const struct sandbox *s, unsigned port,
+                               char *host, size_t hostsz, unsigned *host_port,
+                               struct sbx_error *e) {
+  struct docker_endpoint ep;
+  int r = docker_exposed_port(s, port, &ep, e);
   if (r < 0)
     return r;
-  struct docker_request req = {.method = "POST", .path = path};
-  return docker_engine_json(d->en, &req, NULL, e);
+  (void)snprintf(host, hostsz, "%s", ep.host);
+  *host_port = ep.port;
+  return 0;
 }
 
-/* Starts a stopped container again and connects to its sandboxd. */
-static int docker_start(struct sandbox *s, struct sbx_error *e) {
-  if (s->client)
+/* A session state's container_id, as the SDK's DockerSandboxSessionState
+ * has it. */
+static int docker_session_fields(json_t *saved, json_t *state) {
+  json_t *cid = json_object_get(saved, "container");
+  if (!json_is_string(cid))
     return 0;
-  struct docker *d = s->priv;
-  char sock[PATH_MAX];
-  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", d->rundir);
-  (void)unlink(sock); /* the stopped sandboxd's, gone stale */
-  char path[512];
-  int r = container_path(d->container, "/start", path, sizeof(path), e);
-  if (r < 0)
-    return r;
-  struct docker_request req = {.method = "POST", .path = path};
-  r = docker_engine_json(d->en, &req, NULL, e);
-  if (r < 0)
-    return r;
-  r = wait_socket(d, sock, "the container's image", 10000, e);
-  if (r < 0)
-    return r;
-  return connect_sandboxd(s, d, sock, 10000, e);
+  return json_object_set(state, "container_id", cid) < 0 ? -ENOMEM : 0;
 }
 
 const struct backend backend_docker = {
     .name = "docker",
+    .options = docker_option_table,
+    .options_parse = docker_options_parse,
+    .options_free = docker_options_free,
     .create = docker_create,
     .close = docker_close,
-    .create_spec = docker_create_spec,
     .save = docker_save,
+    .session_fields = docker_session_fields,
     .attach = docker_attach,
     .detach = docker_detach,
     .running = docker_running,
     .stop = docker_stop,
     .start = docker_start,
+    .resolve_port = docker_resolve_port,
 };

@@ -9,16 +9,18 @@
  * (not a host bind), so snapshots go through sandboxd. Containers carry the
  * labels sbx.session=<session id> and sbx.managed=true.
  *
- * Beyond struct backend (backend_docker) this header offers what the session
- * lifecycle needs: the published endpoint of an exposed port, detaching from a
- * live container and resuming it. Functions taking a struct sandbox require one
- * made by this backend. */
+ * Beyond struct backend (backend_docker) and its options this header offers
+ * what the session lifecycle needs: the published endpoint of an exposed
+ * port, detaching from a live container and resuming it. Functions taking a
+ * struct sandbox require one made by this backend. */
 #ifndef SBX_DOCKER_H
 #define SBX_DOCKER_H
 
-#include "controller/backend/backend.h"
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
 
-extern const struct backend backend_docker;
+#include "controller/backend/backend.h"
 
 #define DOCKER_DEFAULT_IMAGE "sbx-debian:latest"
 #define DOCKER_DEFAULT_ROOT "/workspace"
@@ -28,6 +30,62 @@ extern const struct backend backend_docker;
 #define DOCKER_LABEL_SESSION "sbx.session"
 #define DOCKER_LABEL_MANAGED "sbx.managed"
 #define DOCKER_LABEL_ROOT "sbx.root"
+
+extern const struct backend backend_docker;
+
+/* How the docker backend gets sandboxd into the container. */
+enum docker_sandboxd_mode {
+  /* Baked when the image carries the label io.sbx.sandboxd (the path of its
+   * sandboxd), else injected. */
+  DOCKER_SANDBOXD_AUTO = 0,
+  DOCKER_SANDBOXD_BAKED,  /* the image has /usr/local/bin/sandboxd */
+  DOCKER_SANDBOXD_INJECT, /* bind-mount sbx's static sandboxd read-only */
+};
+
+struct docker_label {
+  const char *key; /* not "sbx" nor "sbx.*": those are sbx's own */
+  const char *value;
+};
+
+struct docker_mount {
+  const char *type;   /* "bind" or "volume" */
+  const char *source; /* bind: absolute host path; volume: a name, or NULL
+                         for an anonymous volume removed with the sandbox */
+  const char *target; /* absolute path inside the container */
+  bool read_only;
+};
+
+/* Options of the docker backend: what backend_options.own points to for
+ * it. docker_options_parse makes them from JSON (run_config, the CLI's
+ * flags, the API); C callers may fill one themselves. Every pointer is
+ * borrowed for the duration of the call that takes the options. Unset
+ * fields (NULL, 0, false) mean the engine's or the image's default; the
+ * exposed ports, when none are set here, are backend_options.ports;
+ * docker_options_merge() lays a run's options over a client's. */
+struct docker_options {
+  const char *host;  /* NULL: $DOCKER_HOST, else unix:///var/run/docker.sock */
+  const char *image; /* NULL: "sbx-debian:latest" */
+  enum docker_sandboxd_mode sandboxd_mode;
+  /* The static sandboxd to inject. NULL: $SBX_SANDBOXD_STATIC, then
+   * sandboxd-static next to sbx, then ../build-static/sandboxd. */
+  const char *sandboxd_static;
+  const char *root;         /* workspace in the container; NULL: /workspace */
+  const char *network_mode; /* NULL: the engine's default; "none" */
+  const uint16_t *exposed_ports; /* published on 127.0.0.1 */
+  size_t n_exposed_ports;
+  const struct docker_label *labels;
+  size_t n_labels;
+  const char *const *env; /* "NAME=value": the container's and commands' */
+  size_t n_env;
+  const char *user;     /* NULL: the image's; else "uid" or "uid:gid" */
+  int64_t memory_bytes; /* 0: no limit */
+  double cpus;          /* 0: no limit */
+  int64_t pids_limit;   /* 0: no limit */
+  const struct docker_mount *mounts;
+  size_t n_mounts;
+  bool read_only_rootfs; /* the workspace is then an anonymous volume */
+  bool never_pull;       /* a missing image is an error, not pulled */
+};
 
 /* Lays RUN over CLIENT into OUT, as the SDK's per-run options replace the
  * client's: each field RUN sets (non-NULL, non-zero, true) replaces

@@ -1,10 +1,13 @@
 /* The docker backend's options: merging a run's over a client's, checking
- * them before anything is created, and the container they describe. */
+ * them before anything is created, the container they describe, and
+ * reading them from JSON (run_config, the CLI's flags, the API). */
 #include "backends/docker/options.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shared/cleanup.h"
@@ -385,4 +388,235 @@ oom:
   return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
                        "cannot build the container's description: out of "
                        "memory");
+}
+
+/* ---- from JSON: run_config, the CLI's flags, the API -------------------- */
+
+const struct backend_option docker_option_table[] = {
+    {"image", "image", "IMG",
+     "the container image (default: sbx-debian:latest)", BACKEND_OPTION_STRING},
+    {"network_mode", "network", "none",
+     "no network but loopback (default: the engine's)", BACKEND_OPTION_STRING},
+    {"host", NULL, "URL",
+     "the engine's API (default: $DOCKER_HOST, else "
+     "unix:///var/run/docker.sock)",
+     BACKEND_OPTION_STRING},
+    {"sandboxd", NULL, "auto|baked|inject",
+     "sandboxd from the image (baked), sbx's static build bind-mounted "
+     "(inject), or baked when the image says it has one (auto)",
+     BACKEND_OPTION_STRING},
+    {"sandboxd_static", NULL, "PATH",
+     "the static sandboxd to inject (default: $SBX_SANDBOXD_STATIC, then "
+     "sandboxd-static beside sbx)",
+     BACKEND_OPTION_STRING},
+    {"root", NULL, "PATH",
+     "the workspace in the container (default: "
+     "/workspace)",
+     BACKEND_OPTION_STRING},
+    {"labels", NULL, "{KEY: VALUE}", "the container's labels (not sbx.*)",
+     BACKEND_OPTION_JSON},
+    {"env", NULL, "{NAME: VALUE}",
+     "environment of the container and its commands", BACKEND_OPTION_JSON},
+    {"user", NULL, "UID[:GID]",
+     "the user sandboxd runs as (default: the "
+     "image's)",
+     BACKEND_OPTION_STRING},
+    {"memory_bytes", NULL, "N", "memory limit in bytes (0: none)",
+     BACKEND_OPTION_INTEGER},
+    {"cpus", NULL, "N", "CPU limit in CPUs (0: none)", BACKEND_OPTION_NUMBER},
+    {"pids_limit", NULL, "N", "process limit (0: none)",
+     BACKEND_OPTION_INTEGER},
+    {"mounts", NULL, "[{type, source, target, read_only}]",
+     "bind mounts and volumes", BACKEND_OPTION_JSON},
+    {"read_only_rootfs", NULL, NULL,
+     "a read-only root filesystem (the workspace is a volume)",
+     BACKEND_OPTION_BOOLEAN},
+    {"never_pull", NULL, NULL, "a missing image is an error, not pulled",
+     BACKEND_OPTION_BOOLEAN},
+    {0},
+};
+
+/* What docker_options_parse makes: the options, and what they point to. */
+struct docker_parsed {
+  struct docker_options o; /* first: the pointer handed out is this */
+  json_t *json;            /* the strings point into it */
+  struct docker_label *labels;
+  char **env; /* "NAME=value", owned */
+  size_t nenv;
+  struct docker_mount *mounts;
+};
+
+void docker_options_free(void *own) {
+  struct docker_parsed *p = own;
+  if (!p)
+    return;
+  for (size_t i = 0; i < p->nenv; i++)
+    free(p->env[i]);
+  free(p->env);
+  free(p->labels);
+  free(p->mounts);
+  json_decref(p->json);
+  free(p);
+}
+
+static int bad(struct sbx_error *e, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(struct sbx_error *e, const char *where, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s%s%s",
+                       where ? where : "", where ? ": " : "", msg);
+}
+
+static int parse_labels(struct docker_parsed *p, json_t *v, const char *where,
+                        struct sbx_error *e) {
+  if (!json_is_object(v))
+    return bad(e, where, "labels must be an object of strings");
+  p->labels = calloc(json_object_size(v) + 1, sizeof(*p->labels));
+  if (!p->labels)
+    return -ENOMEM;
+  const char *k;
+  json_t *x;
+  json_object_foreach(v, k, x) {
+    if (!json_is_string(x))
+      return bad(e, where, "label \"%s\": its value must be a string", k);
+    p->labels[p->o.n_labels++] =
+        (struct docker_label){.key = k, .value = json_string_value(x)};
+  }
+  p->o.labels = p->labels;
+  return 0;
+}
+
+static int parse_env(struct docker_parsed *p, json_t *v, const char *where,
+                     struct sbx_error *e) {
+  if (!json_is_object(v))
+    return bad(e, where, "env must be an object of strings");
+  p->env = calloc(json_object_size(v) + 1, sizeof(*p->env));
+  if (!p->env)
+    return -ENOMEM;
+  const char *k;
+  json_t *x;
+  json_object_foreach(v, k, x) {
+    if (!json_is_string(x))
+      return bad(e, where, "env \"%s\": its value must be a string", k);
+    if (asprintf(&p->env[p->nenv], "%s=%s", k, json_string_value(x)) < 0) {
+      p->env[p->nenv] = NULL;
+      return -ENOMEM;
+    }
+    p->nenv++;
+  }
+  p->o.env = (const char *const *)p->env;
+  p->o.n_env = p->nenv;
+  return 0;
+}
+
+static int parse_mounts(struct docker_parsed *p, json_t *v, const char *where,
+                        struct sbx_error *e) {
+  static const char *const keys[] = {"type", "source", "target", "read_only"};
+  if (!json_is_array(v))
+    return bad(e, where, "mounts must be an array of objects");
+  p->mounts = calloc(json_array_size(v) + 1, sizeof(*p->mounts));
+  if (!p->mounts)
+    return -ENOMEM;
+  size_t i;
+  json_t *m;
+  json_array_foreach(v, i, m) {
+    if (!json_is_object(m))
+      return bad(e, where, "mounts[%zu] must be an object", i);
+    const char *k;
+    json_t *x;
+    json_object_foreach(m, k, x) {
+      bool known = false;
+      for (size_t j = 0; j < SBX_ARRAY_SIZE(keys); j++)
+        known |= strcmp(k, keys[j]) == 0;
+      if (!known)
+        return bad(e, where, "mounts[%zu]: unknown key \"%s\"", i, k);
+      if (strcmp(k, "read_only") == 0 ? !json_is_boolean(x)
+                                      : !json_is_string(x))
+        return bad(e, where, "mounts[%zu]: \"%s\" must be %s", i, k,
+                   strcmp(k, "read_only") == 0 ? "true or false" : "a string");
+    }
+    p->mounts[i] = (struct docker_mount){
+        .type = json_string_value(json_object_get(m, "type")),
+        .source = json_string_value(json_object_get(m, "source")),
+        .target = json_string_value(json_object_get(m, "target")),
+        .read_only = json_is_true(json_object_get(m, "read_only")),
+    };
+  }
+  p->o.mounts = p->mounts;
+  p->o.n_mounts = json_array_size(v);
+  return 0;
+}
+
+static int parse_sandboxd_mode(struct docker_parsed *p, const char *s,
+                               const char *where, struct sbx_error *e) {
+  static const struct {
+    const char *name;
+    enum docker_sandboxd_mode mode;
+  } modes[] = {
+      {"auto", DOCKER_SANDBOXD_AUTO},
+      {"baked", DOCKER_SANDBOXD_BAKED},
+      {"inject", DOCKER_SANDBOXD_INJECT},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(modes); i++)
+    if (strcmp(s, modes[i].name) == 0) {
+      p->o.sandboxd_mode = modes[i].mode;
+      return 0;
+    }
+  return bad(e, where,
+             "sandboxd \"%.64s\": expected \"auto\", \"baked\" or \"inject\"",
+             s);
+}
+
+/* The value of KEY in OBJ as a string, or NULL. */
+static const char *str(json_t *obj, const char *key) {
+  return json_string_value(json_object_get(obj, key));
+}
+
+int docker_options_parse(json_t *obj, const char *where, void **out,
+                         struct sbx_error *e) {
+  *out = NULL;
+  struct docker_parsed *p = calloc(1, sizeof(*p));
+  if (!p)
+    return -ENOMEM;
+  p->json = json_incref(obj);
+  struct docker_options *o = &p->o;
+  o->host = str(obj, "host");
+  o->image = str(obj, "image");
+  o->sandboxd_static = str(obj, "sandboxd_static");
+  o->root = str(obj, "root");
+  o->network_mode = str(obj, "network_mode");
+  o->user = str(obj, "user");
+  o->memory_bytes = json_integer_value(json_object_get(obj, "memory_bytes"));
+  o->cpus = json_number_value(json_object_get(obj, "cpus"));
+  o->pids_limit = json_integer_value(json_object_get(obj, "pids_limit"));
+  o->read_only_rootfs = json_is_true(json_object_get(obj, "read_only_rootfs"));
+  o->never_pull = json_is_true(json_object_get(obj, "never_pull"));
+  json_t *v;
+  int r = 0;
+  if (r == 0 && str(obj, "sandboxd"))
+    r = parse_sandboxd_mode(p, str(obj, "sandboxd"), where, e);
+  if (r == 0 && (v = json_object_get(obj, "labels")))
+    r = parse_labels(p, v, where, e);
+  if (r == 0 && (v = json_object_get(obj, "env")))
+    r = parse_env(p, v, where, e);
+  if (r == 0 && (v = json_object_get(obj, "mounts")))
+    r = parse_mounts(p, v, where, e);
+  if (r == 0) {
+    struct sbx_error ce = {0};
+    r = docker_options_check(o, &ce);
+    if (r < 0)
+      r = bad(e, where, "%s", ce.msg);
+  }
+  if (r == -ENOMEM)
+    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  if (r < 0) {
+    docker_options_free(p);
+    return r;
+  }
+  *out = p;
+  return 0;
 }

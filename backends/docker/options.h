@@ -1,5 +1,6 @@
-/* The docker backend's options turned into a container: the body of
- * POST /containers/create. Private to backends/docker/. */
+/* The docker backend's options turned into a container (the body of
+ * POST /containers/create) and read from JSON. Private to
+ * backends/docker/. */
 #ifndef SBX_DOCKER_OPTIONS_H
 #define SBX_DOCKER_OPTIONS_H
 
@@ -22,5 +23,15 @@ struct docker_spec {
 int docker_spec_json(const struct docker_options *o,
                      const struct docker_spec *sp, json_t **out,
                      struct sbx_error *e);
+
+/* The options as run_config, the CLI and the API name them; ended by an
+ * entry without a key. */
+extern const struct backend_option docker_option_table[];
+
+/* backend_docker.options_parse and options_free: *OUT is a struct
+ * docker_options (with what it points to) made of OBJ. */
+int docker_options_parse(json_t *obj, const char *where, void **out,
+                         struct sbx_error *e);
+void docker_options_free(void *own);
 
 #endif

@@ -402,9 +402,9 @@ static struct local *local_new(struct sandbox **s) {
   return l;
 }
 
-static int local_create_spec(const struct backend_options *o,
-                             const struct sandbox_spec *spec,
-                             struct sandbox **out, struct sbx_error *e) {
+static int local_create(const struct backend_options *o,
+                        const struct sandbox_spec *spec, struct sandbox **out,
+                        struct sbx_error *e) {
   static const struct sandbox_spec none = {0};
   if (!spec)
     spec = &none;
@@ -494,11 +494,6 @@ fail:
   explicit_bzero(token, sizeof(token));
   local_close(s, NULL);
   return r;
-}
-
-static int local_create(const struct backend_options *o, struct sandbox **out,
-                        struct sbx_error *e) {
-  return local_create_spec(o, NULL, out, e);
 }
 
 static int local_save(const struct sandbox *s, json_t *obj) {
@@ -640,11 +635,14 @@ static int local_resolve_port(const struct sandbox *s, unsigned port,
   return 0;
 }
 
+/* No options of its own (the common ones are in struct backend_options);
+ * local_bind mounts are symlinks to granted host directories, which
+ * commands can write through. */
 const struct backend backend_local = {
     .name = "local",
+    .features = BACKEND_LOCAL_BIND,
     .create = local_create,
     .close = local_close,
-    .create_spec = local_create_spec,
     .save = local_save,
     .attach = local_attach,
     .detach = local_detach,

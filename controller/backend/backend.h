@@ -1,6 +1,8 @@
-/* A sandbox session as the controller sees it: a connected sandboxd client,
- * the workspace root, the environment for commands, and the backend that
- * created it. Backends (backends/<name>/) implement struct backend. */
+/* The backend interface: what sbx asks of a place that runs sandboxes
+ * (backends/<name>/ implement struct backend; backends/registry.c lists
+ * them), and a sandbox session as the controller sees it: a connected
+ * sandboxd client, the workspace root, the environment for commands, and
+ * the backend that created it. Nothing here names a particular backend. */
 #ifndef SBX_SANDBOX_H
 #define SBX_SANDBOX_H
 
@@ -14,63 +16,46 @@
 
 struct backend;
 
-/* How the docker backend gets sandboxd into the container. */
-enum docker_sandboxd_mode {
-  /* Baked when the image carries the label io.sbx.sandboxd (the path of its
-   * sandboxd), else injected. */
-  DOCKER_SANDBOXD_AUTO = 0,
-  DOCKER_SANDBOXD_BAKED,  /* the image has /usr/local/bin/sandboxd */
-  DOCKER_SANDBOXD_INJECT, /* bind-mount sbx's static sandboxd read-only */
+/* A backend's own option, as the agent file's run_config, the CLI and the
+ * API give it. Each backend lists its options in a table (struct backend's
+ * options); the CLI makes its flags from the tables and turns a flag's text
+ * into the option's JSON value by TYPE, and the backend's options_parse
+ * checks the JSON and makes its options of it. */
+enum backend_option_type {
+  BACKEND_OPTION_STRING,  /* a string */
+  BACKEND_OPTION_INTEGER, /* an integer; a flag's text in decimal */
+  BACKEND_OPTION_NUMBER,  /* a number */
+  BACKEND_OPTION_BOOLEAN, /* true or false; a flag takes no value: true */
+  BACKEND_OPTION_JSON,    /* an array or an object; no flag */
 };
 
-struct docker_label {
-  const char *key; /* not "sbx" nor "sbx.*": those are sbx's own */
-  const char *value;
+struct backend_option {
+  const char *key;     /* in run_config and the API: "network_mode" */
+  const char *flag;    /* the CLI's, without "--" ("network"), or NULL */
+  const char *metavar; /* the flag's value in --help ("none", "IMG") */
+  const char *help;    /* one line for --help */
+  enum backend_option_type type;
 };
 
-struct docker_mount {
-  const char *type;   /* "bind" or "volume" */
-  const char *source; /* bind: absolute host path; volume: a name, or NULL
-                         for an anonymous volume removed with the sandbox */
-  const char *target; /* absolute path inside the container */
-  bool read_only;
+/* What a backend can do with a manifest beyond files and directories;
+ * lifecycle.c refuses a manifest that asks for more. */
+enum backend_feature {
+  BACKEND_LOCAL_BIND = 1u << 0,       /* local_bind mounts */
+  BACKEND_READ_ONLY_BIND = 1u << 1,   /* ...that commands cannot write */
+  BACKEND_HOST_PATH_GRANTS = 1u << 2, /* grants with a host_path */
 };
 
-/* Options of the docker backend (backends/docker/). Every pointer is
- * borrowed for the duration of the call that takes the options. Unset
- * fields (NULL, 0, false) mean the engine's or the image's default;
- * docker_options_merge() lays a run's options over a client's. */
-struct docker_options {
-  const char *host;  /* NULL: $DOCKER_HOST, else unix:///var/run/docker.sock */
-  const char *image; /* NULL: "sbx-debian:latest" */
-  enum docker_sandboxd_mode sandboxd_mode;
-  /* The static sandboxd to inject. NULL: $SBX_SANDBOXD_STATIC, then
-   * sandboxd-static next to sbx, then ../build-static/sandboxd. */
-  const char *sandboxd_static;
-  const char *root;         /* workspace in the container; NULL: /workspace */
-  const char *network_mode; /* NULL: the engine's default; "none" */
-  const uint16_t *exposed_ports; /* published on 127.0.0.1 */
-  size_t n_exposed_ports;
-  const struct docker_label *labels;
-  size_t n_labels;
-  const char *const *env; /* "NAME=value": the container's and commands' */
-  size_t n_env;
-  const char *user;     /* NULL: the image's; else "uid" or "uid:gid" */
-  int64_t memory_bytes; /* 0: no limit */
-  double cpus;          /* 0: no limit */
-  int64_t pids_limit;   /* 0: no limit */
-  const struct docker_mount *mounts;
-  size_t n_mounts;
-  bool read_only_rootfs; /* the workspace is then an anonymous volume */
-  bool never_pull;       /* a missing image is an error, not pulled */
-};
-
+/* What every backend is created with. Pointers are borrowed for the call. */
 struct backend_options {
-  const char *sandboxd_path;    /* NULL: $SBX_SANDBOXD, next to sbx, or PATH */
-  const char *workspace_base;   /* NULL: $TMPDIR or /tmp */
-  const char *seccomp;          /* NULL: "default"; "no-network", "off" */
-  unsigned ready_timeout_ms;    /* 0: 10000 */
-  struct docker_options docker; /* the docker backend's */
+  const char *sandboxd_path;  /* NULL: $SBX_SANDBOXD, next to sbx, or PATH */
+  const char *workspace_base; /* NULL: $TMPDIR or /tmp */
+  const char *seccomp;        /* NULL: "default"; "no-network", "off" */
+  unsigned ready_timeout_ms;  /* 0: 10000 */
+  const uint16_t *ports;      /* exposed ports, reachable from the host */
+  size_t nports;
+  /* The backend's own options, as its options_parse made them, or NULL
+   * for its defaults. */
+  const void *own;
 };
 
 struct sandbox {
@@ -109,20 +94,32 @@ struct sandbox_spec {
 
 struct backend {
   const char *name;
-  /* Creates a fresh, empty sandbox and connects to its sandboxd. */
-  int (*create)(const struct backend_options *o, struct sandbox **out,
+  /* Its own options, ended by an entry without a key (NULL: none), and the
+   * manifest features it has. */
+  const struct backend_option *options;
+  unsigned features; /* enum backend_feature */
+  /* Makes *OUT (new; free with options_free) of OBJ, the backend's options
+   * as a JSON object that backend_options_check has passed (known keys of
+   * the right types), checking the values. Errors name the option (after
+   * "WHERE: " when WHERE is given). Called through backend_options_parse;
+   * NULL when the backend has no options. */
+  int (*options_parse)(json_t *obj, const char *where, void **out,
+                       struct sbx_error *e);
+  void (*options_free)(void *own);
+  /* Creates a fresh, empty sandbox with SPEC's grants and bind mounts (SPEC
+   * may be NULL: none) and connects to its sandboxd. Refuses what of SPEC
+   * it cannot do. */
+  int (*create)(const struct backend_options *o,
+                const struct sandbox_spec *spec, struct sandbox **out,
                 struct sbx_error *e);
   /* Shuts sandboxd down, kills its processes and removes what the session
    * owns. Idempotent; frees S. */
   int (*close)(struct sandbox *s, struct sbx_error *e);
-  /* The lifecycle operations below may be NULL when a backend lacks them;
-   * lifecycle.c then refuses what needs them. */
-  /* create with a spec (NULL: none). */
-  int (*create_spec)(const struct backend_options *o,
-                     const struct sandbox_spec *spec, struct sandbox **out,
-                     struct sbx_error *e);
   /* Adds what another process needs to attach to OBJ; no secrets. */
   int (*save)(const struct sandbox *s, json_t *obj);
+  /* Adds to a session state (sbx sandbox save) the backend's fields the
+   * SDK's session state has, from SAVED (what save() wrote); may be NULL. */
+  int (*session_fields)(json_t *saved, json_t *state);
   /* Rebuilds a sandbox from save()'s fields; connected when it runs. */
   int (*attach)(const struct backend_options *o, json_t *obj,
                 struct sandbox **out, struct sbx_error *e);
@@ -130,7 +127,8 @@ struct backend {
   void (*detach)(struct sandbox *s);
   /* Kills its processes and stops sandboxd, keeping the workspace. */
   int (*stop)(struct sandbox *s, struct sbx_error *e);
-  /* Starts a stopped sandbox again and connects; no-op when running. */
+  /* Starts a stopped sandbox again and connects; no-op when running. NULL
+   * when the backend cannot. */
   int (*start)(struct sandbox *s, struct sbx_error *e);
   /* Whether its sandboxd is alive. */
   bool (*running)(const struct sandbox *s);
@@ -138,6 +136,29 @@ struct backend {
   int (*resolve_port)(const struct sandbox *s, unsigned port, char *host,
                       size_t hostsz, unsigned *host_port, struct sbx_error *e);
 };
+
+/* Checks OBJ against B's option table: a JSON object whose every key is one
+ * of B's options, each of its type. -EINVAL with a message naming the key
+ * ("WHERE.KEY", or "KEY" when WHERE is NULL); OBJ NULL is no options. */
+int backend_options_check(const struct backend *b, json_t *obj,
+                          const char *where, struct sbx_error *e);
+
+/* The JSON value of option OPT given as TEXT on the command line (a
+ * string, a decimal integer, a number; a boolean flag has no text: true).
+ * *OUT is new. -EINVAL when TEXT is not of OPT's type. */
+int backend_option_value(const struct backend_option *opt, const char *text,
+                         json_t **out, struct sbx_error *e);
+
+/* The option of B whose key is KEY, or NULL. */
+const struct backend_option *backend_option_find(const struct backend *b,
+                                                 const char *key);
+
+/* Parses OBJ (NULL: none) into B's own options: *OWN is new (NULL for a
+ * backend without options, which then refuses every key); free it with
+ * backend_options_free. */
+int backend_options_parse(const struct backend *b, json_t *obj,
+                          const char *where, void **own, struct sbx_error *e);
+void backend_options_free(const struct backend *b, void *own);
 
 /* Adds NAME=VALUE to the sandbox's command environment (replacing). */
 int sandbox_setenv(struct sandbox *s, const char *name, const char *value);

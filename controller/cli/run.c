@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/docker/docker.h"
 #include "backends/registry.h"
+#include "controller/cli/backend_flags.h"
 #include "controller/cli/cli_internal.h"
 #include "controller/config/agent.h"
 #include "controller/run/runner.h"
@@ -17,39 +17,35 @@
 #include "shared/path.h"
 
 static void usage_run(FILE *f) {
+  fprintf(f,
+          "usage: sbx run [options] AGENT.json PROMPT\n"
+          "\n"
+          "Runs the agent defined in AGENT.json on PROMPT inside a fresh "
+          "sandbox and\n"
+          "prints its final output. The sandbox is removed when the run "
+          "ends.\n"
+          "\n"
+          "  --stream             print events as JSON lines on stdout "
+          "instead of\n"
+          "                       only the final output (docs/events.md)\n"
+          "  --trace FILE         append the run's OpenTelemetry spans to "
+          "FILE, one\n"
+          "                       JSON span per line (docs/tracing.md)\n"
+          "  --max-turns N        stop with an error after N model calls "
+          "(default: the\n"
+          "                       agent's max_turns, else 10)\n"
+          "  --model NAME         use this model for every agent\n"
+          "  --record FILE        append every model request and response to "
+          "FILE\n"
+          "  --replay FILE        answer model calls from a recording; fails "
+          "when the\n"
+          "                       run diverges from it\n"
+          "  --cwd DIR            the run's working directory, relative to "
+          "the workspace\n"
+          "                       root (must exist; it does not confine)\n");
+  cli_backend_flags_help(f);
   fprintf(
       f,
-      "usage: sbx run [options] AGENT.json PROMPT\n"
-      "\n"
-      "Runs the agent defined in AGENT.json on PROMPT inside a fresh "
-      "sandbox and\n"
-      "prints its final output. The sandbox is removed when the run "
-      "ends.\n"
-      "\n"
-      "  --stream             print events as JSON lines on stdout "
-      "instead of\n"
-      "                       only the final output (docs/events.md)\n"
-      "  --trace FILE         append the run's OpenTelemetry spans to "
-      "FILE, one\n"
-      "                       JSON span per line (docs/tracing.md)\n"
-      "  --max-turns N        stop with an error after N model calls "
-      "(default: the\n"
-      "                       agent's max_turns, else 10)\n"
-      "  --model NAME         use this model for every agent\n"
-      "  --record FILE        append every model request and response to "
-      "FILE\n"
-      "  --replay FILE        answer model calls from a recording; fails "
-      "when the\n"
-      "                       run diverges from it\n"
-      "  --cwd DIR            the run's working directory, relative to "
-      "the workspace\n"
-      "                       root (must exist; it does not confine)\n"
-      "  --backend NAME       sandbox backend: local (default) or "
-      "docker\n"
-      "  --image IMG          docker: the container image (default: "
-      "sbx-debian:latest)\n"
-      "  --network none       docker: no network but loopback (default: "
-      "the engine's)\n"
       "  --seccomp MODE       default | no-network | off, for the "
       "sandbox's processes\n"
       "  --sandbox ID         run the agent in the developer-owned "
@@ -145,313 +141,390 @@ static int cli_read_run_state(const char *path, char **agent_path,
   return *agent_path && *prompt ? 0 : -ENOMEM;
 }
 
-int cli_run(int argc, char **argv) {
-  enum {
-    O_STREAM = 256,
-    O_MAX_TURNS,
-    O_MODEL,
-    O_RECORD,
-    O_REPLAY,
-    O_CWD,
-    O_BACKEND,
-    O_SECCOMP,
-    O_SANDBOX,
-    O_SESSION,
-    O_STATE_DIR,
-    O_BASE_DIR,
-    O_CONCURRENCY,
-    O_EXPOSE,
-    O_IMAGE,
-    O_NETWORK,
-    O_TRACE,
-    O_RESUME,
-    O_APPROVE,
-    O_HELP
-  };
-  static const struct option opts[] = {
-      {"stream", no_argument, NULL, O_STREAM},
-      {"max-turns", required_argument, NULL, O_MAX_TURNS},
-      {"model", required_argument, NULL, O_MODEL},
-      {"record", required_argument, NULL, O_RECORD},
-      {"replay", required_argument, NULL, O_REPLAY},
-      {"cwd", required_argument, NULL, O_CWD},
-      {"backend", required_argument, NULL, O_BACKEND},
-      {"seccomp", required_argument, NULL, O_SECCOMP},
-      {"sandbox", required_argument, NULL, O_SANDBOX},
-      {"session", required_argument, NULL, O_SESSION},
-      {"state-dir", required_argument, NULL, O_STATE_DIR},
-      {"base-dir", required_argument, NULL, O_BASE_DIR},
-      {"concurrency", required_argument, NULL, O_CONCURRENCY},
-      {"expose", required_argument, NULL, O_EXPOSE},
-      {"image", required_argument, NULL, O_IMAGE},
-      {"network", required_argument, NULL, O_NETWORK},
-      {"trace", required_argument, NULL, O_TRACE},
-      {"resume", required_argument, NULL, O_RESUME},
-      {"approve", required_argument, NULL, O_APPROVE},
-      {"help", no_argument, NULL, O_HELP},
-      {0},
-  };
-  struct run_options o = {0};
-  struct trace_options to = {0};
-  o.materialize.limits = materialize_default_limits();
-  const char *backend = NULL; /* NULL: the agent's run_config, else local */
-  const char *sandbox_id = NULL, *state_dir = NULL, *resume = NULL;
-  const char *session = NULL;
-  char session_id[13];
-  bool ask = false;
+/* What the command line and the agent files say, and what the command
+ * holds until it ends (run_cmd_clear releases it). */
+struct run_cmd {
+  struct run_options o;
+  struct trace_options to;
+  struct cli_backend_flags flags;
+  const char *backend; /* --backend, else the agent's run_config */
+  const char *sandbox_id, *state_dir, *resume, *session;
+  bool ask;
   uint16_t ports[LIFECYCLE_MAX_PORTS];
-  struct sbx_error oe = {0};
   char cwd[SBX_PATH_MAX];
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
-    switch (c) {
-    case O_STREAM:
-      o.events = stdout;
-      o.model_cfg.stream = true;
-      break;
-    case O_MAX_TURNS:
-      if (parse_pos(optarg, &o.max_turns) < 0) {
-        fprintf(stderr,
-                "sbx run: --max-turns \"%s\" must be a positive "
-                "integer\n",
-                optarg);
-        return 2;
-      }
-      break;
-    case O_MODEL:
-      o.model = optarg;
-      break;
-    case O_RECORD:
-      o.model_cfg.record_path = optarg;
-      break;
-    case O_REPLAY:
-      o.model_cfg.replay_path = optarg;
-      break;
-    case O_CWD: {
-      struct sbx_error pe = {0};
-      if (sbx_path_normalize_rel(optarg, strlen(optarg), cwd, sizeof(cwd),
-                                 SBX_PATH_NO_DOTDOT, &pe) < 0 ||
-          strcmp(cwd, ".") == 0) {
-        fprintf(stderr,
-                "sbx run: --cwd \"%s\" must be a workspace-relative "
-                "directory other than the root, without \"..\"\n",
-                optarg);
-        return 2;
-      }
-      o.cwd = cwd;
-      break;
-    }
-    case O_BACKEND:
-      backend = optarg;
-      break;
-    case O_SECCOMP:
-      if (strcmp(optarg, "default") && strcmp(optarg, "no-network") &&
-          strcmp(optarg, "off")) {
-        fprintf(stderr,
-                "sbx run: --seccomp \"%s\": expected default, "
-                "no-network or off\n",
-                optarg);
-        return 2;
-      }
-      o.backend_opts.seccomp = optarg;
-      break;
-    case O_SANDBOX:
-      sandbox_id = optarg;
-      break;
-    case O_RESUME:
-      resume = optarg;
-      break;
-    case O_SESSION:
-      session = optarg;
-      break;
-    case O_APPROVE:
-      if (strcmp(optarg, "ask") != 0 && strcmp(optarg, "stop") != 0) {
-        fprintf(stderr, "sbx run: --approve \"%s\": expected ask or stop\n",
-                optarg);
-        return 2;
-      }
-      ask = strcmp(optarg, "ask") == 0;
-      break;
-    case O_STATE_DIR:
-      state_dir = optarg;
-      break;
-    case O_BASE_DIR:
-      o.materialize.base_dir = optarg;
-      break;
-    case O_CONCURRENCY:
-      if (materialize_parse_limits(optarg, &o.materialize.limits, &oe) < 0) {
-        fprintf(stderr, "sbx run: --%s\n", oe.msg);
-        return 2;
-      }
-      break;
-    case O_EXPOSE:
-      if (o.n_exposed_ports == LIFECYCLE_MAX_PORTS ||
-          lifecycle_parse_port(optarg, &ports[o.n_exposed_ports], &oe) < 0) {
-        fprintf(stderr, "sbx run: --expose: %s\n",
-                oe.msg[0] ? oe.msg : "too many ports");
-        return 2;
-      }
-      o.exposed_ports = ports;
-      o.n_exposed_ports++;
-      break;
-    case O_IMAGE:
-      o.backend_opts.docker.image = optarg;
-      break;
-    case O_NETWORK:
-      if (strcmp(optarg, "none") != 0) {
-        fprintf(stderr,
-                "sbx run: --network \"%s\": only \"none\" can be given "
-                "(leave it out for the engine's default network)\n",
-                optarg);
-        return 2;
-      }
-      o.backend_opts.docker.network_mode = optarg;
-      break;
-    case O_TRACE:
-      to.file = optarg;
-      break;
-    case O_HELP:
-      usage_run(stdout);
-      return 0;
-    default:
-      usage_run(stderr);
+  char sdir[4096];
+  char session_id[STATE_ID_LEN + 1];
+  /* Owned. */
+  char *agent_path, *prompt; /* --resume: from the run state */
+  FILE *tty;                 /* --approve ask */
+  struct agent_set *agents;
+  void *own; /* o.backend's own options */
+  struct lifecycle_record rec;
+  struct run_result res;
+};
+
+static void run_cmd_clear(struct run_cmd *c) {
+  if (c->o.sandbox)
+    c->o.sandbox->backend->detach(c->o.sandbox);
+  lifecycle_record_clear(&c->rec);
+  run_result_clear(&c->res);
+  agent_set_free(c->agents);
+  if (c->o.backend)
+    backend_options_free(c->o.backend, c->own);
+  if (c->tty)
+    (void)fclose(c->tty);
+  free(c->agent_path);
+  free(c->prompt);
+  /* Last, after the output: flushing the spans may take TRACE_FLUSH_MS. */
+  (void)trace_free(c->o.tracer);
+}
+
+enum {
+  O_STREAM = 256,
+  O_MAX_TURNS,
+  O_MODEL,
+  O_RECORD,
+  O_REPLAY,
+  O_CWD,
+  O_BACKEND,
+  O_SECCOMP,
+  O_SANDBOX,
+  O_SESSION,
+  O_STATE_DIR,
+  O_BASE_DIR,
+  O_CONCURRENCY,
+  O_EXPOSE,
+  O_TRACE,
+  O_RESUME,
+  O_APPROVE,
+  O_HELP
+};
+
+static const struct option run_opts[] = {
+    {"stream", no_argument, NULL, O_STREAM},
+    {"max-turns", required_argument, NULL, O_MAX_TURNS},
+    {"model", required_argument, NULL, O_MODEL},
+    {"record", required_argument, NULL, O_RECORD},
+    {"replay", required_argument, NULL, O_REPLAY},
+    {"cwd", required_argument, NULL, O_CWD},
+    {"backend", required_argument, NULL, O_BACKEND},
+    {"seccomp", required_argument, NULL, O_SECCOMP},
+    {"sandbox", required_argument, NULL, O_SANDBOX},
+    {"session", required_argument, NULL, O_SESSION},
+    {"state-dir", required_argument, NULL, O_STATE_DIR},
+    {"base-dir", required_argument, NULL, O_BASE_DIR},
+    {"concurrency", required_argument, NULL, O_CONCURRENCY},
+    {"expose", required_argument, NULL, O_EXPOSE},
+    {"trace", required_argument, NULL, O_TRACE},
+    {"resume", required_argument, NULL, O_RESUME},
+    {"approve", required_argument, NULL, O_APPROVE},
+    {"help", no_argument, NULL, O_HELP},
+    {0},
+};
+
+/* One of the options that take a value and need checking: -1 when it is
+ * good, else the exit code after saying why. */
+static int take_checked(struct run_cmd *c, int ch, const char *arg) {
+  struct sbx_error oe = {0};
+  switch (ch) {
+  case O_MAX_TURNS:
+    if (parse_pos(arg, &c->o.max_turns) < 0) {
+      fprintf(stderr,
+              "sbx run: --max-turns \"%s\" must be a positive "
+              "integer\n",
+              arg);
       return 2;
     }
+    return -1;
+  case O_CWD:
+    if (sbx_path_normalize_rel(arg, strlen(arg), c->cwd, sizeof(c->cwd),
+                               SBX_PATH_NO_DOTDOT, &oe) < 0 ||
+        strcmp(c->cwd, ".") == 0) {
+      fprintf(stderr,
+              "sbx run: --cwd \"%s\" must be a workspace-relative "
+              "directory other than the root, without \"..\"\n",
+              arg);
+      return 2;
+    }
+    c->o.cwd = c->cwd;
+    return -1;
+  case O_SECCOMP:
+    if (strcmp(arg, "default") && strcmp(arg, "no-network") &&
+        strcmp(arg, "off")) {
+      fprintf(stderr,
+              "sbx run: --seccomp \"%s\": expected default, "
+              "no-network or off\n",
+              arg);
+      return 2;
+    }
+    c->o.backend_opts.seccomp = arg;
+    return -1;
+  case O_APPROVE:
+    if (strcmp(arg, "ask") != 0 && strcmp(arg, "stop") != 0) {
+      fprintf(stderr, "sbx run: --approve \"%s\": expected ask or stop\n", arg);
+      return 2;
+    }
+    c->ask = strcmp(arg, "ask") == 0;
+    return -1;
+  case O_CONCURRENCY:
+    if (materialize_parse_limits(arg, &c->o.materialize.limits, &oe) < 0) {
+      fprintf(stderr, "sbx run: --%s\n", oe.msg);
+      return 2;
+    }
+    return -1;
+  case O_EXPOSE:
+    if (c->o.n_exposed_ports == LIFECYCLE_MAX_PORTS ||
+        lifecycle_parse_port(arg, &c->ports[c->o.n_exposed_ports], &oe) < 0) {
+      fprintf(stderr, "sbx run: --expose: %s\n",
+              oe.msg[0] ? oe.msg : "too many ports");
+      return 2;
+    }
+    c->o.exposed_ports = c->ports;
+    c->o.n_exposed_ports++;
+    return -1;
   }
-  if (resume ? argc - optind != 0 : argc - optind != 2) {
-    fprintf(stderr, resume ? "sbx run: --resume takes no AGENT.json or PROMPT\n"
-                           : "sbx run: expected AGENT.json and PROMPT\n");
+  return -1;
+}
+
+/* One option: -1 when parsing goes on, else the exit code. */
+static int take_option(struct run_cmd *c, int ch, const char *arg) {
+  if (cli_backend_flags_take(&c->flags, ch, arg))
+    return -1;
+  switch (ch) {
+  case O_STREAM:
+    c->o.events = stdout;
+    c->o.model_cfg.stream = true;
+    return -1;
+  case O_MODEL:
+    c->o.model = arg;
+    return -1;
+  case O_RECORD:
+    c->o.model_cfg.record_path = arg;
+    return -1;
+  case O_REPLAY:
+    c->o.model_cfg.replay_path = arg;
+    return -1;
+  case O_BACKEND:
+    c->backend = arg;
+    return -1;
+  case O_SANDBOX:
+    c->sandbox_id = arg;
+    return -1;
+  case O_RESUME:
+    c->resume = arg;
+    return -1;
+  case O_SESSION:
+    c->session = arg;
+    return -1;
+  case O_STATE_DIR:
+    c->state_dir = arg;
+    return -1;
+  case O_BASE_DIR:
+    c->o.materialize.base_dir = arg;
+    return -1;
+  case O_TRACE:
+    c->to.file = arg;
+    return -1;
+  case O_MAX_TURNS:
+  case O_CWD:
+  case O_SECCOMP:
+  case O_APPROVE:
+  case O_CONCURRENCY:
+  case O_EXPOSE:
+    return take_checked(c, ch, arg);
+  case O_HELP:
+    usage_run(stdout);
+    return 0;
+  default:
     usage_run(stderr);
     return 2;
   }
-  if (o.model_cfg.record_path && o.model_cfg.replay_path) {
+}
+
+/* The command line: -1 when the run goes on, else the exit code. */
+static int parse_args(struct run_cmd *c, int argc, char **argv) {
+  cli_backend_flags_init(&c->flags, run_opts);
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "+", c->flags.opts, NULL)) != -1) {
+    int k = take_option(c, ch, optarg);
+    if (k >= 0)
+      return k;
+  }
+  if (c->resume ? argc - optind != 0 : argc - optind != 2) {
+    fprintf(stderr, c->resume
+                        ? "sbx run: --resume takes no AGENT.json or PROMPT\n"
+                        : "sbx run: expected AGENT.json and PROMPT\n");
+    usage_run(stderr);
+    return 2;
+  }
+  if (c->o.model_cfg.record_path && c->o.model_cfg.replay_path) {
     fprintf(stderr, "sbx run: --record and --replay cannot be combined\n");
     return 2;
   }
-  /* A flag given replaces the agent file's run_config (checked below). */
-  if (backend && !backend_find(backend)) {
-    fprintf(stderr,
-            "sbx run: unknown backend \"%s\" (available: local, docker)\n",
-            backend);
+  /* A flag given replaces the agent file's run_config (checked later). */
+  if (c->backend && !backend_find(c->backend)) {
+    char names[256];
+    fprintf(stderr, "sbx run: unknown backend \"%s\" (available: %s)\n",
+            c->backend, backend_names(names, sizeof(names), "", ", "));
     return 2;
   }
+  return -1;
+}
+
+/* The backend of the run and its own options: --backend and the backend
+ * flags replace the starting agent's run_config. The other agents'
+ * run_config is checked too, against its own backend. -1, or the exit
+ * code after saying why. */
+static int choose_backend(struct run_cmd *c) {
   struct sbx_error e = {0};
-  char sdir[4096];
-  if (state_dir_resolve(state_dir, sdir, sizeof(sdir), &e) < 0) {
-    fprintf(stderr, "sbx run: %s\n", e.msg);
-    return 2;
-  }
-  o.state_dir = sdir;
-  o.resume_path = resume;
-  _cleanup_free_ char *agent_path = NULL, *prompt = NULL;
-  if (resume && cli_read_run_state(resume, &agent_path, &prompt, &e) < 0) {
-    fprintf(stderr, "sbx run: %s\n", e.msg);
-    return 2;
-  }
-  _cleanup_fclose_ FILE *tty = NULL;
-  if (ask) {
-    tty = fopen("/dev/tty", "r+e");
-    if (!tty || !isatty(fileno(tty))) {
-      fprintf(stderr, "sbx run: --approve ask needs a terminal\n");
+  for (size_t i = 0; i < c->agents->n; i++) {
+    const struct agent *a = c->agents->agents[i];
+    const struct backend *b = backend_find(a->run_backend);
+    if (!b) {
+      char names[256];
+      fprintf(stderr, "sbx: %s: \"run_config.backend\" must be %s\n", a->path,
+              backend_names(names, sizeof(names), "\"", " or "));
       return 2;
     }
-    o.approve_ask = true;
-    o.ask_tty = tty;
+    void *own = NULL;
+    if (i > 0 &&
+        backend_options_parse(b, a->run_options, "run_config", &own, &e) < 0) {
+      fprintf(stderr, "sbx: %s: %s\n", a->path, e.msg);
+      return 2;
+    }
+    backend_options_free(b, own);
   }
-  struct agent_set *agents = NULL;
-  if (agent_load(resume ? agent_path : argv[optind], &agents, &e) < 0) {
-    fprintf(stderr, "sbx: %s\n", e.msg);
+  const struct agent *first = c->agents->agents[0];
+  const struct backend *b =
+      backend_find(c->backend ? c->backend : first->run_backend);
+  json_t *run_config = first->run_options;
+  if (run_config && b != backend_find(first->run_backend)) {
+    fprintf(stderr,
+            "sbx run: --backend %s replaces the run_config of %s, whose "
+            "options are backend %s's\n",
+            b->name, first->path, backend_find(first->run_backend)->name);
     return 2;
   }
-  o.agents = agents;
-  o.prompt = resume ? prompt : argv[optind + 1];
-  const struct agent *first = agents->agents[0];
-  if (!backend)
-    backend = first->run_backend ? first->run_backend : "local";
-  o.backend = backend_find(backend);
-  if (o.backend == &backend_docker) {
-    if (!o.backend_opts.docker.image)
-      o.backend_opts.docker.image = first->run_image;
-    if (!o.backend_opts.docker.network_mode)
-      o.backend_opts.docker.network_mode = first->run_network_mode;
-  }
-  if (o.backend != &backend_docker &&
-      (o.backend_opts.docker.image || o.backend_opts.docker.network_mode)) {
-    fprintf(stderr, "sbx run: --image and --network need --backend docker\n");
-    agent_set_free(agents);
+  if (cli_backend_options(&c->flags, b, run_config, "run_config", &c->own, &e) <
+      0) {
+    if (run_config && !cli_backend_flags_any(&c->flags))
+      fprintf(stderr, "sbx: %s: %s\n", first->path, e.msg);
+    else
+      fprintf(stderr, "sbx run: %s\n", e.msg[0] ? e.msg : strerror(ENOMEM));
     return 2;
   }
-  trace_options_from_env(&to);
-  if (trace_new(&to, &o.tracer, &e) < 0) {
-    fprintf(stderr, "sbx: %s\n", e.msg);
-    agent_set_free(agents);
-    return 2;
-  }
-  struct lifecycle_record rec = {0};
+  c->o.backend = b;
+  c->o.backend_opts.own = c->own;
+  return -1;
+}
+
+/* --session and --sandbox: the live sandbox the run starts in. -1, or the
+ * exit code after saying why. */
+static int attach_sandbox(struct run_cmd *c) {
+  struct sbx_error e = {0};
   /* The SDK's order: an injected live sandbox (--sandbox), the run
    * state's sandboxes (--resume), an explicit session state (--session),
    * else a new sandbox. */
-  if (session && !sandbox_id && !resume) {
+  if (c->session && !c->sandbox_id && !c->resume) {
     bool reconnected = false;
-    if (cli_session_resume(state_dir, session, NULL, isatty(2), session_id,
-                           &reconnected, &e) < 0) {
+    if (cli_session_resume(c->state_dir, c->session, NULL, isatty(2),
+                           c->session_id, &reconnected, &e) < 0) {
       fprintf(stderr, "sbx run: %s\n", e.msg);
-      agent_set_free(agents);
-      (void)trace_free(o.tracer);
       return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;
     }
-    sandbox_id = session_id;
+    c->sandbox_id = c->session_id;
   }
-  if (sandbox_id) {
-    int k = cli_attach(state_dir, sandbox_id, &rec, &o.sandbox, &e);
+  if (c->sandbox_id) {
+    int k = cli_attach(c->state_dir, c->sandbox_id, &c->rec, &c->o.sandbox, &e);
     if (k != 0) {
       fprintf(stderr, "sbx run: %s\n", e.msg);
-      agent_set_free(agents);
-      (void)trace_free(o.tracer);
       return k;
     }
-    o.sandbox_manifest = rec.manifest;
-    o.sandbox_record = &rec;
+    c->o.sandbox_manifest = c->rec.manifest;
+    c->o.sandbox_record = &c->rec;
   }
-  o.materialize.progress = isatty(2) != 0;
-  struct run_result res = {0};
-  int r = runner_run(&o, &res, &e);
-  agent_set_free(agents);
-  if (o.sandbox)
-    o.sandbox->backend->detach(o.sandbox);
-  lifecycle_record_clear(&rec);
+  return -1;
+}
+
+/* Everything before the run: -1 when it can start, else the exit code. */
+static int prepare(struct run_cmd *c, int argc, char **argv) {
+  int k = parse_args(c, argc, argv);
+  if (k >= 0)
+    return k;
+  struct sbx_error e = {0};
+  if (state_dir_resolve(c->state_dir, c->sdir, sizeof(c->sdir), &e) < 0) {
+    fprintf(stderr, "sbx run: %s\n", e.msg);
+    return 2;
+  }
+  c->o.state_dir = c->sdir;
+  c->o.resume_path = c->resume;
+  if (c->resume &&
+      cli_read_run_state(c->resume, &c->agent_path, &c->prompt, &e) < 0) {
+    fprintf(stderr, "sbx run: %s\n", e.msg);
+    return 2;
+  }
+  if (c->ask) {
+    c->tty = fopen("/dev/tty", "r+e");
+    if (!c->tty || !isatty(fileno(c->tty))) {
+      fprintf(stderr, "sbx run: --approve ask needs a terminal\n");
+      return 2;
+    }
+    c->o.approve_ask = true;
+    c->o.ask_tty = c->tty;
+  }
+  if (agent_load(c->resume ? c->agent_path : argv[optind], &c->agents, &e) <
+      0) {
+    fprintf(stderr, "sbx: %s\n", e.msg);
+    return 2;
+  }
+  c->o.agents = c->agents;
+  c->o.prompt = c->resume ? c->prompt : argv[optind + 1];
+  k = choose_backend(c);
+  if (k >= 0)
+    return k;
+  trace_options_from_env(&c->to);
+  if (trace_new(&c->to, &c->o.tracer, &e) < 0) {
+    fprintf(stderr, "sbx: %s\n", e.msg);
+    return 2;
+  }
+  return attach_sandbox(c);
+}
+
+int cli_run(int argc, char **argv) {
+  _cleanup_(run_cmd_clear) struct run_cmd c = {0};
+  c.o.materialize.limits = materialize_default_limits();
+  int k = prepare(&c, argc, argv);
+  if (k >= 0)
+    return k;
+  c.o.materialize.progress = isatty(2) != 0;
+  struct sbx_error e = {0};
+  int r = runner_run(&c.o, &c.res, &e);
+  const char *state = c.res.state_path;
   if (r == RUNNER_PAUSED) {
     fprintf(stderr,
             "sbx: the run is waiting for approval; its state is in %s\n"
             "sbx: decide with `sbx approve %s CALL_ID` or `sbx reject %s "
             "CALL_ID --reason TEXT`,\n"
             "sbx: then continue with `sbx run --resume %s`\n",
-            res.state_path, res.state_path, res.state_path, res.state_path);
-    run_result_clear(&res);
-    (void)trace_free(o.tracer);
+            state, state, state, state);
     return 3;
   }
   if (r < 0) {
     fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
-    int code = res.config_error ? 2 : 1;
-    run_result_clear(&res);
-    (void)trace_free(o.tracer); /* flushes, within TRACE_FLUSH_MS */
-    return code;
+    return c.res.config_error ? 2 : 1;
   }
-  if (!o.events) {
-    fputs(res.final_output ? res.final_output : "", stdout);
-    if (res.final_output && *res.final_output &&
-        res.final_output[strlen(res.final_output) - 1] != '\n')
+  const char *out = c.res.final_output;
+  if (!c.o.events) {
+    fputs(out ? out : "", stdout);
+    if (out && *out && out[strlen(out) - 1] != '\n')
       fputc('\n', stdout);
   }
-  if (o.model_cfg.replay_path)
+  if (c.o.model_cfg.replay_path)
     fprintf(stderr,
             "sbx: replayed %d recorded model response%s from \"%s\"; no "
             "model API was called\n",
-            res.turns, res.turns == 1 ? "" : "s", o.model_cfg.replay_path);
-  run_result_clear(&res);
-  int code = fflush(stdout) == 0 ? 0 : 1;
-  (void)trace_free(o.tracer); /* after the output: flushing may take 2 s */
-  return code;
+            c.res.turns, c.res.turns == 1 ? "" : "s",
+            c.o.model_cfg.replay_path);
+  return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/cli/backend_flags.h"
 #include "controller/cli/cli_internal.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
@@ -60,6 +61,8 @@ static const struct subcommand {
   const char *name;
   int (*fn)(struct cli_common *c, int argc, char **argv);
   const char *usage;
+  /* When set, --backend and the backends' flags go between the two. */
+  const char *usage_after_backend;
 } subcommands[] = {
     {"create", cli_sandbox_create,
      "usage: sbx sandbox create [--manifest M.json] [--agent AGENT.json] "
@@ -75,10 +78,8 @@ static const struct subcommand {
      "beneath\n"
      "                       it or a grant (default: the directory of M, "
      "else of\n"
-     "                       AGENT)\n"
-     "  --backend NAME       sandbox backend: local (default) or docker\n"
-     "  --image IMAGE        docker: the image (default: sbx's Debian image)\n"
-     "  --network none       docker: no network but loopback\n"
+     "                       AGENT)\n",
+     /* the backends' flags (backend_flags.h) go here */
      "  --seccomp MODE       default | no-network | off\n"
      "  --expose PORT        a port the sandbox exposes (repeatable)\n"
      "  --concurrency SPEC   manifest_entries=N,local_dir_files=N (default "
@@ -185,6 +186,10 @@ static void usage_sub(FILE *f, const char *name) {
   for (size_t i = 0; i < SBX_ARRAY_SIZE(subcommands); i++)
     if (strcmp(subcommands[i].name, name) == 0 && subcommands[i].usage) {
       fputs(subcommands[i].usage, f);
+      if (subcommands[i].usage_after_backend) {
+        cli_backend_flags_help(f);
+        fputs(subcommands[i].usage_after_backend, f);
+      }
       fputs("\nCommon options: --state-dir DIR, --json, --help.\n", f);
     }
 }

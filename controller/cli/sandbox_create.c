@@ -6,186 +6,226 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/docker/docker.h"
 #include "backends/registry.h"
+#include "controller/cli/backend_flags.h"
 #include "controller/cli/cli_internal.h"
 #include "controller/config/agent.h"
 #include "controller/sandbox/progress.h"
+#include "shared/cleanup.h"
 
-int cli_sandbox_create(struct cli_common *c, int argc, char **argv) {
-  enum {
-    O_MANIFEST = 256,
-    O_AGENT,
-    O_BASE,
-    O_BACKEND,
-    O_SECCOMP,
-    O_EXPOSE,
-    O_CONC,
-    O_IMAGE,
-    O_NETWORK
-  };
-  static const struct option opts[] = {
-      {"image", required_argument, NULL, O_IMAGE},
-      {"network", required_argument, NULL, O_NETWORK},
-      {"manifest", required_argument, NULL, O_MANIFEST},
-      {"agent", required_argument, NULL, O_AGENT},
-      {"base-dir", required_argument, NULL, O_BASE},
-      {"backend", required_argument, NULL, O_BACKEND},
-      {"seccomp", required_argument, NULL, O_SECCOMP},
-      {"expose", required_argument, NULL, O_EXPOSE},
-      {"concurrency", required_argument, NULL, O_CONC},
-      {"state-dir", required_argument, NULL, 'S'},
-      {"json", no_argument, NULL, 'J'},
-      {"help", no_argument, NULL, 'h'},
-      {0},
-  };
-  const char *manifest_path = NULL, *agent_path = NULL, *backend = "local";
-  struct lifecycle_options lo = {0};
-  lo.mo.limits = materialize_default_limits();
+/* What the command line says, and what the command holds until it ends
+ * (create_cmd_clear releases it). */
+struct create_cmd {
+  struct cli_common *c;
+  const char *manifest_path, *agent_path, *backend;
+  struct lifecycle_options lo;
+  struct cli_backend_flags flags;
   uint16_t ports[LIFECYCLE_MAX_PORTS];
+  char base[4096]; /* local sources are relative to it */
+  /* Owned. */
+  void *own; /* lo.backend's own options */
+  struct manifest *m;
+};
+
+static void create_cmd_clear(struct create_cmd *x) {
+  if (x->lo.backend)
+    backend_options_free(x->lo.backend, x->own);
+  manifest_free(x->m);
+}
+
+enum {
+  O_MANIFEST = 256,
+  O_AGENT,
+  O_BASE,
+  O_BACKEND,
+  O_SECCOMP,
+  O_EXPOSE,
+  O_CONC,
+};
+
+static const struct option create_opts[] = {
+    {"manifest", required_argument, NULL, O_MANIFEST},
+    {"agent", required_argument, NULL, O_AGENT},
+    {"base-dir", required_argument, NULL, O_BASE},
+    {"backend", required_argument, NULL, O_BACKEND},
+    {"seccomp", required_argument, NULL, O_SECCOMP},
+    {"expose", required_argument, NULL, O_EXPOSE},
+    {"concurrency", required_argument, NULL, O_CONC},
+    {"state-dir", required_argument, NULL, 'S'},
+    {"json", no_argument, NULL, 'J'},
+    {"help", no_argument, NULL, 'h'},
+    {0},
+};
+
+/* One option: -1 when parsing goes on, else the exit code. */
+static int take_option(struct create_cmd *x, int ch, const char *arg) {
+  struct cli_common *c = x->c;
   struct sbx_error e = {0};
+  if (cli_backend_flags_take(&x->flags, ch, arg))
+    return -1;
+  switch (ch) {
+  case O_MANIFEST:
+    x->manifest_path = arg;
+    return -1;
+  case O_AGENT:
+    x->agent_path = arg;
+    return -1;
+  case O_BASE:
+    x->lo.mo.base_dir = arg;
+    return -1;
+  case O_BACKEND:
+    x->backend = arg;
+    return -1;
+  case O_SECCOMP:
+    if (strcmp(arg, "default") && strcmp(arg, "no-network") &&
+        strcmp(arg, "off"))
+      return cli_usage_error(c, "create",
+                             "--seccomp \"%s\": expected default, no-network "
+                             "or off",
+                             arg);
+    x->lo.bo.seccomp = arg;
+    return -1;
+  case O_EXPOSE:
+    if (x->lo.bo.nports == LIFECYCLE_MAX_PORTS)
+      return cli_usage_error(c, "create", "--expose: at most %d ports",
+                             LIFECYCLE_MAX_PORTS);
+    if (lifecycle_parse_port(arg, &x->ports[x->lo.bo.nports], &e) < 0)
+      return cli_usage_error(c, "create", "--expose: %s", e.msg);
+    x->lo.bo.ports = x->ports;
+    x->lo.bo.nports++;
+    return -1;
+  case O_CONC:
+    if (materialize_parse_limits(arg, &x->lo.mo.limits, &e) < 0)
+      return cli_usage_error(c, "create", "--%s", e.msg);
+    return -1;
+  default:
+    return cli_common_option(c, "create", ch);
+  }
+}
+
+/* The command line and the backend's options: -1 when the sandbox can be
+ * made, else the exit code. */
+static int parse_args(struct create_cmd *x, int argc, char **argv) {
+  cli_backend_flags_init(&x->flags, create_opts);
   int ch;
   optind = 1;
-  while ((ch = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-    switch (ch) {
-    case O_MANIFEST:
-      manifest_path = optarg;
-      break;
-    case O_AGENT:
-      agent_path = optarg;
-      break;
-    case O_BASE:
-      lo.mo.base_dir = optarg;
-      break;
-    case O_BACKEND:
-      backend = optarg;
-      break;
-    case O_SECCOMP:
-      if (strcmp(optarg, "default") && strcmp(optarg, "no-network") &&
-          strcmp(optarg, "off"))
-        return cli_usage_error(c, "create",
-                               "--seccomp \"%s\": expected default, no-network "
-                               "or off",
-                               optarg);
-      lo.bo.seccomp = optarg;
-      break;
-    case O_EXPOSE:
-      if (lo.nports == LIFECYCLE_MAX_PORTS)
-        return cli_usage_error(c, "create", "--expose: at most %d ports",
-                               LIFECYCLE_MAX_PORTS);
-      if (lifecycle_parse_port(optarg, &ports[lo.nports], &e) < 0)
-        return cli_usage_error(c, "create", "--expose: %s", e.msg);
-      lo.nports++;
-      break;
-    case O_CONC:
-      if (materialize_parse_limits(optarg, &lo.mo.limits, &e) < 0)
-        return cli_usage_error(c, "create", "--%s", e.msg);
-      break;
-    case O_IMAGE:
-      lo.bo.docker.image = optarg;
-      break;
-    case O_NETWORK:
-      if (strcmp(optarg, "none") != 0)
-        return cli_usage_error(c, "create",
-                               "--network \"%s\": only none is supported "
-                               "(without it: the engine's default network)",
-                               optarg);
-      lo.bo.docker.network_mode = optarg;
-      break;
-    default: {
-      int r = cli_common_option(c, "create", ch);
-      if (r >= 0)
-        return r;
-    }
-    }
+  while ((ch = getopt_long(argc, argv, "+h", x->flags.opts, NULL)) != -1) {
+    int k = take_option(x, ch, optarg);
+    if (k >= 0)
+      return k;
   }
   if (optind != argc)
-    return cli_usage_error(c, "create", "unexpected argument \"%s\"",
+    return cli_usage_error(x->c, "create", "unexpected argument \"%s\"",
                            argv[optind]);
-  lo.ports = ports;
-  lo.backend = backend_find(backend);
-  if (!lo.backend)
-    return cli_usage_error(c, "create", "unknown backend \"%s\"", backend);
-  if (lo.backend != &backend_docker &&
-      (lo.bo.docker.image || lo.bo.docker.network_mode))
-    return cli_usage_error(c, "create",
-                           "--image and --network need --backend "
-                           "docker");
-  char dir[4096], base[4096];
-  if (state_dir_resolve(c->state_dir, dir, sizeof(dir), &e) < 0)
-    return cli_usage_error(c, "create", "%s", e.msg);
+  x->lo.backend = backend_find(x->backend);
+  if (!x->lo.backend)
+    return cli_usage_error(x->c, "create", "unknown backend \"%s\"",
+                           x->backend);
+  struct sbx_error e = {0};
+  if (cli_backend_options(&x->flags, x->lo.backend, NULL, NULL, &x->own, &e) <
+      0)
+    return cli_usage_error(x->c, "create", "%s",
+                           e.msg[0] ? e.msg : strerror(ENOMEM));
+  x->lo.bo.own = x->own;
+  return -1;
+}
+
+/* The manifest the sandbox holds: --manifest (plus --agent's run_as),
+ * --agent's default_manifest, or an empty one; and the directory its
+ * local sources are relative to. -1, or the exit code after saying why. */
+static int load_manifest(struct create_cmd *x) {
+  struct sbx_error e = {0};
   struct agent_set *agents = NULL;
-  struct manifest *m = NULL;
-  int r = 0;
-  if (agent_path && agent_load(agent_path, &agents, &e) < 0) {
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
+  if (x->agent_path && agent_load(x->agent_path, &agents, &e) < 0) {
+    fprintf(stderr, "%s: %s\n", x->c->prog, e.msg);
     return 2;
   }
-  if (manifest_path) {
-    json_t *j = NULL;
-    r = cli_load_json_file(manifest_path, &j, &e);
+  int r = 0;
+  if (x->manifest_path) {
+    _cleanup_json_ json_t *j = NULL;
+    r = cli_load_json_file(x->manifest_path, &j, &e);
     if (r == 0)
-      r = manifest_parse(j, manifest_path, &m, &e);
-    json_decref(j);
+      r = manifest_parse(j, x->manifest_path, &x->m, &e);
     if (r == 0 && agents && agents->agents[0]->run_as)
-      r = manifest_add_user(m, agents->agents[0]->run_as);
-    cli_dir_of(manifest_path, base, sizeof(base));
+      r = manifest_add_user(x->m, agents->agents[0]->run_as);
+    cli_dir_of(x->manifest_path, x->base, sizeof(x->base));
   } else if (agents) {
-    r = lifecycle_agent_manifest(agents->agents[0], &m, &e);
-    cli_dir_of(agent_path, base, sizeof(base));
+    r = lifecycle_agent_manifest(agents->agents[0], &x->m, &e);
+    cli_dir_of(x->agent_path, x->base, sizeof(x->base));
   } else {
-    json_t *j = json_object();
-    r = manifest_parse(j, "manifest", &m, &e);
-    json_decref(j);
-    (void)snprintf(base, sizeof(base), ".");
+    _cleanup_json_ json_t *j = json_object();
+    r = j ? manifest_parse(j, "manifest", &x->m, &e) : -ENOMEM;
+    (void)snprintf(x->base, sizeof(x->base), ".");
   }
   agent_set_free(agents);
   if (r < 0) {
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg[0] ? e.msg : strerror(-r));
-    manifest_free(m);
+    fprintf(stderr, "%s: %s\n", x->c->prog, e.msg[0] ? e.msg : strerror(-r));
     return 2;
   }
-  if (!lo.mo.base_dir)
-    lo.mo.base_dir = base;
-  lo.mo.progress = progress_enabled(c->json);
+  if (!x->lo.mo.base_dir)
+    x->lo.mo.base_dir = x->base;
+  return -1;
+}
+
+/* Creates the sandbox in state directory DIR and records it; prints its
+ * id (or --json's object). */
+static int create_and_record(struct create_cmd *x, const char *dir) {
+  struct cli_common *c = x->c;
+  struct sbx_error e = {0};
   char id[STATE_ID_LEN + 1], tok[4200], logp[4200], created[32];
+  int r;
   if ((r = state_dir_ensure(dir, &e)) < 0 || (r = state_new_id(id)) < 0 ||
       state_path(dir, id, "token", tok, sizeof(tok)) < 0 ||
-      state_path(dir, id, "log", logp, sizeof(logp)) < 0) {
-    manifest_free(m);
+      state_path(dir, id, "log", logp, sizeof(logp)) < 0)
     return cli_fail(c, &e, r ? r : -ENAMETOOLONG);
-  }
   state_now(created);
   struct sandbox *sb = NULL;
-  r = lifecycle_create(&lo, m, true, tok, logp, &sb, &e);
+  r = lifecycle_create(&x->lo, x->m, true, tok, logp, &sb, &e);
   if (r < 0) {
     bool config = e.code == SBX_INVALID_ARGUMENT ||
                   e.code == SBX_NOT_SUPPORTED ||
                   e.code == SBX_PERMISSION_DENIED;
     fprintf(stderr, "%s: %s\n", c->prog, e.msg[0] ? e.msg : strerror(-r));
     state_remove(dir, id);
-    manifest_free(m);
     return config ? 2 : 1;
   }
-  r = lifecycle_save(dir, id, sb, m, ports, lo.nports, created, (long)getpid(),
-                     &e);
+  r = lifecycle_save(dir, id, sb, x->m, x->lo.bo.ports, x->lo.bo.nports,
+                     created, (long)getpid(), &e);
   if (r < 0) {
     struct sbx_error ce = {0};
     (void)sb->backend->close(sb, &ce);
     state_remove(dir, id);
-    manifest_free(m);
     return cli_fail(c, &e, r);
   }
+  int code = 0;
   if (c->json) {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "session_id",
-                          sb->session_id, "backend", sb->backend->name, "root",
-                          sb->root);
-    cli_print_json(j);
-    json_decref(j);
+    _cleanup_json_ json_t *j = json_pack(
+        "{s:s, s:s, s:s, s:s}", "id", id, "session_id", sb->session_id,
+        "backend", sb->backend->name, "root", sb->root);
+    if (j)
+      cli_print_json(j);
+    else
+      code = cli_fail(c, &e, -ENOMEM);
   } else {
     printf("%s\n", id);
   }
   sb->backend->detach(sb);
-  manifest_free(m);
-  return fflush(stdout) == 0 ? 0 : 1;
+  return code ? code : (fflush(stdout) == 0 ? 0 : 1);
+}
+
+int cli_sandbox_create(struct cli_common *c, int argc, char **argv) {
+  _cleanup_(create_cmd_clear) struct create_cmd x = {.c = c};
+  x.lo.mo.limits = materialize_default_limits();
+  int k = parse_args(&x, argc, argv);
+  if (k >= 0)
+    return k;
+  char dir[4096];
+  struct sbx_error e = {0};
+  if (state_dir_resolve(c->state_dir, dir, sizeof(dir), &e) < 0)
+    return cli_usage_error(c, "create", "%s", e.msg);
+  k = load_manifest(&x);
+  if (k >= 0)
+    return k;
+  x.lo.mo.progress = progress_enabled(c->json);
+  return create_and_record(&x, dir);
 }

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/local/local.h"
 #include "backends/registry.h"
 #include "controller/cli/cli_internal.h"
 #include "controller/sandbox/progress.h"
@@ -31,6 +30,34 @@ static int parse_snapshot_opt(const char *opt, const char *val,
     return 0;
   }
   return -ENOENT;
+}
+
+/* The session state of SB (recorded as REC) with snapshot SNAP: the SDK's
+ * fields and the backend's. New, or NULL when out of memory. */
+static json_t *session_state(const struct sandbox *sb,
+                             const struct lifecycle_record *rec,
+                             const struct snapshot_record *snap) {
+  json_t *ports = json_array();
+  for (size_t i = 0; ports && i < rec->nports; i++)
+    if (json_array_append_new(ports, json_integer(rec->ports[i])) < 0) {
+      json_decref(ports);
+      ports = NULL;
+    }
+  _cleanup_json_ json_t *st = json_pack(
+      "{s:i, s:s, s:s, s:s, s:o, s:{s:s, s:s?, s:s, s:I}, s:s, s:s, s:b, "
+      "s:o}",
+      "version", 1, "type", sb->backend->name, "session_id", sb->session_id,
+      "sandbox_id", rec->id, "manifest", manifest_to_json(rec->manifest),
+      "snapshot", "type", snapshot_type_name(snap->type), "location",
+      snap->location, "sha256", snap->sha256, "size", (json_int_t)snap->size,
+      "snapshot_fingerprint", snap->sha256, "snapshot_fingerprint_version",
+      snap->version, "workspace_root_ready", 1, "exposed_ports", ports);
+  /* Backend fields, as the Python SDK's session states have them. */
+  if (st && sb->backend->session_fields &&
+      sb->backend->session_fields(json_object_get(rec->rec, sb->backend->name),
+                                  st) < 0)
+    return NULL;
+  return TAKE_PTR(st);
 }
 
 /* sbx sandbox save ID: snapshots the workspace and prints the session
@@ -107,25 +134,12 @@ int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
     lifecycle_record_clear(&rec);
     return cli_fail(c, &e, r);
   }
-  json_t *st = json_pack(
-      "{s:i, s:s, s:s, s:s, s:o, s:{s:s, s:s?, s:s, s:I}, s:s, s:s, s:b}",
-      "version", 1, "type", sb->backend->name, "session_id", sb->session_id,
-      "sandbox_id", rec.id, "manifest", manifest_to_json(rec.manifest),
-      "snapshot", "type", snapshot_type_name(snap.type), "location",
-      snap.location, "sha256", snap.sha256, "size", (json_int_t)snap.size,
-      "snapshot_fingerprint", snap.sha256, "snapshot_fingerprint_version",
-      snap.version, "workspace_root_ready", 1);
-  json_t *ports = json_array();
-  for (size_t i = 0; i < rec.nports; i++)
-    json_array_append_new(ports, json_integer(rec.ports[i]));
-  json_object_set_new(st, "exposed_ports", ports);
-  /* Backend fields, as the Python SDK's DockerSandboxSessionState has. */
-  const char *cid = json_string_value(
-      json_object_get(json_object_get(rec.rec, "docker"), "container"));
-  if (cid)
-    json_object_set_new(st, "container_id", json_string(cid));
+  _cleanup_json_ json_t *st = session_state(sb, &rec, &snap);
+  if (!st) {
+    snapshot_record_clear(&snap);
+    return cli_detach_done(sb, &rec, cli_fail(c, &e, -ENOMEM));
+  }
   cli_print_json(st);
-  json_decref(st);
   snapshot_record_clear(&snap);
   if (spec.type == SNAPSHOT_LOCAL) {
     /* Local snapshots older than 30 days go, as the SDK prunes its own. */
@@ -214,12 +228,14 @@ int cli_session_resume(const char *state_dir, const char *path,
        state_path(dir, id, "token", tok, sizeof(tok)) < 0 ||
        state_path(dir, id, "log", logp, sizeof(logp)) < 0))
     r = r < 0 ? r : -ENAMETOOLONG;
-  struct lifecycle_options lo = {
-      .backend = backend_find(json_string_value(json_object_get(st, "type")))};
-  if (!lo.backend)
-    lo.backend = &backend_local;
-  struct sandbox *sb = NULL;
   struct sbx_error ie = {0};
+  const char *type = json_string_value(json_object_get(st, "type"));
+  struct lifecycle_options lo = {.backend = backend_find(type)};
+  if (!lo.backend && r == 0)
+    r = sbx_error_set(&ie, SBX_INVALID_ARGUMENT, EINVAL,
+                      "the state's backend \"%.64s\" is not one of this sbx",
+                      type);
+  struct sandbox *sb = NULL;
   if (r == 0)
     r = lifecycle_create(&lo, m, true, tok, logp, &sb, &ie);
   /* What the trusted manifest made ephemeral or mounted is kept, not

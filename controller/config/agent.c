@@ -614,35 +614,31 @@ static int parse_base_url(const struct ctx *c, struct agent *a, const char *key,
   return 0;
 }
 
-/* "run_config": {"backend", "image", "network_mode"} — the run defaults
- * the SDK keeps in RunConfig.sandbox, for the container backend. */
+/* "run_config": the run defaults the SDK keeps in RunConfig.sandbox, which
+ * `sbx run`'s flags replace: "backend" (a name) and the backend's own
+ * options, kept as JSON for the backend to check (backend.h): this module
+ * does not know the backends. */
 static int parse_run_config(const struct ctx *c, struct agent *a,
                             const char *key, json_t *v) {
   if (!json_is_object(v))
     return wrong_type(c, key, "an object", v);
-  const char *k;
-  json_t *x;
   char kp[KEY_MAX];
-  json_object_foreach(v, k, x) {
-    key_path(kp, "%s.%s", key, k);
-    char **slot = strcmp(k, "backend") == 0        ? &a->run_backend
-                  : strcmp(k, "image") == 0        ? &a->run_image
-                  : strcmp(k, "network_mode") == 0 ? &a->run_network_mode
-                                                   : NULL;
-    if (!slot)
-      return invalid(c, "unknown key \"%s\"", kp);
-    int r = get_string(c, kp, x, true, slot);
+  key_path(kp, "%s.backend", key);
+  json_t *b = json_object_get(v, "backend");
+  if (b && !json_is_null(b)) {
+    int r = get_string(c, kp, b, true, &a->run_backend);
     if (r < 0)
       return r;
   }
-  if (a->run_backend && strcmp(a->run_backend, "local") != 0 &&
-      strcmp(a->run_backend, "docker") != 0)
-    return invalid(c, "\"%s.backend\" must be \"local\" or \"docker\"", key);
-  if (a->run_network_mode && strcmp(a->run_network_mode, "none") != 0)
-    return invalid(c,
-                   "\"%s.network_mode\" must be \"none\" (without it: "
-                   "the engine's default network)",
-                   key);
+  json_t *opts = json_deep_copy(v);
+  if (!opts)
+    return nomem(c);
+  (void)json_object_del(opts, "backend"); /* absent is fine */
+  if (json_object_size(opts) == 0) {
+    json_decref(opts);
+    return 0;
+  }
+  a->run_options = opts;
   return 0;
 }
 
@@ -794,8 +790,7 @@ static void agent_free(struct agent *a) {
   free(a->tools);
   free(a->base_url);
   free(a->run_backend);
-  free(a->run_image);
-  free(a->run_network_mode);
+  json_decref(a->run_options);
   for (size_t i = 0; i < a->napprovals; i++) {
     free(a->approvals[i].tool);
     for (size_t j = 0; j < a->approvals[i].nprefixes; j++)

@@ -26,6 +26,8 @@
  *   api                "responses" (default) | "chat_completions"
  *   base_url           "http://..." or "https://..."
  *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
+ *   run_config         {"backend": name, ...that backend's options}: the
+ *                      defaults of `sbx run`, checked by the backend
  *   version            1 (optional)
  *
  * Keys are optional unless marked required; null is the same as leaving an
@@ -152,9 +154,9 @@ struct agent {
   enum agent_api api;
   char *base_url;
   /* "run_config": defaults for `sbx run` that its flags replace. */
-  char *run_backend;                /* "local" or "docker", or NULL */
-  char *run_image;                  /* docker image, or NULL */
-  char *run_network_mode;           /* "none", or NULL */
+  char *run_backend;   /* the backend's name, or NULL */
+  json_t *run_options; /* the backend's options (an object, owned), or
+                          NULL when none is given */
   struct agent_approval *approvals; /* in file order */
   size_t napprovals;
 };

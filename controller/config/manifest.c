@@ -1085,37 +1085,6 @@ const char *manifest_getenv(const struct manifest *m, const char *name) {
   return NULL;
 }
 
-int manifest_check_backend(const struct manifest *m, const char *backend,
-                           struct sbx_error *e) {
-  bool local = strcmp(backend, "local") == 0;
-  for (size_t i = 0; i < m->nentries; i++) {
-    const struct manifest_entry *en = &m->entries[i];
-    if (en->type == MANIFEST_CLOUD_MOUNT)
-      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
-                           "entry \"%s\": %s is not supported by backend %s",
-                           en->path, en->type_name, backend);
-    if (en->type == MANIFEST_MOUNT && !local)
-      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
-                           "entry \"%s\": local_bind mounts are not supported "
-                           "by backend %s",
-                           en->path, backend);
-    if (en->type == MANIFEST_MOUNT && en->read_only)
-      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
-                           "entry \"%s\": backend local cannot enforce a "
-                           "read-only local_bind mount (commands could still "
-                           "write); set \"read_only\": false",
-                           en->path);
-  }
-  for (size_t i = 0; local && i < m->ngrants; i++)
-    if (m->grants[i].host_path)
-      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
-                           "extra_path_grants[%zu] \"%s\": \"host_path\" is "
-                           "not supported by backend local (the sandbox path "
-                           "is the host path)",
-                           i, m->grants[i].path);
-  return 0;
-}
-
 json_t *manifest_to_json(const struct manifest *m) {
   json_t *j = json_pack("{s:i, s:s}", "version", m->version, "root", m->root);
   json_t *entries = json_object();

@@ -24,7 +24,7 @@
  *               {"type": "local_bind"}); "local_bind" is the same entry
  *   s3_mount, gcs_mount, r2_mount, azure_blob_mount, box_mount,
  *   s3_files_mount: cloud mounts, checked here, carried out by no backend
- *               yet (manifest_check_backend refuses them).
+ *               yet (lifecycle_check_manifest refuses them).
  *
  * permissions: {owner, group, other: 0..7, directory?, sticky?} (missing
  * bits: owner 7, group 0, other 0), a mode string like "rwxr-x---" or
@@ -125,12 +125,6 @@ struct manifest *manifest_free(struct manifest *m);
 
 /* Adds user NAME unless the manifest has it (the agent's run_as). */
 int manifest_add_user(struct manifest *m, const char *name);
-
-/* Refuses what backend BACKEND cannot do: cloud mounts on any backend
- * today ("not supported by backend local"), host_path grants and
- * read-only local binds on the local backend. */
-int manifest_check_backend(const struct manifest *m, const char *backend,
-                           struct sbx_error *e);
 
 /* The persisted form: what a second process needs, without ephemeral
  * entries, ephemeral environment values or grant host paths. New. */

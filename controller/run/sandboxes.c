@@ -24,9 +24,9 @@ int run_agent_sandbox(const struct run_options *o, const struct agent *a,
       .backend = o->backend,
       .bo = o->backend_opts,
       .mo = o->materialize,
-      .ports = o->exposed_ports,
-      .nports = o->n_exposed_ports,
   };
+  lo.bo.ports = o->exposed_ports;
+  lo.bo.nports = o->n_exposed_ports;
   char base[4096];
   if (!lo.mo.base_dir) {
     const char *slash = strrchr(a->path, '/');
@@ -65,7 +65,7 @@ int run_agent_sandbox(const struct run_options *o, const struct agent *a,
         r = lifecycle_create(&lo, *m, true, tok, logp, sb, &le);
       if (r == 0) {
         state_now(created);
-        r = lifecycle_save(persist_dir, record_id, *sb, *m, lo.ports, lo.nports,
+        r = lifecycle_save(persist_dir, record_id, *sb, *m, lo.bo.ports, lo.bo.nports,
                            created, (long)getpid(), &le);
         if (r < 0) {
           struct sbx_error ce = {0};

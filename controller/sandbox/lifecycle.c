@@ -23,21 +23,44 @@ int lifecycle_parse_port(const char *s, uint16_t *out, struct sbx_error *e) {
   return 0;
 }
 
+int lifecycle_check_manifest(const struct manifest *m, const struct backend *b,
+                             struct sbx_error *e) {
+  for (size_t i = 0; i < m->nentries; i++) {
+    const struct manifest_entry *en = &m->entries[i];
+    if (en->type == MANIFEST_CLOUD_MOUNT)
+      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                           "entry \"%s\": %s is not supported by backend %s",
+                           en->path, en->type_name, b->name);
+    if (en->type == MANIFEST_MOUNT && !(b->features & BACKEND_LOCAL_BIND))
+      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                           "entry \"%s\": local_bind mounts are not supported "
+                           "by backend %s",
+                           en->path, b->name);
+    if (en->type == MANIFEST_MOUNT && en->read_only &&
+        !(b->features & BACKEND_READ_ONLY_BIND))
+      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                           "entry \"%s\": backend %s cannot enforce a "
+                           "read-only local_bind mount (commands could still "
+                           "write); set \"read_only\": false",
+                           en->path, b->name);
+  }
+  for (size_t i = 0; i < m->ngrants; i++)
+    if (m->grants[i].host_path && !(b->features & BACKEND_HOST_PATH_GRANTS))
+      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                           "extra_path_grants[%zu] \"%s\": \"host_path\" is "
+                           "not supported by backend %s (the sandbox path "
+                           "is the host path)",
+                           i, m->grants[i].path, b->name);
+  return 0;
+}
+
 int lifecycle_create(const struct lifecycle_options *o,
                      const struct manifest *m, bool detached,
                      const char *token_path, const char *log_path,
                      struct sandbox **out, struct sbx_error *e) {
-  int r = manifest_check_backend(m, o->backend->name, e);
+  int r = lifecycle_check_manifest(m, o->backend, e);
   if (r < 0)
     return r;
-  bool needs_spec = detached || m->ngrants > 0;
-  for (size_t i = 0; i < m->nentries; i++)
-    needs_spec |= m->entries[i].type == MANIFEST_MOUNT;
-  if (needs_spec && !o->backend->create_spec)
-    return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
-                         "backend %s does not support %s", o->backend->name,
-                         detached ? "developer-owned sandboxes"
-                                  : "extra_path_grants or bind mounts");
   _cleanup_free_ struct sandbox_grant *grants =
       calloc(m->ngrants + 1, sizeof(*grants));
   _cleanup_free_ struct sandbox_bind *binds =
@@ -57,8 +80,7 @@ int lifecycle_create(const struct lifecycle_options *o,
       binds[spec.nbinds++] =
           (struct sandbox_bind){m->entries[i].path, m->entries[i].source};
   struct sandbox *sb = NULL;
-  r = needs_spec ? o->backend->create_spec(&o->bo, &spec, &sb, e)
-                 : o->backend->create(&o->bo, &sb, e);
+  r = o->backend->create(&o->bo, &spec, &sb, e);
   if (r < 0)
     return r;
   r = materialize_manifest(sb, m, &o->mo, e);

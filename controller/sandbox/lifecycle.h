@@ -26,10 +26,8 @@
 
 struct lifecycle_options {
   const struct backend *backend;
-  struct backend_options bo;
+  struct backend_options bo; /* with the exposed ports */
   struct materialize_options mo;
-  const uint16_t *ports; /* exposed ports */
-  size_t nports;
 };
 
 /* A developer-owned sandbox as loaded from its record. */
@@ -45,6 +43,12 @@ struct lifecycle_record {
 /* Parses a port 1..65535 ("Exposed ports must be integers between 1 and
  * 65535."). */
 int lifecycle_parse_port(const char *s, uint16_t *out, struct sbx_error *e);
+
+/* Refuses what backend B cannot do with M (its features): cloud mounts on
+ * any backend today, local_bind mounts, read-only ones and host_path
+ * grants where B lacks them. */
+int lifecycle_check_manifest(const struct manifest *m, const struct backend *b,
+                             struct sbx_error *e);
 
 /* Creates a sandbox holding M: refuses what the backend cannot do, creates
  * it with M's grants and bind mounts (DETACHED: developer-owned, with

@@ -40,19 +40,26 @@ static void need_engine(void) {
         "DOCKER_HOST it prints (`make check` does both)");
 }
 
-static void base_options(struct backend_options *o, const char *image) {
+/* The common options and the docker backend's, which b.own points to. */
+struct opts {
+  struct backend_options b;
+  struct docker_options docker;
+};
+
+static void base_options(struct opts *o, const char *image) {
   need_engine();
   memset(o, 0, sizeof(*o));
+  o->b.own = &o->docker;
   o->docker.image = image;
   o->docker.sandboxd_static = STATIC_SANDBOXD;
   o->docker.never_pull = true;
-  o->ready_timeout_ms = 20000;
+  o->b.ready_timeout_ms = 20000;
 }
 
-static struct sandbox *create(const struct backend_options *o) {
+static struct sandbox *create(const struct opts *o) {
   struct sandbox *s = NULL;
   struct sbx_error e = {0};
-  int r = backend_docker.create(o, &s, &e);
+  int r = backend_docker.create(&o->b, NULL, &s, &e);
   cr_assert_eq(r, 0, "create: %d %s", r, e.msg);
   cr_assert_not_null(s);
   return s;
@@ -166,7 +173,7 @@ static const char *rundir_of(json_t *j) {
 }
 
 Test(docker, create_exec_close) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   struct sandbox *s = create(&o);
   cr_expect_str_eq(s->root, "/workspace");
@@ -212,7 +219,7 @@ Test(docker, create_exec_close) {
 }
 
 Test(docker, scratch_image_with_baked_sandboxd) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE_SCRATCH);
   o.docker.sandboxd_static = "/nonexistent"; /* baked: never looked at */
   struct sandbox *s = create(&o);
@@ -225,7 +232,7 @@ Test(docker, scratch_image_with_baked_sandboxd) {
 }
 
 Test(docker, injected_sandboxd_is_read_only) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE_BARE); /* no sandboxd inside */
   struct sandbox *s = create(&o);
   char *out = NULL;
@@ -242,18 +249,18 @@ Test(docker, injected_sandboxd_is_read_only) {
 }
 
 Test(docker, injected_sandboxd_must_be_static) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE_BARE);
   o.docker.sandboxd_static = SBX_BUILD_DIR "/sandboxd"; /* dynamic */
   struct sandbox *s = NULL;
   struct sbx_error e = {0};
-  cr_expect_eq(backend_docker.create(&o, &s, &e), -EINVAL);
+  cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -EINVAL);
   cr_expect_neq(strstr(e.msg, "dynamically linked"), NULL, "%s", e.msg);
   cr_expect_null(s);
 }
 
 Test(docker, network_none_leaves_only_loopback) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   o.docker.network_mode = "none";
   struct sandbox *s = create(&o);
@@ -315,7 +322,7 @@ static char *http_get(const char *host, unsigned port) {
 }
 
 Test(docker, exposed_port_reached_from_host) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   const uint16_t ports[] = {8000};
   o.docker.exposed_ports = ports;
@@ -357,7 +364,7 @@ Test(docker, exposed_port_reached_from_host) {
 #define NO_ENGINE "unix:///nonexistent/sbx-test/docker.sock"
 
 Test(docker, reserved_labels_refused_before_anything_is_created) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   o.docker.host = NO_ENGINE;
   struct sbx_error e = {0};
@@ -368,7 +375,7 @@ Test(docker, reserved_labels_refused_before_anything_is_created) {
     struct docker_label l[] = {{"team", "a"}, {reserved[i], "x"}};
     o.docker.labels = l;
     o.docker.n_labels = 2;
-    cr_expect_eq(backend_docker.create(&o, &s, &e), -EINVAL, "%s", reserved[i]);
+    cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -EINVAL, "%s", reserved[i]);
     cr_expect_neq(strstr(e.msg, "is reserved"), NULL, "%s", e.msg);
     cr_expect_null(s);
   }
@@ -378,12 +385,12 @@ Test(docker, reserved_labels_refused_before_anything_is_created) {
   o.docker.n_labels = 2;
   cr_expect_eq(docker_options_check(&o.docker, &e), 0, "%s", e.msg);
   /* Past the checks, the missing engine is what fails, by name. */
-  cr_expect_eq(backend_docker.create(&o, &s, &e), -ENOENT);
+  cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -ENOENT);
   cr_expect_neq(strstr(e.msg, NO_ENGINE), NULL, "%s", e.msg);
 }
 
 Test(docker, user_labels_are_set) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   struct docker_label l[] = {{"team", "blue"}, {"com.example.x", "y z"}};
   o.docker.labels = l;
@@ -399,7 +406,7 @@ Test(docker, user_labels_are_set) {
 }
 
 Test(docker, network_none_with_ports_refused_before_anything_is_created) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   o.docker.host = NO_ENGINE;
   o.docker.network_mode = "none";
@@ -408,11 +415,11 @@ Test(docker, network_none_with_ports_refused_before_anything_is_created) {
   o.docker.n_exposed_ports = 1;
   struct sbx_error e = {0};
   struct sandbox *s = NULL;
-  cr_expect_eq(backend_docker.create(&o, &s, &e), -EINVAL);
+  cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -EINVAL);
   cr_expect_neq(strstr(e.msg, "network_mode \"none\""), NULL, "%s", e.msg);
   o.docker.n_exposed_ports = 0;
   o.docker.network_mode = "host";
-  cr_expect_eq(backend_docker.create(&o, &s, &e), -EINVAL);
+  cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -EINVAL);
   cr_expect_neq(strstr(e.msg, "\"host\" is not supported"), NULL, "%s", e.msg);
 }
 
@@ -427,7 +434,7 @@ static char *first_of(struct sandbox *s, const char *a, const char *b) {
 }
 
 Test(docker, resource_limits_visible_inside) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   o.docker.memory_bytes = 96ll << 20;
   o.docker.pids_limit = 77;
@@ -480,7 +487,7 @@ Test(docker, env_mounts_and_read_only_rootfs) {
   cr_assert_eq(sbx_random_hex(rnd, 8), 0);
   (void)snprintf(vol, sizeof(vol), "sbx-test-%s", rnd);
 
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   const char *env[] = {"GREETING=hi there", "EMPTY="};
   o.docker.env = env;
@@ -521,7 +528,7 @@ Test(docker, env_mounts_and_read_only_rootfs) {
 }
 
 Test(docker, runs_as_the_given_user) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   o.docker.user = "1234:1234";
   struct sandbox *s = create(&o);
@@ -535,7 +542,7 @@ Test(docker, runs_as_the_given_user) {
 }
 
 Test(docker, resume_live_container) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   struct sandbox *s = create(&o);
   char *out = NULL;
@@ -558,7 +565,7 @@ Test(docker, resume_live_container) {
 
   struct docker_resume_args a = {session, id, token};
   struct sandbox *back = NULL;
-  cr_assert_eq(docker_resume(&o, &a, &back, &e), 0, "%s", e.msg);
+  cr_assert_eq(docker_resume(&o.b, &a, &back, &e), 0, "%s", e.msg);
   cr_expect_str_eq(back->session_id, session);
   cr_expect_str_eq(back->root, "/workspace");
   cr_expect_eq(sh(back, "cat /workspace/state", &out), 0);
@@ -576,12 +583,12 @@ Test(docker, resume_live_container) {
   cr_expect_null(inspect(id));
 
   /* Once removed, there is nothing to resume. */
-  cr_expect_eq(docker_resume(&o, &a, &back, &e), -ENOENT);
+  cr_expect_eq(docker_resume(&o.b, &a, &back, &e), -ENOENT);
   cr_expect_neq(strstr(e.msg, "is gone"), NULL, "%s", e.msg);
 }
 
 Test(docker, resume_refuses_another_session_or_token) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   struct sandbox *s = create(&o);
   char session[37], id[128], token[SBX_TOKEN_HEX + 1];
@@ -595,14 +602,14 @@ Test(docker, resume_refuses_another_session_or_token) {
   char other[37];
   cr_assert_eq(sbx_random_uuid(other), 0);
   struct docker_resume_args a = {other, id, token};
-  cr_expect_eq(docker_resume(&o, &a, &back, &e), -EPERM);
+  cr_expect_eq(docker_resume(&o.b, &a, &back, &e), -EPERM);
   cr_expect_neq(strstr(e.msg, "belongs to session"), NULL, "%s", e.msg);
   cr_expect_null(back);
 
   char wrong[SBX_TOKEN_HEX + 1];
   cr_assert_eq(sbx_random_hex(wrong, SBX_TOKEN_BYTES), 0);
   a = (struct docker_resume_args){session, id, wrong};
-  cr_expect_eq(docker_resume(&o, &a, &back, &e), -EACCES);
+  cr_expect_eq(docker_resume(&o.b, &a, &back, &e), -EACCES);
   cr_expect_neq(strstr(e.msg, "did not accept this controller's token"), NULL,
                 "%s", e.msg);
   cr_expect_null(back);
@@ -612,18 +619,18 @@ Test(docker, resume_refuses_another_session_or_token) {
   cr_expect_not_null(j);
   json_decref(j);
   a = (struct docker_resume_args){session, id, token};
-  cr_assert_eq(docker_resume(&o, &a, &back, &e), 0, "%s", e.msg);
+  cr_assert_eq(docker_resume(&o.b, &a, &back, &e), 0, "%s", e.msg);
   close_sandbox(back);
 }
 
 Test(docker, engine_errors_show_the_engine_message) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   struct sbx_error e = {0};
   struct sandbox *s = NULL;
   /* The engine refuses a memory limit below its minimum, in its words. */
   o.docker.memory_bytes = 1 << 20;
-  int r = backend_docker.create(&o, &s, &e);
+  int r = backend_docker.create(&o.b, NULL, &s, &e);
   cr_expect_lt(r, 0);
   cr_expect_null(s);
   cr_expect_neq(strstr(e.msg, "container engine: "), NULL, "%s", e.msg);
@@ -633,42 +640,42 @@ Test(docker, engine_errors_show_the_engine_message) {
   /* A baked image without sandboxd: the engine cannot start it. */
   base_options(&o, IMAGE_BARE);
   o.docker.sandboxd_mode = DOCKER_SANDBOXD_BAKED;
-  r = backend_docker.create(&o, &s, &e);
+  r = backend_docker.create(&o.b, NULL, &s, &e);
   cr_expect_lt(r, 0);
   cr_expect_neq(strstr(e.msg, "/usr/local/bin/sandboxd"), NULL, "%s", e.msg);
 
   /* A missing image, with and without pulling (offline: the pull fails). */
   base_options(&o, "localhost/sbx-no-such-image:none");
-  cr_expect_eq(backend_docker.create(&o, &s, &e), -ENOENT);
+  cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -ENOENT);
   cr_expect_neq(strstr(e.msg, "pulling is off"), NULL, "%s", e.msg);
   o.docker.never_pull = false;
-  r = backend_docker.create(&o, &s, &e);
+  r = backend_docker.create(&o.b, NULL, &s, &e);
   cr_expect_lt(r, 0);
   cr_expect_neq(strstr(e.msg, "sbx-no-such-image"), NULL, "%s", e.msg);
 }
 
 Test(docker, sandboxd_failure_shows_its_output) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
-  o.seccomp = "bogus"; /* sandboxd refuses it and exits */
+  o.b.seccomp = "bogus"; /* sandboxd refuses it and exits */
   struct sbx_error e = {0};
   struct sandbox *s = NULL;
-  cr_expect_lt(backend_docker.create(&o, &s, &e), 0);
+  cr_expect_lt(backend_docker.create(&o.b, NULL, &s, &e), 0);
   cr_expect_neq(strstr(e.msg, "stopped"), NULL, "%s", e.msg);
   cr_expect_neq(strstr(e.msg, "bogus"), NULL, "%s", e.msg);
 }
 
 Test(docker, unreachable_engine_is_named) {
-  struct backend_options o;
+  struct opts o;
   base_options(&o, IMAGE);
   o.docker.host = NO_ENGINE;
   struct sbx_error e = {0};
   struct sandbox *s = NULL;
-  cr_expect_eq(backend_docker.create(&o, &s, &e), -ENOENT);
+  cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -ENOENT);
   cr_expect_neq(strstr(e.msg, "cannot reach the container engine"), NULL, "%s",
                 e.msg);
   o.docker.host = "tcp://127.0.0.1:2375";
-  cr_expect_eq(backend_docker.create(&o, &s, &e), -ENOTSUP);
+  cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -ENOTSUP);
   cr_expect_neq(strstr(e.msg, "only unix://"), NULL, "%s", e.msg);
 }
 
@@ -712,8 +719,9 @@ static json_t *create_through_fake(const char *busy, struct sbx_error *e) {
                         NULL};
   pid_t pid = 0;
   test_pyserver_start(argv, "fake engine", &pid);
-  struct backend_options o;
+  struct opts o;
   memset(&o, 0, sizeof(o));
+  o.b.own = &o.docker;
   o.docker.host = host;
   o.docker.image = "fake:latest";
   o.docker.sandboxd_static = STATIC_SANDBOXD;
@@ -721,9 +729,9 @@ static json_t *create_through_fake(const char *busy, struct sbx_error *e) {
   const uint16_t ports[] = {8000};
   o.docker.exposed_ports = ports;
   o.docker.n_exposed_ports = 1;
-  o.ready_timeout_ms = 3000;
+  o.b.ready_timeout_ms = 3000;
   struct sandbox *s = NULL;
-  cr_expect_lt(backend_docker.create(&o, &s, e), 0,
+  cr_expect_lt(backend_docker.create(&o.b, NULL, &s, e), 0,
                "the fake engine's containers never run sandboxd");
   test_pyserver_stop(&pid);
   json_t *reqs = test_jsonl_read(log);

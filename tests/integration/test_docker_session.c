@@ -149,13 +149,16 @@ Test(docker_session, create_flag_errors) {
   const char *img[] = {"create", "--image", "x", NULL};
   sbx(&r, img);
   cr_expect_eq(r.status, 2);
-  cr_expect(strstr(r.err, "need --backend docker") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "--image needs --backend docker") != NULL, "%s",
+            r.err);
   sbx_run_free(&r);
   const char *net[] = {"create",    "--backend", "docker",
                        "--network", "host",      NULL};
   sbx(&r, net);
   cr_expect_eq(r.status, 2);
-  cr_expect(strstr(r.err, "only none is supported") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "--network \"host\": network_mode \"host\" is "
+                          "not supported") != NULL,
+            "%s", r.err);
   sbx_run_free(&r);
 }
 

@@ -5,7 +5,9 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "backends/local/local.h"
 #include "controller/config/manifest.h"
+#include "controller/sandbox/lifecycle.h"
 #include "controller/sandbox/materialize.h"
 #include "shared/cleanup.h"
 
@@ -105,7 +107,7 @@ Test(manifest, every_entry_type_parses) {
 
   /* Cloud mounts parse, then no backend takes them. */
   struct sbx_error e = {0};
-  cr_expect_lt(manifest_check_backend(m, "local", &e), 0);
+  cr_expect_lt(lifecycle_check_manifest(m, &backend_local, &e), 0);
   cr_expect(strstr(e.msg, "s3_mount is not supported by backend local"), "%s",
             e.msg);
   manifest_free(m);
@@ -232,13 +234,13 @@ Test(manifest, backend_checks_name_the_rule) {
       parse_ok("{\"extra_path_grants\": [{\"path\": \"/srv\", \"host_path\": "
                "\"/data\"}]}");
   struct sbx_error e = {0};
-  cr_expect_lt(manifest_check_backend(m, "local", &e), 0);
+  cr_expect_lt(lifecycle_check_manifest(m, &backend_local, &e), 0);
   cr_expect(strstr(e.msg, "\"host_path\" is not supported by backend local"),
             "%s", e.msg);
   manifest_free(m);
   m = parse_ok("{\"entries\": {\"m\": {\"type\": \"mount\", \"source\": "
                "\"/srv\"}}}");
-  cr_expect_lt(manifest_check_backend(m, "local", &e), 0);
+  cr_expect_lt(lifecycle_check_manifest(m, &backend_local, &e), 0);
   cr_expect(strstr(e.msg, "cannot enforce a read-only local_bind mount"), "%s",
             e.msg);
   manifest_free(m);

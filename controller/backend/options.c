@@ -1,0 +1,142 @@
+/* Backend options as JSON: the checks every backend's options_parse starts
+ * with (known keys, their types), and a CLI flag's text as an option's
+ * value. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/backend/backend.h"
+
+static const char *type_name(enum backend_option_type t) {
+  static const char *const names[] = {
+      [BACKEND_OPTION_STRING] = "a string",
+      [BACKEND_OPTION_INTEGER] = "an integer",
+      [BACKEND_OPTION_NUMBER] = "a number",
+      [BACKEND_OPTION_BOOLEAN] = "true or false",
+      [BACKEND_OPTION_JSON] = "an array or an object",
+  };
+  return names[t];
+}
+
+static bool of_type(enum backend_option_type t, json_t *v) {
+  switch (t) {
+  case BACKEND_OPTION_STRING:
+    return json_is_string(v);
+  case BACKEND_OPTION_INTEGER:
+    return json_is_integer(v);
+  case BACKEND_OPTION_NUMBER:
+    return json_is_number(v);
+  case BACKEND_OPTION_BOOLEAN:
+    return json_is_boolean(v);
+  case BACKEND_OPTION_JSON:
+    return json_is_array(v) || json_is_object(v);
+  }
+  return false;
+}
+
+static const char *json_kind(json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return "an object";
+  case JSON_ARRAY:
+    return "an array";
+  case JSON_STRING:
+    return "a string";
+  case JSON_INTEGER:
+    return "an integer";
+  case JSON_REAL:
+    return "a number";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "a boolean";
+  case JSON_NULL:
+    return "null";
+  }
+  return "?";
+}
+
+const struct backend_option *backend_option_find(const struct backend *b,
+                                                 const char *key) {
+  for (const struct backend_option *o = b->options; o && o->key; o++)
+    if (strcmp(o->key, key) == 0)
+      return o;
+  return NULL;
+}
+
+int backend_options_check(const struct backend *b, json_t *obj,
+                          const char *where, struct sbx_error *e) {
+  const char *dot = where ? "." : "";
+  where = where ? where : "";
+  if (!obj)
+    return 0;
+  if (!json_is_object(obj))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the options of backend %s must be an object",
+                         b->name);
+  const char *k;
+  json_t *v;
+  json_object_foreach(obj, k, v) {
+    const struct backend_option *o = backend_option_find(b, k);
+    if (!o)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "\"%s%s%s\": backend %s has no such option", where,
+                           dot, k, b->name);
+    if (!of_type(o->type, v))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "\"%s%s%s\" must be %s (got %s)", where, dot, k,
+                           type_name(o->type), json_kind(v));
+  }
+  return 0;
+}
+
+int backend_option_value(const struct backend_option *opt, const char *text,
+                         json_t **out, struct sbx_error *e) {
+  char *end = NULL;
+  errno = 0;
+  switch (opt->type) {
+  case BACKEND_OPTION_STRING:
+    *out = json_string(text);
+    break;
+  case BACKEND_OPTION_INTEGER: {
+    long long v = strtoll(text, &end, 10);
+    if (errno || !*text || *end)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "--%s \"%s\": expected an integer", opt->flag, text);
+    *out = json_integer(v);
+    break;
+  }
+  case BACKEND_OPTION_NUMBER: {
+    double v = strtod(text, &end);
+    if (errno || !*text || *end || !isfinite(v))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "--%s \"%s\": expected a number", opt->flag, text);
+    *out = json_real(v);
+    break;
+  }
+  case BACKEND_OPTION_BOOLEAN:
+    *out = json_true();
+    break;
+  case BACKEND_OPTION_JSON:
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "option \"%s\" has no command-line flag", opt->key);
+  }
+  if (!*out)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--%s: the value must be UTF-8", opt->flag);
+  return 0;
+}
+
+int backend_options_parse(const struct backend *b, json_t *obj,
+                          const char *where, void **own, struct sbx_error *e) {
+  *own = NULL;
+  int r = backend_options_check(b, obj, where, e);
+  if (r < 0 || !b->options_parse)
+    return r;
+  return b->options_parse(obj, where, own, e);
+}
+
+void backend_options_free(const struct backend *b, void *own) {
+  if (own && b->options_free)
+    b->options_free(own);
+}

@@ -1,0 +1,139 @@
+#include "controller/cli/backend_flags.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "backends/registry.h"
+#include "shared/cleanup.h"
+
+void cli_backend_flags_init(struct cli_backend_flags *f,
+                            const struct option *own) {
+  memset(f, 0, sizeof(*f));
+  size_t n = 0;
+  for (; own[n].name && n < CLI_MAX_OPTIONS; n++)
+    f->opts[n] = own[n];
+  const struct backend *b;
+  for (size_t i = 0; (b = backend_at(i)); i++)
+    for (const struct backend_option *o = b->options; o && o->key; o++) {
+      if (!o->flag)
+        continue;
+      bool seen = false;
+      for (size_t k = 0; k < n && !seen; k++)
+        seen = strcmp(f->opts[k].name, o->flag) == 0;
+      if (seen || n == CLI_MAX_OPTIONS)
+        continue;
+      f->opts[n] = (struct option){
+          .name = o->flag,
+          .has_arg = o->type == BACKEND_OPTION_BOOLEAN ? no_argument
+                                                       : required_argument,
+          .val = CLI_BACKEND_FLAG + (int)n,
+      };
+      n++;
+    }
+  f->opts[n] = (struct option){0};
+}
+
+bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
+                            const char *arg) {
+  if (ch < CLI_BACKEND_FLAG || ch >= CLI_BACKEND_FLAG + CLI_MAX_OPTIONS)
+    return false;
+  const char *flag = f->opts[ch - CLI_BACKEND_FLAG].name;
+  size_t i = 0;
+  while (i < f->ngiven && strcmp(f->given[i].flag, flag) != 0)
+    i++;
+  if (i == f->ngiven)
+    f->ngiven++;
+  f->given[i].flag = flag;
+  f->given[i].text = arg;
+  return true;
+}
+
+bool cli_backend_flags_any(const struct cli_backend_flags *f) {
+  return f->ngiven > 0;
+}
+
+/* B's option whose flag is FLAG, or NULL. */
+static const struct backend_option *by_flag(const struct backend *b,
+                                            const char *flag) {
+  for (const struct backend_option *o = b->options; o && o->key; o++)
+    if (o->flag && strcmp(o->flag, flag) == 0)
+      return o;
+  return NULL;
+}
+
+/* The error for FLAG, which backend B lacks: which backend has it. */
+static int not_ours(const struct backend *b, const char *flag,
+                    struct sbx_error *e) {
+  const struct backend *x;
+  for (size_t i = 0; (x = backend_at(i)); i++)
+    if (by_flag(x, flag))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "--%s needs --backend %s (this is backend %s)", flag,
+                           x->name, b->name);
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                       "--%s is no option of backend %s", flag, b->name);
+}
+
+/* Checks the flag's value alone, so that a refusal names the flag. */
+static int check_alone(const struct backend *b, const char *flag,
+                       const char *text, const struct backend_option *o,
+                       json_t *v, struct sbx_error *e) {
+  _cleanup_json_ json_t *one = json_object();
+  if (!one || json_object_set(one, o->key, v) < 0)
+    return -ENOMEM;
+  void *own = NULL;
+  struct sbx_error ve = {0};
+  int r = backend_options_parse(b, one, NULL, &own, &ve);
+  backend_options_free(b, own);
+  if (r < 0)
+    return text ? sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                                "--%s \"%s\": %s", flag, text, ve.msg)
+                : sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "--%s: %s",
+                                flag, ve.msg);
+  return 0;
+}
+
+int cli_backend_options(const struct cli_backend_flags *f,
+                        const struct backend *b, json_t *run_config,
+                        const char *where, void **own, struct sbx_error *e) {
+  *own = NULL;
+  _cleanup_json_ json_t *obj =
+      run_config ? json_deep_copy(run_config) : json_object();
+  if (!obj)
+    return -ENOMEM;
+  for (size_t i = 0; i < f->ngiven; i++) {
+    const char *flag = f->given[i].flag, *text = f->given[i].text;
+    const struct backend_option *o = by_flag(b, flag);
+    if (!o)
+      return not_ours(b, flag, e);
+    _cleanup_json_ json_t *v = NULL;
+    int r = backend_option_value(o, text, &v, e);
+    if (r == 0)
+      r = check_alone(b, flag, text, o, v, e);
+    if (r == 0 && json_object_set(obj, o->key, v) < 0)
+      r = -ENOMEM;
+    if (r < 0)
+      return r;
+  }
+  return backend_options_parse(b, json_object_size(obj) ? obj : NULL,
+                               run_config ? where : NULL, own, e);
+}
+
+void cli_backend_flags_help(FILE *out) {
+  char names[256];
+  (void)backend_names(names, sizeof(names), "", " or ");
+  /* "local (default) or docker": the first is the default. */
+  const char *first = backend_at(0)->name;
+  fprintf(out, "  %-20s sandbox backend: %s (default)%s\n", "--backend NAME",
+          first, names + strlen(first));
+  const struct backend *b;
+  for (size_t i = 0; (b = backend_at(i)); i++)
+    for (const struct backend_option *o = b->options; o && o->key; o++) {
+      if (!o->flag)
+        continue;
+      char lhs[64];
+      (void)snprintf(lhs, sizeof(lhs), "--%s%s%s", o->flag,
+                     o->metavar ? " " : "", o->metavar ? o->metavar : "");
+      fprintf(out, "  %-20s %s: %s\n", lhs, b->name, o->help);
+    }
+}

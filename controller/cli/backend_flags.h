@@ -1,0 +1,54 @@
+/* Backend options on the command line (sbx run, sbx sandbox create): every
+ * registered backend's options that have a flag (backend.h's option
+ * tables) become getopt_long entries after the command's own, the values
+ * given are kept as text, and the chosen backend's options are made of an
+ * agent file's run_config with those flags laid over it. */
+#ifndef SBX_CLI_BACKEND_FLAGS_H
+#define SBX_CLI_BACKEND_FLAGS_H
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+
+#include "controller/backend/backend.h"
+#include "shared/errors.h"
+
+#define CLI_MAX_OPTIONS 64 /* a command's own options and the backends' */
+
+/* getopt_long's value for a backend flag: this plus its index in opts. */
+#define CLI_BACKEND_FLAG 0x10000
+
+struct cli_backend_flags {
+  struct option opts[CLI_MAX_OPTIONS + 1]; /* for getopt_long; {0} last */
+  struct {
+    const char *flag; /* borrowed from the option table */
+    const char *text; /* borrowed from argv; NULL for a boolean */
+  } given[CLI_MAX_OPTIONS];
+  size_t ngiven;
+};
+
+/* Fills F's opts with OWN (ended by {0}) and then every backend's flags. */
+void cli_backend_flags_init(struct cli_backend_flags *f,
+                            const struct option *own);
+
+/* For getopt_long's answer CH with ARG: true when it was a backend flag,
+ * now recorded (a repeated flag replaces the earlier value). */
+bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
+                            const char *arg);
+
+/* True when a backend flag was given. */
+bool cli_backend_flags_any(const struct cli_backend_flags *f);
+
+/* B's own options (*OWN new, free with backend_options_free; NULL for a
+ * backend without options) made of RUN_CONFIG (the backend's part of an
+ * agent file's run_config, or NULL; WHERE names it in errors) with F's
+ * flags laid over it. A flag B does not have, or a value B refuses, is a
+ * usage error naming the flag. -EINVAL with E's message. */
+int cli_backend_options(const struct cli_backend_flags *f,
+                        const struct backend *b, json_t *run_config,
+                        const char *where, void **own, struct sbx_error *e);
+
+/* The help lines of --backend and every backend's flags. */
+void cli_backend_flags_help(FILE *out);
+
+#endif
