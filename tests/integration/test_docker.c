@@ -21,6 +21,7 @@
 #include "shared/buf.h"
 #include "shared/clock.h"
 #include "shared/rand.h"
+#include "tests/support/httpget.h"
 #include "tests/support/pyserver.h"
 #include "tests/support/sbxrun.h"
 
@@ -286,41 +287,6 @@ Test(docker, network_none_leaves_only_loopback) {
   close_sandbox(s);
 }
 
-/* Connects to HOST:PORT and returns what a GET / brings back (new), trying
- * for up to 10 s while the server starts. */
-static char *http_get(const char *host, unsigned port) {
-  uint64_t deadline = sbx_now_ms() + 10000;
-  for (;;) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    cr_assert_eq(inet_pton(AF_INET, host, &sa.sin_addr), 1, "%s", host);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-      const char req[] = "GET / HTTP/1.0\r\n\r\n";
-      cr_assert_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
-      struct timeval tv = {5, 0};
-      (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-      char buf[4096];
-      size_t n = 0;
-      ssize_t k;
-      while (n < sizeof(buf) - 1 &&
-             (k = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
-        n += (size_t)k;
-      buf[n] = '\0';
-      close(fd);
-      /* A forwarder may accept before the server inside listens. */
-      if (n > 0 || sbx_now_ms() > deadline)
-        return strdup(buf);
-    } else {
-      close(fd);
-      if (sbx_now_ms() > deadline)
-        return strdup("");
-    }
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 Test(docker, exposed_port_reached_from_host) {
   struct opts o;
   base_options(&o, IMAGE);
@@ -352,7 +318,7 @@ Test(docker, exposed_port_reached_from_host) {
   cr_assert_eq(sbx_exec_start(s->client, &st, &r, &e), 0, "%s", e.msg);
   sbx_client_reply_free(r);
 
-  char *got = http_get(ep.host, ep.port);
+  char *got = test_http_get(ep.host, ep.port);
   cr_expect_neq(strstr(got, "200 OK"), NULL, "got: %s", got);
   cr_expect_neq(strstr(got, "served from "), NULL, "got: %s", got);
   free(got);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/support/httpget.h"
 #include "tests/support/model_server.h"
 #include "tests/support/sbxrun.h"
 
@@ -201,6 +202,87 @@ Test(docker_session, agent_run_config_selects_the_backend) {
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "run_config.backend") != NULL, "%s", r.err);
   sbx_run_free(&r);
+}
+
+/* run_config's docker options reach the container: its environment and
+ * its limits, as the agent's commands see them. */
+Test(docker_session, run_config_options_reach_the_container) {
+  const char *a = test_write_file(
+      dir, "o.json",
+      "{\"name\": \"O\", \"run_config\": {\"backend\": \"docker\", "
+      "\"env\": {\"SBX_FROM_RUN_CONFIG\": \"yes it is\"}, "
+      "\"pids_limit\": 77, \"labels\": {\"team\": \"t1\"}}}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
+      "\"arguments\": {\"cmd\": \"echo \\\"[$SBX_FROM_RUN_CONFIG]\\\"; "
+      "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max "
+      "2>/dev/null\"}}]}, {\"text\": \"ok\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", sdir, ap, "x", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  char *dump =
+      json_dumps(json_object_get(
+                     json_object_get(json_array_get(reqs, 1), "body"), "input"),
+                 0);
+  cr_expect(dump && strstr(dump, "[yes it is]"), "%s", dump);
+  cr_expect(dump && strstr(dump, "77"), "the pids limit: %s", dump);
+  free(dump);
+  json_decref(reqs);
+}
+
+/* --expose on the docker backend publishes the port on the host's
+ * loopback; port and info say where, and a server inside is reached. */
+Test(docker_session, exposed_port_is_published_and_resolved) {
+  const char *args[] = {"create",   "--backend", "docker",
+                        "--expose", "8000",      NULL};
+  char *id = sbx_sandbox_line(sdir, args);
+  const char *port[] = {"port", id, "8000", NULL};
+  char *ep = sbx_sandbox_line(sdir, port);
+  cr_assert(strncmp(ep, "127.0.0.1:", 10) == 0, "%s", ep);
+  unsigned hp = (unsigned)strtoul(ep + 10, NULL, 10);
+  cr_expect(hp > 0 && hp < 65536, "%s", ep);
+  struct sbx_run_out r;
+  const char *other[] = {"port", id, "8001", NULL};
+  sbx(&r, other);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "not configured to expose port 8001"), "%s", r.err);
+  sbx_run_free(&r);
+  const char *info[] = {"info", id, NULL};
+  sbx(&r, info);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "container:   "), "%s", r.out);
+  cr_expect(strstr(r.out, ep), "%s", r.out);
+  cr_expect_null(strstr(r.out, "(null)"), "%s", r.out);
+  sbx_run_free(&r);
+  /* A tiny HTTP server inside (perl comes with git), left running. */
+  const char *serve[] = {
+      "exec",
+      id,
+      "--",
+      "sh",
+      "-c",
+      "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => "
+      "8000, Listen => 5, ReuseAddr => 1) or die $!; while ($c = "
+      "$s->accept) { <$c>; print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nfrom "
+      "inside\"; close $c }' >/dev/null 2>&1 &",
+      NULL};
+  sbx(&r, serve);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  char *got = test_http_get("127.0.0.1", hp);
+  cr_expect(strstr(got, "from inside"), "got: %s", got);
+  free(got);
+  free(ep);
+  free(id);
 }
 
 Test(docker_session, stop_and_start_keep_the_workspace) {

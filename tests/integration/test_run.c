@@ -516,6 +516,64 @@ Test(run, usage_and_config_errors_exit_2) {
   sbx_run_free(&r);
 }
 
+/* The backends' flags and run_config are checked against the backend the
+ * run uses, before any sandbox exists; each refusal names the flag, or the
+ * file and the key. */
+Test(run, backend_flags_and_run_config_are_checked) {
+  char a[256], b[256], c[256], d[256], h[256], pok[256];
+  (void)snprintf(pok, sizeof(pok), "%s", agent("ok.json", "{\"name\": \"A\"}"));
+  (void)snprintf(a, sizeof(a), "%s",
+                 agent("a.json", "{\"name\": \"A\", \"run_config\": "
+                                 "{\"image\": \"x\"}}"));
+  (void)snprintf(b, sizeof(b), "%s",
+                 agent("b.json", "{\"name\": \"B\", \"run_config\": "
+                                 "{\"backend\": \"docker\", "
+                                 "\"network_mode\": \"host\"}}"));
+  (void)snprintf(c, sizeof(c), "%s",
+                 agent("c.json", "{\"name\": \"C\", \"run_config\": "
+                                 "{\"backend\": \"docker\", "
+                                 "\"image\": \"img\"}}"));
+  (void)snprintf(d, sizeof(d), "%s",
+                 agent("d.json", "{\"name\": \"D\", \"run_config\": "
+                                 "{\"backend\": \"docker\", \"cpus\": "
+                                 "\"two\"}}"));
+  (void)snprintf(h, sizeof(h), "%s",
+                 agent("h.json", "{\"name\": \"H\", \"handoffs\": "
+                                 "[\"d.json\"]}"));
+  struct {
+    const char *args[8];
+    const char *want;
+  } cases[] = {
+      {{"run", "--image", "x", pok, "p", NULL},
+       "sbx run: --image needs --backend docker (this is backend local)"},
+      {{"run", "--network", "none", pok, "p", NULL},
+       "--network needs --backend docker"},
+      {{"run", "--backend", "docker", "--network", "host", pok, "p", NULL},
+       "sbx run: --network \"host\": network_mode \"host\" is not "
+       "supported"},
+      {{"run", "--backend", "vm", pok, "p", NULL},
+       "unknown backend \"vm\" (available: local, docker)"},
+      {{"run", a, "p", NULL},
+       "a.json: \"run_config.image\": backend local has no such option"},
+      {{"run", b, "p", NULL},
+       "b.json: run_config: network_mode \"host\" is not supported"},
+      {{"run", "--backend", "local", c, "p", NULL},
+       "--backend local replaces the run_config of"},
+      {{"run", d, "p", NULL},
+       "d.json: \"run_config.cpus\" must be a number (got a string)"},
+      /* Another agent's run_config is checked too. */
+      {{"run", h, "p", NULL},
+       "d.json: \"run_config.cpus\" must be a number (got a string)"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct sbx_run_out r;
+    sbx_run(&r, NULL, cases[i].args);
+    cr_expect_eq(r.status, 2, "case %zu: status %d: %s", i, r.status, r.err);
+    cr_expect(strstr(r.err, cases[i].want) != NULL, "case %zu: %s", i, r.err);
+    sbx_run_free(&r);
+  }
+}
+
 Test(run, cwd_must_exist_and_anchors_relative_paths) {
   struct fixture f = {0};
   const char *extra[] = {"--cwd", "src", NULL};

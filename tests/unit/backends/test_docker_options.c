@@ -1,0 +1,168 @@
+/* The docker backend's options read from JSON (run_config, the CLI's
+ * flags, the API): every key reaches its field, and every refusal names
+ * what it refuses. No engine needed: nothing is created. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "backends/docker/docker.h"
+#include "shared/cleanup.h"
+
+static json_t *load(const char *text) {
+  json_error_t je;
+  json_t *j = json_loads(text, 0, &je);
+  cr_assert_not_null(j, "%s: %s", text, je.text);
+  return j;
+}
+
+/* Parses TEXT through the backend's table and parser: the options (free
+ * with backend_options_free), or NULL with *MSG set. */
+static const struct docker_options *parse(const char *text, const char *where,
+                                          char *msg, size_t n) {
+  _cleanup_json_ json_t *j = load(text);
+  void *own = NULL;
+  struct sbx_error e = {0};
+  int r = backend_options_parse(&backend_docker, j, where, &own, &e);
+  (void)snprintf(msg, n, "%s", e.msg);
+  cr_expect_eq(r < 0, own == NULL, "%s", text);
+  return own;
+}
+
+Test(docker_options, every_key_reaches_its_field) {
+  char msg[600];
+  const struct docker_options *o = parse(
+      "{\"host\": \"unix:///run/x.sock\", \"image\": \"img:1\", "
+      "\"sandboxd\": \"inject\", \"sandboxd_static\": \"/opt/sandboxd\", "
+      "\"root\": \"/work\", \"network_mode\": \"none\", "
+      "\"labels\": {\"team\": \"a\", \"tier\": \"b\"}, "
+      "\"env\": {\"A\": \"1\", \"B_2\": \"x=y\"}, \"user\": \"1000:1000\", "
+      "\"memory_bytes\": 67108864, \"cpus\": 1.5, \"pids_limit\": 99, "
+      "\"mounts\": [{\"type\": \"bind\", \"source\": \"/srv\", \"target\": "
+      "\"/srv\", \"read_only\": true}, {\"type\": \"volume\", \"target\": "
+      "\"/cache\"}], \"read_only_rootfs\": true, \"never_pull\": true}",
+      "run_config", msg, sizeof(msg));
+  cr_assert_not_null(o, "%s", msg);
+  cr_expect_str_eq(o->host, "unix:///run/x.sock");
+  cr_expect_str_eq(o->image, "img:1");
+  cr_expect_eq(o->sandboxd_mode, DOCKER_SANDBOXD_INJECT);
+  cr_expect_str_eq(o->sandboxd_static, "/opt/sandboxd");
+  cr_expect_str_eq(o->root, "/work");
+  cr_expect_str_eq(o->network_mode, "none");
+  cr_assert_eq(o->n_labels, 2);
+  cr_expect_str_eq(o->labels[0].key, "team");
+  cr_expect_str_eq(o->labels[1].value, "b");
+  cr_assert_eq(o->n_env, 2);
+  cr_expect_str_eq(o->env[0], "A=1");
+  cr_expect_str_eq(o->env[1], "B_2=x=y");
+  cr_expect_str_eq(o->user, "1000:1000");
+  cr_expect_eq(o->memory_bytes, 64ll << 20);
+  cr_expect_float_eq(o->cpus, 1.5, 1e-9);
+  cr_expect_eq(o->pids_limit, 99);
+  cr_assert_eq(o->n_mounts, 2);
+  cr_expect_str_eq(o->mounts[0].type, "bind");
+  cr_expect_str_eq(o->mounts[0].source, "/srv");
+  cr_expect(o->mounts[0].read_only);
+  cr_expect_null(o->mounts[1].source);
+  cr_expect_not(o->mounts[1].read_only);
+  cr_expect(o->read_only_rootfs);
+  cr_expect(o->never_pull);
+  cr_expect_eq(o->n_exposed_ports, 0); /* the generic --expose gives them */
+  backend_options_free(&backend_docker, (void *)o);
+}
+
+Test(docker_options, modes_and_defaults) {
+  static const struct {
+    const char *text;
+    enum docker_sandboxd_mode mode;
+  } modes[] = {
+      {"{}", DOCKER_SANDBOXD_AUTO},
+      {"{\"sandboxd\": \"auto\"}", DOCKER_SANDBOXD_AUTO},
+      {"{\"sandboxd\": \"baked\"}", DOCKER_SANDBOXD_BAKED},
+  };
+  char msg[600];
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(modes); i++) {
+    const struct docker_options *o =
+        parse(modes[i].text, NULL, msg, sizeof(msg));
+    cr_assert_not_null(o, "%s: %s", modes[i].text, msg);
+    cr_expect_eq(o->sandboxd_mode, modes[i].mode, "%s", modes[i].text);
+    cr_expect_null(o->image);
+    cr_expect_eq(o->n_mounts + o->n_labels + o->n_env, 0);
+    backend_options_free(&backend_docker, (void *)o);
+  }
+}
+
+Test(docker_options, refusals_name_the_option) {
+  static const struct {
+    const char *text, *where, *want;
+  } cases[] = {
+      {"{\"imgae\": \"x\"}", "run_config",
+       "\"run_config.imgae\": backend docker has no such option"},
+      {"{\"image\": 5}", "run_config",
+       "\"run_config.image\" must be a string (got an integer)"},
+      {"{\"cpus\": \"2\"}", NULL, "\"cpus\" must be a number (got a string)"},
+      {"{\"sandboxd\": \"always\"}", "run_config",
+       "run_config: sandboxd \"always\": expected \"auto\", \"baked\" or "
+       "\"inject\""},
+      {"{\"labels\": [\"a\"]}", NULL, "labels must be an object of strings"},
+      {"{\"labels\": {\"a\": 1}}", NULL,
+       "label \"a\": its value must be a string"},
+      {"{\"labels\": {\"sbx.session\": \"x\"}}", NULL,
+       "label \"sbx.session\" is reserved: sbx.* labels are set by sbx "
+       "itself"},
+      {"{\"env\": [\"A=1\"]}", NULL, "env must be an object of strings"},
+      {"{\"env\": {\"A\": 1}}", NULL, "env \"A\": its value must be a string"},
+      {"{\"env\": {\"1A\": \"x\"}}", NULL,
+       "env[0]: expected NAME=value with NAME made of letters, digits and _"},
+      {"{\"mounts\": {}}", NULL, "mounts must be an array of objects"},
+      {"{\"mounts\": [1]}", NULL, "mounts[0] must be an object"},
+      {"{\"mounts\": [{\"type\": \"bind\", \"src\": \"/a\"}]}", NULL,
+       "mounts[0]: unknown key \"src\""},
+      {"{\"mounts\": [{\"type\": \"bind\", \"read_only\": \"yes\"}]}", NULL,
+       "mounts[0]: \"read_only\" must be true or false"},
+      {"{\"mounts\": [{\"type\": 3}]}", NULL,
+       "mounts[0]: \"type\" must be a string"},
+      {"{\"mounts\": [{\"type\": \"tmpfs\", \"target\": \"/t\"}]}", NULL,
+       "mounts[0]: type \"tmpfs\": expected \"bind\" or \"volume\""},
+      {"{\"mounts\": [{\"type\": \"bind\", \"target\": \"/workspace\", "
+       "\"source\": \"/srv\"}]}",
+       NULL, "would cover the workspace"},
+      {"{\"network_mode\": \"host\"}", "run_config",
+       "run_config: network_mode \"host\" is not supported: use \"none\" or "
+       "leave it unset for the engine's default network"},
+      {"{\"user\": \"root\"}", NULL, "user \"root\": expected a numeric uid"},
+      {"{\"memory_bytes\": -1}", NULL, "memory must not be negative"},
+      {"{\"pids_limit\": -5}", NULL, "pids_limit must not be negative"},
+      {"{\"cpus\": 5000}", NULL,
+       "cpus must be a number from 0 (no limit) to 4096"},
+      {"{\"root\": \"/\"}", NULL, "root \"/\" must be an absolute path"},
+      {"{\"image\": \"a b\"}", NULL, "image \"a b\" is not an image reference"},
+      {"{\"never_pull\": 1}", NULL,
+       "\"never_pull\" must be true or false (got an integer)"},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+    char msg[600];
+    const struct docker_options *o =
+        parse(cases[i].text, cases[i].where, msg, sizeof(msg));
+    cr_expect_null(o, "%s was accepted", cases[i].text);
+    cr_expect(strstr(msg, cases[i].want), "%s: %s", cases[i].text, msg);
+    backend_options_free(&backend_docker, (void *)o);
+  }
+}
+
+Test(docker_options, the_table_gives_the_cli_its_flags) {
+  const struct backend_option *img =
+      backend_option_find(&backend_docker, "image");
+  cr_assert_not_null(img);
+  cr_expect_str_eq(img->flag, "image");
+  const struct backend_option *net =
+      backend_option_find(&backend_docker, "network_mode");
+  cr_assert_not_null(net);
+  cr_expect_str_eq(net->flag, "network");
+  size_t keys = 0;
+  for (const struct backend_option *o = backend_docker.options; o->key; o++) {
+    keys++;
+    cr_expect(o->help && *o->help, "%s has no help", o->key);
+  }
+  cr_expect_eq(keys, 15);
+}
