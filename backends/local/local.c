@@ -500,7 +500,10 @@ static int local_save(const struct sandbox *s, json_t *obj) {
   const struct local *l = s->priv;
   json_t *g = json_array();
   for (size_t i = 0; g && i < l->ngrants; i++)
-    json_array_append_new(g, json_string(l->grants[i]));
+    if (json_array_append_new(g, json_string(l->grants[i])) < 0) {
+      json_decref(g);
+      return -ENOMEM;
+    }
   json_t *o =
       json_pack("{s:i, s:I, s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:o}", "pid",
                 (int)l->pid, "pid_start", (json_int_t)l->start, "socket",

@@ -46,8 +46,9 @@ int cli_usage_error(const struct cli_common *c, const char *sub,
                     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prints E's message (else R's strerror) after PROG on stderr; returns 1. */
 int cli_fail(const struct cli_common *c, const struct sbx_error *e, int r);
-/* Prints J indented, keys sorted, on stdout. */
-void cli_print_json(json_t *j);
+/* Prints J (borrowed) indented, keys sorted, on stdout: 0, or 1 after
+ * saying so when J is NULL or cannot be printed (out of memory). */
+int cli_print_json(const struct cli_common *c, json_t *j);
 /* Lets go of an attached sandbox (the sandbox lives on) and its record;
  * CODE, or 1 when stdout could not be written out. SB may be NULL. */
 int cli_detach_done(struct sandbox *sb, struct lifecycle_record *rec, int code);

@@ -69,16 +69,16 @@ int cli_decide(int argc, char **argv) {
     return 1;
   }
   json_t *ds = json_object_get(rs, "decisions");
-  if (!json_is_object(ds)) {
-    ds = json_object();
-    json_object_set_new(rs, "decisions", ds);
-  }
-  json_object_set_new(
-      ds, pos[1],
-      json_pack("{s:s, s:s?}", "decision",
-                strcmp(verb, "approve") == 0 ? "approved" : "rejected",
-                "reason", reason));
-  _cleanup_free_ char *out = json_dumps(rs, JSON_COMPACT);
+  if (!json_is_object(ds) &&
+      json_object_set_new(rs, "decisions", ds = json_object()) < 0)
+    ds = NULL;
+  r = ds ? json_object_set_new(
+               ds, pos[1],
+               json_pack("{s:s, s:s?}", "decision",
+                         strcmp(verb, "approve") == 0 ? "approved" : "rejected",
+                         "reason", reason))
+         : -1;
+  _cleanup_free_ char *out = r == 0 ? json_dumps(rs, JSON_COMPACT) : NULL;
   if (!out || sbx_write_file_atomic(pos[0], out, strlen(out), 0600) < 0) {
     fprintf(stderr, "sbx %s: cannot write \"%s\"\n", verb, pos[0]);
     return 1;

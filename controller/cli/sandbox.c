@@ -212,12 +212,16 @@ int cli_fail(const struct cli_common *c, const struct sbx_error *e, int r) {
   return 1;
 }
 
-void cli_print_json(json_t *j) {
-  char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-  if (s) {
-    puts(s);
-    free(s);
+int cli_print_json(const struct cli_common *c, json_t *j) {
+  _cleanup_free_ char *s =
+      j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+  if (!s) {
+    fprintf(stderr, "%s: cannot make the JSON output: out of memory\n",
+            c->prog);
+    return 1;
   }
+  puts(s);
+  return 0;
 }
 
 /* Lets go of an attached sandbox (the sandbox lives on) and its record;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "controller/cli/cli_internal.h"
+#include "shared/cleanup.h"
 
 static int start_stop(struct cli_common *c, int argc, char **argv, bool start) {
   const char *sub = start ? "start" : "stop";
@@ -35,10 +36,9 @@ static int start_stop(struct cli_common *c, int argc, char **argv, bool start) {
   if (r < 0)
     code = cli_fail(c, &e, r);
   else if (c->json) {
-    json_t *j = json_pack("{s:s, s:s}", "id", rec.id, "status",
-                          start ? "running" : "stopped");
-    cli_print_json(j);
-    json_decref(j);
+    _cleanup_json_ json_t *j = json_pack("{s:s, s:s}", "id", rec.id, "status",
+                                         start ? "running" : "stopped");
+    code = cli_print_json(c, j);
   } else {
     printf("%s\n", rec.id);
   }
@@ -63,7 +63,9 @@ int cli_sandbox_rm(struct cli_common *c, int argc, char **argv) {
   if (state_dir_resolve(c->state_dir, dir, sizeof(dir), &e) < 0)
     return cli_usage_error(c, "rm", "%s", e.msg);
   int code = 0;
-  json_t *removed = json_array();
+  _cleanup_json_ json_t *removed = json_array();
+  if (!removed)
+    return cli_fail(c, &e, -ENOMEM);
   for (int i = optind; i < argc; i++) {
     struct lifecycle_record rec;
     int r = lifecycle_load(dir, argv[i], &rec, &e);
@@ -78,7 +80,8 @@ int cli_sandbox_rm(struct cli_common *c, int argc, char **argv) {
       r = sb->backend->close(sb, &e);
     if (r == 0 || force) {
       state_remove(dir, rec.id);
-      json_array_append_new(removed, json_string(rec.id));
+      if (json_array_append_new(removed, json_string(rec.id)) < 0)
+        code = cli_fail(c, &e, -ENOMEM);
       if (!c->json)
         printf("%s\n", rec.id);
     }
@@ -86,8 +89,7 @@ int cli_sandbox_rm(struct cli_common *c, int argc, char **argv) {
       code = cli_fail(c, &e, r);
     lifecycle_record_clear(&rec);
   }
-  if (c->json)
-    cli_print_json(removed);
-  json_decref(removed);
+  if (c->json && cli_print_json(c, removed))
+    code = 1;
   return code ? code : (fflush(stdout) == 0 ? 0 : 1);
 }

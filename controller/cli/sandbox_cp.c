@@ -334,10 +334,10 @@ int cli_sandbox_cp(struct cli_common *c, int argc, char **argv) {
   if (r < 0)
     code = cli_fail(c, &e, r);
   else if (c->json) {
-    json_t *j = json_pack("{s:s, s:s, s:I}", "source", src, "destination", dst,
-                          "files", (json_int_t)files);
-    cli_print_json(j);
-    json_decref(j);
+    _cleanup_json_ json_t *j =
+        json_pack("{s:s, s:s, s:I}", "source", src, "destination", dst, "files",
+                  (json_int_t)files);
+    code = cli_print_json(c, j);
   }
   return cli_detach_done(sb, &rec, code);
 }

@@ -202,10 +202,7 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
     _cleanup_json_ json_t *j = json_pack(
         "{s:s, s:s, s:s, s:s}", "id", id, "session_id", sb->session_id,
         "backend", sb->backend->name, "root", sb->root);
-    if (j)
-      cli_print_json(j);
-    else
-      code = cli_fail(c, &e, -ENOMEM);
+    code = cli_print_json(c, j);
   } else {
     printf("%s\n", id);
   }

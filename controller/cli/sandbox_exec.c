@@ -323,7 +323,7 @@ int cli_sandbox_exec(struct cli_common *c, int argc, char **argv) {
                           "signal", ro.sig, "stdout", bo.data ? bo.data : "",
                           bo.len, "stderr", be.data ? be.data : "", be.len);
     if (j)
-      cli_print_json(j);
+      (void)cli_print_json(c, j); /* the status is the command's */
     else
       fprintf(stderr, "%s: the output is not valid UTF-8 for --json\n",
               c->prog);

@@ -81,9 +81,9 @@ int cli_sandbox_ls(struct cli_common *c, int argc, char **argv) {
     if (json_array_append_new(out, shown(rec, id && probe(dir, id))) < 0)
       return cli_fail(c, &e, -ENOMEM);
   }
-  if (c->json)
-    cli_print_json(out);
-  else
+  if (c->json && cli_print_json(c, out))
+    return 1;
+  if (!c->json)
     print_table(out);
   return fflush(stdout) == 0 ? 0 : 1;
 }
@@ -189,9 +189,8 @@ int cli_sandbox_info(struct cli_common *c, int argc, char **argv) {
       (sb && add_live(sb, &rec, running, j, eps) < 0))
     return cli_detach_done(sb, &rec, cli_fail(c, &e, -ENOMEM));
   if (c->json)
-    cli_print_json(j);
-  else
-    print_info(&rec, j, eps, running);
+    return cli_detach_done(sb, &rec, cli_print_json(c, j));
+  print_info(&rec, j, eps, running);
   return cli_detach_done(sb, &rec, 0);
 }
 
@@ -221,9 +220,9 @@ int cli_sandbox_port(struct cli_common *c, int argc, char **argv) {
   if (r < 0) {
     code = cli_fail(c, &e, r);
   } else if (c->json) {
-    json_t *j = json_pack("{s:i, s:s}", "port", port, "endpoint", ep);
-    cli_print_json(j);
-    json_decref(j);
+    _cleanup_json_ json_t *j =
+        json_pack("{s:i, s:s}", "port", port, "endpoint", ep);
+    code = cli_print_json(c, j);
   } else {
     printf("%s\n", ep);
   }

@@ -8,11 +8,27 @@
 
 #include "controller/cli/cli_internal.h"
 #include "shared/buf.h"
+#include "shared/cleanup.h"
 
 #define CLI_PATCH_MAX (64u << 20)
 
 /* ---- apply-patch
  * -------------------------------------------------------------- */
+
+/* --json's {"results": [{path, action, summary}...]}: 0, or 1 after
+ * saying why not. */
+static int print_results_json(struct cli_common *c,
+                              const Sbx__V1__PatchApplyReply *x) {
+  _cleanup_json_ json_t *arr = json_array();
+  for (size_t i = 0; arr && i < x->n_results; i++)
+    if (json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "path",
+                                             x->results[i]->path, "action",
+                                             x->results[i]->action, "summary",
+                                             x->results[i]->summary)) < 0)
+      return cli_print_json(c, NULL);
+  _cleanup_json_ json_t *j = arr ? json_pack("{s:O}", "results", arr) : NULL;
+  return cli_print_json(c, j);
+}
 
 int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
   static const struct option opts[] = {
@@ -78,28 +94,13 @@ int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
   int r = sbx_patch_apply(sb->client, b.data, dir, false, &resp, &e);
   sbx_buf_free(&b);
   int code = 0;
-  if (r < 0) {
+  if (r < 0)
     code = cli_fail(c, &e, r);
-  } else {
-    Sbx__V1__PatchApplyReply *x = resp->patch_apply;
-    json_t *arr = json_array();
-    for (size_t i = 0; i < x->n_results; i++) {
-      if (c->json)
-        json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "path",
-                                             x->results[i]->path, "action",
-                                             x->results[i]->action, "summary",
-                                             x->results[i]->summary));
-      else
-        printf("%s\n", x->results[i]->summary);
-    }
-    if (c->json) {
-      json_t *j = json_pack("{s:o}", "results", arr);
-      cli_print_json(j);
-      json_decref(j);
-    } else {
-      json_decref(arr);
-    }
-  }
+  else if (c->json)
+    code = print_results_json(c, resp->patch_apply);
+  else
+    for (size_t i = 0; i < resp->patch_apply->n_results; i++)
+      printf("%s\n", resp->patch_apply->results[i]->summary);
   sbx_client_reply_free(resp);
   return cli_detach_done(sb, &rec, code);
 }

@@ -135,11 +135,10 @@ int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
     return cli_fail(c, &e, r);
   }
   _cleanup_json_ json_t *st = session_state(sb, &rec, &snap);
-  if (!st) {
+  if (cli_print_json(c, st)) {
     snapshot_record_clear(&snap);
-    return cli_detach_done(sb, &rec, cli_fail(c, &e, -ENOMEM));
+    return cli_detach_done(sb, &rec, 1);
   }
-  cli_print_json(st);
   snapshot_record_clear(&snap);
   if (spec.type == SNAPSHOT_LOCAL) {
     /* Local snapshots older than 30 days go, as the SDK prunes its own. */

@@ -94,6 +94,32 @@ int lifecycle_create(const struct lifecycle_options *o,
   return 0;
 }
 
+/* The exposed PORTS as a JSON array (new), or NULL when out of memory. */
+static json_t *ports_json(const uint16_t *ports, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++)
+    if (json_array_append_new(a, json_integer(ports[i])) < 0) {
+      json_decref(a);
+      return NULL;
+    }
+  return a;
+}
+
+/* The paths a snapshot of a sandbox holding M leaves out: ephemeral
+ * entries (their contents are not in the saved manifest) and mounts.
+ * Paths only. New, or NULL when out of memory. */
+static json_t *snapshot_excludes(const struct manifest *m) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < m->nentries; i++)
+    if ((m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
+         m->entries[i].type == MANIFEST_CLOUD_MOUNT) &&
+        json_array_append_new(a, json_string(m->entries[i].path)) < 0) {
+      json_decref(a);
+      return NULL;
+    }
+  return a;
+}
+
 int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
                    const struct manifest *m, const uint16_t *ports,
                    size_t nports, const char *created_at, long owner_pid,
@@ -101,29 +127,16 @@ int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
   if (!sb->backend->save)
     return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
                          "backend %s cannot save a sandbox", sb->backend->name);
-  json_t *p = json_array();
-  for (size_t i = 0; p && i < nports; i++)
-    json_array_append_new(p, json_integer(ports[i]));
-  _cleanup_json_ json_t *rec = json_pack(
-      "{s:i, s:s, s:s, s:s, s:s, s:I, s:s, s:o*, s:o}", "version", 1, "id", id,
-      "session_id", sb->session_id, "backend", sb->backend->name, "created_at",
-      created_at, "owner_pid", (json_int_t)owner_pid, "root", sb->root,
-      "manifest", manifest_to_json(m), "exposed_ports", p);
+  _cleanup_json_ json_t *rec =
+      json_pack("{s:i, s:s, s:s, s:s, s:s, s:I, s:s, s:o, s:o, s:o, s:{}}",
+                "version", 1, "id", id, "session_id", sb->session_id, "backend",
+                sb->backend->name, "created_at", created_at, "owner_pid",
+                (json_int_t)owner_pid, "root", sb->root, "manifest",
+                manifest_to_json(m), "exposed_ports", ports_json(ports, nports),
+                "snapshot_excludes", snapshot_excludes(m), sb->backend->name);
   if (!rec)
     return -ENOMEM;
-  /* The paths a snapshot leaves out: ephemeral entries (their contents are
-   * not in the saved manifest) and mounts. Paths only. */
-  json_t *skip = json_array();
-  for (size_t i = 0; skip && i < m->nentries; i++)
-    if (m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
-        m->entries[i].type == MANIFEST_CLOUD_MOUNT)
-      json_array_append_new(skip, json_string(m->entries[i].path));
-  json_object_set_new(rec, "snapshot_excludes", skip ? skip : json_array());
-  json_t *b = json_object();
-  if (!b)
-    return -ENOMEM;
-  json_object_set_new(rec, sb->backend->name, b);
-  int r = sb->backend->save(sb, b);
+  int r = sb->backend->save(sb, json_object_get(rec, sb->backend->name));
   if (r < 0)
     return r;
   return state_write(dir, id, rec, e);

@@ -210,8 +210,9 @@ static int list_one(void *arg, const char *id) {
   struct lister *l = arg;
   json_t *j = NULL;
   struct sbx_error ignored = {0};
-  if (load(l->dir, id, &j, &ignored) == 0)
-    json_array_append_new(l->arr, j);
+  if (load(l->dir, id, &j, &ignored) == 0 &&
+      json_array_append_new(l->arr, j) < 0)
+    return -ENOMEM;
   return 0;
 }
 
@@ -243,13 +244,19 @@ int state_list(const char *dir, json_t **out, struct sbx_error *e) {
     return -ENOMEM;
   }
   for (size_t i = 0; i < n; i++)
-    v[i] = json_incref(json_array_get(l.arr, i));
+    v[i] = json_array_get(l.arr, i); /* borrowed: L.ARR keeps them */
   qsort(v, n, sizeof(*v), by_created);
-  json_array_clear(l.arr);
-  for (size_t i = 0; i < n; i++)
-    json_array_append_new(l.arr, v[i]);
+  json_t *sorted = json_array();
+  for (size_t i = 0; sorted && i < n; i++)
+    if (json_array_append(sorted, v[i]) < 0) {
+      json_decref(sorted);
+      sorted = NULL;
+    }
   free(v);
-  *out = l.arr;
+  json_decref(l.arr);
+  if (!sorted)
+    return -ENOMEM;
+  *out = sorted;
   return 0;
 }
 

@@ -807,6 +807,7 @@ static json_t *span_json(struct trace_span *s, uint64_t end_ns) {
       return NULL;
     }
   }
+  /* An optional count: a span without it is still whole. */
   if (s->dropped_attrs)
     (void)json_object_set_new(o, "droppedAttributesCount",
                               json_integer(s->dropped_attrs));

@@ -1,0 +1,723 @@
+/* The keys of one agent file, each checked and read by its parser (the
+ * agent_fields table); the loader in agent.c follows the references they
+ * name. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "controller/config/agent_internal.h"
+#include "shared/cleanup.h"
+
+
+#define USER_NAME_MAX 32
+
+#define TOOL_NAME_MAX 64
+
+static const char *const capability_names[AGENT_CAP_COUNT] = {
+    [AGENT_CAP_FILESYSTEM] = "filesystem", [AGENT_CAP_SHELL] = "shell",
+    [AGENT_CAP_COMPACTION] = "compaction", [AGENT_CAP_SKILLS] = "skills",
+    [AGENT_CAP_MEMORY] = "memory",
+};
+
+#define CAPABILITY_CHOICES                                                     \
+  "one of \"filesystem\", \"shell\", \"compaction\", \"skills\", \"memory\""
+
+static const enum agent_capability default_capabilities[] = {
+    AGENT_CAP_FILESYSTEM, AGENT_CAP_SHELL, AGENT_CAP_COMPACTION};
+
+static const char *const effort_names[] = {
+    [AGENT_EFFORT_UNSET] = NULL,  [AGENT_EFFORT_MINIMAL] = "minimal",
+    [AGENT_EFFORT_LOW] = "low",   [AGENT_EFFORT_MEDIUM] = "medium",
+    [AGENT_EFFORT_HIGH] = "high",
+};
+
+#define EFFORT_CHOICES "\"minimal\", \"low\", \"medium\" or \"high\""
+
+static const char *const api_names[] = {
+    [AGENT_API_RESPONSES] = "responses",
+    [AGENT_API_CHAT_COMPLETIONS] = "chat_completions",
+};
+
+const char *agent_capability_name(enum agent_capability c) {
+  if ((unsigned)c >= AGENT_CAP_COUNT)
+    return NULL;
+  return capability_names[c];
+}
+
+/* Writes a key path such as "tools[2].name" for messages into K; a long one
+ * is cut short. */
+static void key_path(char k[KEY_MAX], const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void key_path(char k[KEY_MAX], const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(k, KEY_MAX, fmt, ap);
+  va_end(ap);
+}
+
+static const char *type_name(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return "object";
+  case JSON_ARRAY:
+    return "array";
+  case JSON_STRING:
+    return "string";
+  case JSON_INTEGER:
+    return "integer";
+  case JSON_REAL:
+    return "number";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "boolean";
+  case JSON_NULL:
+    return "null";
+  }
+  return "unknown";
+}
+
+static int wrong_type(const struct agent_ctx *c, const char *key,
+                      const char *expected, const json_t *v) {
+  return agent_invalid(c, "\"%s\" must be %s (got %s)", key, expected,
+                       type_name(v));
+}
+
+static int unknown_key(const struct agent_ctx *c, const char *key) {
+  return agent_invalid(c, "unknown key \"%s\"", key);
+}
+
+static int too_many(const struct agent_ctx *c, const char *key) {
+  return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
+                    "\"%s\" has more than %d entries", key, AGENT_MAX_LIST);
+}
+
+static int get_string(const struct agent_ctx *c, const char *key,
+                      const json_t *v, bool nonempty, char **out) {
+  if (!json_is_string(v))
+    return wrong_type(c, key, nonempty ? "a non-empty string" : "a string", v);
+  if (nonempty && json_string_length(v) == 0)
+    return agent_invalid(c, "\"%s\" must not be empty", key);
+  /* jansson refuses \u0000 unless asked, so the value is a C string. */
+  char *s = strdup(json_string_value(v));
+  if (!s)
+    return agent_nomem(c);
+  free(*out);
+  *out = s;
+  return 0;
+}
+
+/* An integer of at least 1. */
+static int get_count(const struct agent_ctx *c, const char *key,
+                     const json_t *v, int64_t *out) {
+  if (!json_is_integer(v))
+    return wrong_type(c, key, "an integer", v);
+  json_int_t n = json_integer_value(v);
+  if (n < 1)
+    return agent_invalid(
+        c, "\"%s\" must be at least 1 (got %" JSON_INTEGER_FORMAT ")", key, n);
+  *out = n;
+  return 0;
+}
+
+/* A string that is one of NAMES[0..N) (NULL entries skipped); *OUT gets its
+ * index. */
+static int get_enum(const struct agent_ctx *c, const char *key, const json_t *v,
+                    const char *const *names, size_t n, const char *choices,
+                    int *out) {
+  if (!json_is_string(v))
+    return wrong_type(c, key, choices, v);
+  const char *s = json_string_value(v);
+  for (size_t i = 0; i < n; i++) {
+    if (names[i] && strcmp(s, names[i]) == 0) {
+      *out = (int)i;
+      return 0;
+    }
+  }
+  return agent_invalid(c, "\"%s\" must be %s (got \"%.64s\")", key, choices, s);
+}
+
+static int get_object(const struct agent_ctx *c, const char *key, json_t *v,
+                      json_t **out) {
+  if (!json_is_object(v))
+    return wrong_type(c, key, "an object", v);
+  json_decref(*out);
+  *out = json_incref(v);
+  return 0;
+}
+
+/* The OpenAI function name rule: [A-Za-z0-9_-]{1,64}. */
+static bool valid_tool_name(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > TOOL_NAME_MAX)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= 'A' && s[i] <= 'Z') &&
+        !(s[i] >= '0' && s[i] <= '9') && s[i] != '_' && s[i] != '-')
+      return false;
+  return true;
+}
+
+/* A portable user name: letters, digits, ".", "_", "-", not starting with
+ * "-", at most 32 bytes. It ends up on command lines (sudo -u). */
+static bool valid_user_name(const char *s, size_t n) {
+  if (n == 0 || n > USER_NAME_MAX || s[0] == '-')
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= 'A' && s[i] <= 'Z') &&
+        !(s[i] >= '0' && s[i] <= '9') && s[i] != '_' && s[i] != '-' &&
+        s[i] != '.')
+      return false;
+  return true;
+}
+
+typedef int (*field_fn)(const struct agent_ctx *c, struct agent *a,
+                        const char *key, json_t *v);
+
+static int parse_name(const struct agent_ctx *c, struct agent *a,
+                      const char *key, json_t *v) {
+  return get_string(c, key, v, true, &a->name);
+}
+
+static int parse_model(const struct agent_ctx *c, struct agent *a,
+                       const char *key, json_t *v) {
+  return get_string(c, key, v, true, &a->model);
+}
+
+static int parse_instructions(const struct agent_ctx *c, struct agent *a,
+                              const char *key, json_t *v) {
+  return get_string(c, key, v, false, &a->instructions);
+}
+
+static int parse_base_instructions(const struct agent_ctx *c, struct agent *a,
+                                   const char *key, json_t *v) {
+  return get_string(c, key, v, false, &a->base_instructions);
+}
+
+static int parse_default_manifest(const struct agent_ctx *c, struct agent *a,
+                                  const char *key, json_t *v) {
+  return get_object(c, key, v, &a->default_manifest);
+}
+
+static int parse_output_type(const struct agent_ctx *c, struct agent *a,
+                             const char *key, json_t *v) {
+  return get_object(c, key, v, &a->output_type);
+}
+
+static int parse_max_turns(const struct agent_ctx *c, struct agent *a,
+                           const char *key, json_t *v) {
+  return get_count(c, key, v, &a->max_turns);
+}
+
+static int parse_version(const struct agent_ctx *c, struct agent *a,
+                         const char *key, json_t *v) {
+  if (!json_is_integer(v))
+    return wrong_type(c, key, "an integer", v);
+  if (json_integer_value(v) != 1)
+    return agent_invalid(c, "\"%s\" must be 1 (got %" JSON_INTEGER_FORMAT ")",
+                         key, json_integer_value(v));
+  return 0;
+}
+
+static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
+                              const char *key, json_t *v) {
+  char k[KEY_MAX];
+  size_t i;
+  json_t *item;
+
+  if (!json_is_array(v))
+    return wrong_type(c, key, "an array of capability names", v);
+  a->ncapabilities = 0;
+  json_array_foreach(v, i, item) {
+    int cap;
+    key_path(k, "%s[%zu]", key, i);
+    int r = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
+                     CAPABILITY_CHOICES, &cap);
+    if (r < 0)
+      return r;
+    for (size_t j = 0; j < a->ncapabilities; j++)
+      if (a->capabilities[j] == (enum agent_capability)cap)
+        return agent_invalid(c, "\"%s\" repeats \"%s\"", k,
+                             capability_names[cap]);
+    /* Five names, no repeats: the array cannot overflow. */
+    a->capabilities[a->ncapabilities++] = (enum agent_capability)cap;
+  }
+  return 0;
+}
+
+static int parse_run_as(const struct agent_ctx *c, struct agent *a,
+                        const char *key, json_t *v) {
+  char k[KEY_MAX];
+  const json_t *name = v;
+
+  /* The Python SDK takes a str or a User, whose JSON is {"name": ...}. */
+  if (json_is_object(v)) {
+    const char *sub;
+    json_t *item;
+    name = NULL;
+    json_object_foreach(v, sub, item) {
+      if (strcmp(sub, "name") != 0) {
+        key_path(k, "%s.%.64s", key, sub);
+        return unknown_key(c, k);
+      }
+      name = item;
+    }
+    key_path(k, "%s.name", key);
+    if (!name)
+      return agent_invalid(c, "missing required key \"%s\"", k);
+    key = k;
+  }
+  if (!json_is_string(name))
+    return wrong_type(c, key, "a user name string", name);
+
+  /* Trimmed, as the SDK does. */
+  const char *s = json_string_value(name);
+  size_t n = json_string_length(name);
+  while (n > 0 && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')) {
+    s++;
+    n--;
+  }
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' ||
+                   s[n - 1] == '\r'))
+    n--;
+  if (!valid_user_name(s, n))
+    return agent_invalid(
+        c,
+        "\"%s\" must be a user name of at most %d letters, digits, "
+        "\".\", \"_\" or \"-\" (got \"%.64s\")",
+        key, USER_NAME_MAX, json_string_value(name));
+  free(a->run_as);
+  a->run_as = strndup(s, n);
+  return a->run_as ? 0 : agent_nomem(c);
+}
+
+static int parse_reasoning(const struct agent_ctx *c,
+                           struct agent_model_settings *m, const char *key,
+                           json_t *v) {
+  char k[KEY_MAX];
+  const char *sub;
+  json_t *item;
+
+  if (!json_is_object(v))
+    return wrong_type(c, key, "an object", v);
+  json_object_foreach(v, sub, item) {
+    key_path(k, "%s.%.64s", key, sub);
+    if (strcmp(sub, "effort") != 0)
+      return unknown_key(c, k);
+    if (json_is_null(item))
+      continue;
+    int effort;
+    int r = get_enum(c, k, item, effort_names, SBX_ARRAY_SIZE(effort_names),
+                     EFFORT_CHOICES, &effort);
+    if (r < 0)
+      return r;
+    m->reasoning_effort = (enum agent_effort)effort;
+  }
+  return 0;
+}
+
+static int parse_tool_choice(const struct agent_ctx *c,
+                             struct agent_model_settings *m, const char *key,
+                             json_t *v) {
+  if (!json_is_string(v))
+    return wrong_type(c, key, "\"auto\", \"required\", \"none\" or a tool name",
+                      v);
+  const char *s = json_string_value(v);
+  if (strcmp(s, "auto") == 0) {
+    m->tool_choice = AGENT_TOOL_CHOICE_AUTO;
+  } else if (strcmp(s, "required") == 0) {
+    m->tool_choice = AGENT_TOOL_CHOICE_REQUIRED;
+  } else if (strcmp(s, "none") == 0) {
+    m->tool_choice = AGENT_TOOL_CHOICE_NONE;
+  } else {
+    if (!valid_tool_name(s))
+      return agent_invalid(
+          c,
+          "\"%s\" must be \"auto\", \"required\", \"none\" or a "
+          "tool name of at most %d letters, digits, \"_\" or \"-\" "
+          "(got \"%.64s\")",
+          key, TOOL_NAME_MAX, s);
+    free(m->tool_choice_name);
+    m->tool_choice_name = strdup(s);
+    if (!m->tool_choice_name)
+      return agent_nomem(c);
+    m->tool_choice = AGENT_TOOL_CHOICE_NAMED;
+  }
+  return 0;
+}
+
+static const char *const model_settings_keys[] = {
+    "temperature", "reasoning",           "reasoning_effort",
+    "tool_choice", "parallel_tool_calls", "max_output_tokens",
+};
+
+static int parse_model_settings(const struct agent_ctx *c, struct agent *a,
+                                const char *key, json_t *v) {
+  struct agent_model_settings *m = &a->model_settings;
+  char k[KEY_MAX];
+  const char *sub;
+  json_t *item;
+  bool reasoning = false, reasoning_effort = false;
+  int r = 0;
+
+  if (!json_is_object(v))
+    return wrong_type(c, key, "an object", v);
+  json_object_foreach(v, sub, item) {
+    bool known = false;
+    key_path(k, "%s.%.64s", key, sub);
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(model_settings_keys) && !known; i++)
+      known = strcmp(sub, model_settings_keys[i]) == 0;
+    if (!known)
+      return unknown_key(c, k);
+    if (json_is_null(item))
+      continue;
+    if (strcmp(sub, "temperature") == 0) {
+      if (!json_is_number(item))
+        return wrong_type(c, k, "a number", item);
+      double t = json_number_value(item);
+      if (!(t >= 0 && t <= 2))
+        return agent_invalid(c, "\"%s\" must be between 0 and 2 (got %g)", k,
+                             t);
+      m->has_temperature = true;
+      m->temperature = t;
+    } else if (strcmp(sub, "reasoning") == 0) {
+      reasoning = true;
+      r = parse_reasoning(c, m, k, item);
+    } else if (strcmp(sub, "reasoning_effort") == 0) {
+      int effort;
+      reasoning_effort = true;
+      r = get_enum(c, k, item, effort_names, SBX_ARRAY_SIZE(effort_names),
+                   EFFORT_CHOICES, &effort);
+      if (r == 0)
+        m->reasoning_effort = (enum agent_effort)effort;
+    } else if (strcmp(sub, "tool_choice") == 0) {
+      r = parse_tool_choice(c, m, k, item);
+    } else if (strcmp(sub, "parallel_tool_calls") == 0) {
+      if (!json_is_boolean(item))
+        return wrong_type(c, k, "a boolean", item);
+      m->parallel_tool_calls = json_is_true(item);
+    } else {
+      r = get_count(c, k, item, &m->max_output_tokens);
+    }
+    if (r < 0)
+      return r;
+  }
+  if (reasoning && reasoning_effort)
+    return agent_invalid(
+        c,
+        "\"%s.reasoning\" and \"%s.reasoning_effort\" may not both "
+        "be given",
+        key, key);
+  return 0;
+}
+
+static int parse_handoffs(const struct agent_ctx *c, struct agent *a,
+                          const char *key, json_t *v) {
+  char k[KEY_MAX];
+  size_t i;
+  json_t *item;
+
+  if (!json_is_array(v))
+    return wrong_type(c, key, "an array of paths", v);
+  size_t n = json_array_size(v);
+  if (n > AGENT_MAX_LIST)
+    return too_many(c, key);
+  if (n == 0)
+    return 0;
+  a->handoff_paths = calloc(n, sizeof(*a->handoff_paths));
+  a->handoffs = calloc(n, sizeof(*a->handoffs));
+  if (!a->handoff_paths || !a->handoffs)
+    return agent_nomem(c);
+  a->nhandoffs = n;
+  json_array_foreach(v, i, item) {
+    key_path(k, "%s[%zu]", key, i);
+    if (!json_is_string(item))
+      return wrong_type(c, k, "a path string", item);
+    int r = get_string(c, k, item, true, &a->handoff_paths[i]);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+static int parse_tool(const struct agent_ctx *c, struct agent *a, size_t idx,
+                      const char *key, json_t *v) {
+  struct agent_tool *t = &a->tools[idx];
+  char k[KEY_MAX];
+  const char *sub;
+  json_t *item;
+  int r = 0;
+
+  if (!json_is_object(v))
+    return wrong_type(c, key, "an object", v);
+  /* The type first: another tool type gets its own message, not one about
+   * its other keys. */
+  json_t *type = json_object_get(v, "type");
+  key_path(k, "%s.type", key);
+  if (!type)
+    return agent_invalid(c, "missing required key \"%s\"", k);
+  if (!json_is_string(type) ||
+      strcmp(json_string_value(type), "agent_as_tool") != 0) {
+    if (!json_is_string(type))
+      return wrong_type(c, k, "\"agent_as_tool\"", type);
+    return agent_invalid(c,
+                         "\"%s\" must be \"agent_as_tool\", the only tool type "
+                         "supported (got \"%.64s\")",
+                         k, json_string_value(type));
+  }
+  json_object_foreach(v, sub, item) {
+    key_path(k, "%s.%.64s", key, sub);
+    if (strcmp(sub, "type") == 0) {
+      continue;
+    } else if (strcmp(sub, "agent") == 0) {
+      if (!json_is_string(item))
+        return wrong_type(c, k, "a path string", item);
+      r = get_string(c, k, item, true, &t->agent_path);
+    } else if (strcmp(sub, "name") == 0) {
+      if (json_is_null(item))
+        continue;
+      r = get_string(c, k, item, true, &t->name);
+      if (r == 0 && !valid_tool_name(t->name))
+        return agent_invalid(
+            c,
+            "\"%s\" must be a tool name of at most %d letters, "
+            "digits, \"_\" or \"-\" (got \"%.64s\")",
+            k, TOOL_NAME_MAX, t->name);
+    } else if (strcmp(sub, "description") == 0) {
+      if (json_is_null(item))
+        continue;
+      r = get_string(c, k, item, false, &t->description);
+    } else if (strcmp(sub, "max_turns") == 0) {
+      if (json_is_null(item))
+        continue;
+      r = get_count(c, k, item, &t->max_turns);
+    } else {
+      return unknown_key(c, k);
+    }
+    if (r < 0)
+      return r;
+  }
+  if (!t->agent_path) {
+    key_path(k, "%s.agent", key);
+    return agent_invalid(c, "missing required key \"%s\"", k);
+  }
+  for (size_t j = 0; t->name && j < idx; j++)
+    if (a->tools[j].name && strcmp(a->tools[j].name, t->name) == 0)
+      return agent_invalid(c, "\"%s.name\" repeats \"%s\" of \"tools[%zu]\"",
+                           key, t->name, j);
+  return 0;
+}
+
+static int parse_tools(const struct agent_ctx *c, struct agent *a,
+                       const char *key, json_t *v) {
+  char k[KEY_MAX];
+  size_t i;
+  json_t *item;
+
+  if (!json_is_array(v))
+    return wrong_type(c, key, "an array of tool objects", v);
+  size_t n = json_array_size(v);
+  if (n > AGENT_MAX_LIST)
+    return too_many(c, key);
+  if (n == 0)
+    return 0;
+  a->tools = calloc(n, sizeof(*a->tools));
+  if (!a->tools)
+    return agent_nomem(c);
+  a->ntools = n;
+  json_array_foreach(v, i, item) {
+    key_path(k, "%s[%zu]", key, i);
+    int r = parse_tool(c, a, i, k, item);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+static int parse_api(const struct agent_ctx *c, struct agent *a,
+                     const char *key, json_t *v) {
+  int api;
+  int r = get_enum(c, key, v, api_names, SBX_ARRAY_SIZE(api_names),
+                   "\"responses\" or \"chat_completions\"", &api);
+  if (r == 0)
+    a->api = (enum agent_api)api;
+  return r;
+}
+
+static int parse_base_url(const struct agent_ctx *c, struct agent *a,
+                          const char *key, json_t *v) {
+  int r = get_string(c, key, v, true, &a->base_url);
+  if (r < 0)
+    return r;
+  const char *u = a->base_url;
+  size_t scheme = strncasecmp(u, "https://", 8) == 0  ? 8
+                  : strncasecmp(u, "http://", 7) == 0 ? 7
+                                                      : 0;
+  bool ok = scheme > 0 && u[scheme] != '\0' && u[scheme] != '/';
+  for (const char *p = u; ok && *p; p++)
+    if ((unsigned char)*p <= ' ' || *p == 0x7f)
+      ok = false;
+  if (!ok)
+    return agent_invalid(
+        c,
+        "\"%s\" must be an http:// or https:// URL without spaces "
+        "(got \"%.64s\")",
+        key, u);
+  return 0;
+}
+
+/* "run_config": the run defaults the SDK keeps in RunConfig.sandbox, which
+ * `sbx run`'s flags replace: "backend" (a name) and the backend's own
+ * options, kept as JSON for the backend to check (backend.h): this module
+ * does not know the backends. */
+static int parse_run_config(const struct agent_ctx *c, struct agent *a,
+                            const char *key, json_t *v) {
+  if (!json_is_object(v))
+    return wrong_type(c, key, "an object", v);
+  char kp[KEY_MAX];
+  key_path(kp, "%s.backend", key);
+  json_t *b = json_object_get(v, "backend");
+  if (b && !json_is_null(b)) {
+    int r = get_string(c, kp, b, true, &a->run_backend);
+    if (r < 0)
+      return r;
+  }
+  json_t *opts = json_deep_copy(v);
+  if (!opts)
+    return agent_nomem(c);
+  (void)json_object_del(opts, "backend"); /* absent is fine */
+  if (json_object_size(opts) == 0) {
+    json_decref(opts);
+    return 0;
+  }
+  a->run_options = opts;
+  return 0;
+}
+
+static int parse_approval(const struct agent_ctx *c, struct agent_approval *ap,
+                          const char *key, json_t *v) {
+  static const char expected[] =
+      "\"always\", \"never\" or an array of command prefixes";
+  char k[KEY_MAX];
+  size_t i;
+  json_t *item;
+
+  if (json_is_string(v)) {
+    const char *s = json_string_value(v);
+    if (strcmp(s, "always") == 0)
+      ap->mode = AGENT_APPROVAL_ALWAYS;
+    else if (strcmp(s, "never") == 0)
+      ap->mode = AGENT_APPROVAL_NEVER;
+    else
+      return agent_invalid(c, "\"%s\" must be %s (got \"%.64s\")", key,
+                           expected, s);
+    return 0;
+  }
+  if (!json_is_array(v))
+    return wrong_type(c, key, expected, v);
+  size_t n = json_array_size(v);
+  if (n > AGENT_MAX_LIST)
+    return too_many(c, key);
+  ap->mode = AGENT_APPROVAL_PREFIXES;
+  if (n == 0)
+    return 0;
+  ap->prefixes = calloc(n, sizeof(*ap->prefixes));
+  if (!ap->prefixes)
+    return agent_nomem(c);
+  ap->nprefixes = n;
+  json_array_foreach(v, i, item) {
+    key_path(k, "%s[%zu]", key, i);
+    if (!json_is_string(item))
+      return wrong_type(c, k, "a command prefix string", item);
+    int r = get_string(c, k, item, true, &ap->prefixes[i]);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+static int parse_approvals(const struct agent_ctx *c, struct agent *a,
+                           const char *key, json_t *v) {
+  char k[KEY_MAX];
+  const char *tool;
+  json_t *item;
+
+  if (!json_is_object(v))
+    return wrong_type(c, key, "an object of tool names", v);
+  size_t n = json_object_size(v);
+  if (n > AGENT_MAX_LIST)
+    return too_many(c, key);
+  if (n == 0)
+    return 0;
+  a->approvals = calloc(n, sizeof(*a->approvals));
+  if (!a->approvals)
+    return agent_nomem(c);
+  json_object_foreach(v, tool, item) {
+    struct agent_approval *ap = &a->approvals[a->napprovals++];
+    key_path(k, "%s.%.64s", key, tool);
+    if (tool[0] == '\0')
+      return agent_invalid(c, "\"%s\" keys must be tool names, not \"\"", key);
+    ap->tool = strdup(tool);
+    if (!ap->tool)
+      return agent_nomem(c);
+    int r = parse_approval(c, ap, k, item);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+static const struct field {
+  const char *key;
+  field_fn parse;
+} agent_fields[] = {
+    {"name", parse_name},
+    {"model", parse_model},
+    {"instructions", parse_instructions},
+    {"base_instructions", parse_base_instructions},
+    {"default_manifest", parse_default_manifest},
+    {"capabilities", parse_capabilities},
+    {"run_as", parse_run_as},
+    {"model_settings", parse_model_settings},
+    {"output_type", parse_output_type},
+    {"max_turns", parse_max_turns},
+    {"handoffs", parse_handoffs},
+    {"tools", parse_tools},
+    {"api", parse_api},
+    {"base_url", parse_base_url},
+    {"approvals", parse_approvals},
+    {"run_config", parse_run_config},
+    {"version", parse_version},
+};
+
+/* Fills A from the parsed file ROOT. null is the same as a key left out,
+ * except for "name". */
+int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root) {
+  a->model_settings.parallel_tool_calls = -1;
+  a->ncapabilities = SBX_ARRAY_SIZE(default_capabilities);
+  memcpy(a->capabilities, default_capabilities, sizeof(default_capabilities));
+  const char *key;
+  json_t *v;
+
+  if (!json_is_object(root))
+    return agent_invalid(c,
+                         "an agent definition must be a JSON object (got %s)",
+                         type_name(root));
+  json_object_foreach(root, key, v) {
+    const struct field *f = NULL;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(agent_fields) && !f; i++)
+      if (strcmp(key, agent_fields[i].key) == 0)
+        f = &agent_fields[i];
+    if (!f)
+      return agent_invalid(c, "unknown key \"%.64s\"", key);
+    if (json_is_null(v) && f->parse != parse_name)
+      continue;
+    int r = f->parse(c, a, key, v);
+    if (r < 0)
+      return r;
+  }
+  if (!a->name)
+    return agent_invalid(c, "missing required key \"name\"");
+  return 0;
+}

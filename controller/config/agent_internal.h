@@ -1,0 +1,35 @@
+/* Private to controller/config/agent*.c: the loader (agent.c) reads the
+ * files and follows their references; the fields (agent_fields.c) check
+ * and read one file's keys. Every failure names the file (struct
+ * agent_ctx) and, where there is one, the key. */
+#ifndef SBX_AGENT_INTERNAL_H
+#define SBX_AGENT_INTERNAL_H
+
+#include <jansson.h>
+
+#include "controller/config/agent.h"
+#include "shared/errors.h"
+
+#define KEY_MAX 160 /* a key path in a message, e.g. "tools[3].name" */
+
+/* The file being read: its path for messages, and where they go. */
+struct agent_ctx {
+  const char *path;
+  struct sbx_error *e;
+};
+
+/* Fails with a message about the file: "<path>: <message>". */
+int agent_fail(const struct agent_ctx *c, enum sbx_code code, int err,
+               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A bad key or value: -EINVAL. */
+int agent_invalid(const struct agent_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* -ENOMEM, said about the file. */
+int agent_nomem(const struct agent_ctx *c);
+
+/* Reads the agent object ROOT of file C into A (zeroed but for its path
+ * and identity), from the defaults: every key known and checked. References (handoffs, tools) are kept as paths for the loader
+ * to follow. */
+int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root);
+
+#endif
