@@ -175,90 +175,59 @@ static int status_code(const struct reader *rd) {
   return rd->code;
 }
 
-int cli_sandbox_exec(struct cli_common *c, int argc, char **argv) {
-  enum { O_TIMEOUT = 256 };
-  static const struct option opts[] = {
-      {"interactive", no_argument, NULL, 'i'},
-      {"tty", no_argument, NULL, 't'},
-      {"workdir", required_argument, NULL, 'w'},
-      {"user", required_argument, NULL, 'u'},
-      {"env", required_argument, NULL, 'e'},
-      {"timeout", required_argument, NULL, O_TIMEOUT},
-      {"state-dir", required_argument, NULL, 'S'},
-      {"json", no_argument, NULL, 'J'},
-      {"help", no_argument, NULL, 'h'},
-      {0},
-  };
-  bool interactive = false, tty = false;
-  const char *cwd = NULL, *user = NULL;
+/* What exec's command line asks for. */
+struct exec_args {
+  bool interactive, tty;
+  const char *cwd, *user;
   char *env[CLI_MAX_ENV];
-  size_t nenv = 0;
-  unsigned timeout = 0;
-  int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "+itw:u:e:h", opts, NULL)) != -1) {
-    switch (ch) {
-    case 'i':
-      interactive = true;
-      break;
-    case 't':
-      tty = true;
-      break;
-    case 'w':
-      cwd = optarg;
-      break;
-    case 'u':
-      user = optarg;
-      break;
-    case 'e':
-      if (nenv == CLI_MAX_ENV || !strchr(optarg, '=') || optarg[0] == '=')
-        return cli_usage_error(c, "exec", "--env \"%s\": expected NAME=VALUE",
-                               optarg);
-      env[nenv++] = optarg;
-      break;
-    case O_TIMEOUT: {
-      char *end = NULL;
-      errno = 0;
-      long v = strtol(optarg, &end, 10);
-      if (errno || !*optarg || *end || v < 1 || v > 86400000)
-        return cli_usage_error(c, "exec",
-                               "--timeout \"%s\": milliseconds, 1 or "
-                               "more",
-                               optarg);
-      timeout = (unsigned)v;
-      break;
-    }
-    default: {
-      int r = cli_common_option(c, "exec", ch);
-      if (r >= 0)
-        return r;
-    }
-    }
+  size_t nenv;
+  unsigned timeout;
+};
+
+/* Exec's options: -1 when parsing goes on, else the exit code. */
+static int exec_option(struct cli_common *c, struct exec_args *a, int ch,
+                       char *arg) {
+  switch (ch) {
+  case 'i':
+    a->interactive = true;
+    return -1;
+  case 't':
+    a->tty = true;
+    return -1;
+  case 'w':
+    a->cwd = arg;
+    return -1;
+  case 'u':
+    a->user = arg;
+    return -1;
+  case 'e':
+    if (a->nenv == CLI_MAX_ENV || !strchr(arg, '=') || arg[0] == '=')
+      return cli_usage_error(c, "exec", "--env \"%s\": expected NAME=VALUE",
+                             arg);
+    a->env[a->nenv++] = arg;
+    return -1;
+  case 256: { /* --timeout */
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno || !*arg || *end || v < 1 || v > 86400000)
+      return cli_usage_error(c, "exec",
+                             "--timeout \"%s\": milliseconds, 1 or "
+                             "more",
+                             arg);
+    a->timeout = (unsigned)v;
+    return -1;
   }
-  if (argc - optind < 1)
-    return cli_usage_error(c, "exec", "expected ID -- CMD [ARG...]");
-  const char *id = argv[optind++];
-  if (optind < argc && strcmp(argv[optind], "--") == 0)
-    optind++;
-  if (optind >= argc)
-    return cli_usage_error(c, "exec", "expected a command after the ID");
-  if (c->json && (tty || interactive))
-    return cli_usage_error(c, "exec",
-                           "--json cannot be combined with -t or -i");
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
-  struct sbx_error e = {0};
-  int k = cli_attach_for(c, "exec", id, &rec, &sb);
-  if (k)
-    return k;
-  uint64_t exec_id = 0;
-  int r = start_exec(sb, argv + optind, (size_t)(argc - optind), cwd, user, tty,
-                     interactive, env, nenv, timeout, &exec_id, &e);
-  int code = 1;
-  if (r < 0) {
-    cli_fail(c, &e, r);
-    goto out;
+  default:
+    return cli_common_option(c, "exec", ch);
   }
+}
+
+/* Relays the started command EXEC_ID of SB: its output to ours (or into
+ * --json's object), our stdin to it with -i, our signals to its group;
+ * releases it at the end. The command's status, or 1 after saying why. */
+static int relay_exec(struct cli_common *c, struct sandbox *sb,
+                      uint64_t exec_id, const struct exec_args *a) {
   sigset_t set, old;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -288,11 +257,11 @@ int cli_sandbox_exec(struct cli_common *c, int argc, char **argv) {
                      .done = &done,
                      .close_at_eof = true};
   pthread_t t1, t2, t3;
-  bool have_err = !tty, have_w = interactive;
+  bool have_err = !a->tty, have_w = a->interactive;
   if (pthread_create(&t1, NULL, reader_main, &ro) != 0) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     fprintf(stderr, "%s: cannot start a thread\n", c->prog);
-    goto out;
+    return 1;
   }
   if (have_err && pthread_create(&t2, NULL, reader_main, &re) != 0)
     have_err = false;
@@ -312,29 +281,72 @@ int cli_sandbox_exec(struct cli_common *c, int argc, char **argv) {
   if (have_w)
     pthread_join(t3, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  {
-    struct sbx_error ie = {0};
-    (void)sbx_exec_release(sb->client, exec_id, &ie);
-  }
+  struct sbx_error ie = {0};
+  (void)sbx_exec_release(sb->client, exec_id, &ie);
+  int code = 1;
   if (ro.rc < 0) {
     cli_fail(c, &ro.e, ro.rc);
   } else if (c->json) {
-    json_t *j = json_pack("{s:i, s:i, s:s%, s:s%}", "exit_code", ro.code,
-                          "signal", ro.sig, "stdout", bo.data ? bo.data : "",
-                          bo.len, "stderr", be.data ? be.data : "", be.len);
+    _cleanup_json_ json_t *j =
+        json_pack("{s:i, s:i, s:s%, s:s%}", "exit_code", ro.code, "signal",
+                  ro.sig, "stdout", bo.data ? bo.data : "", bo.len, "stderr",
+                  be.data ? be.data : "", be.len);
     if (j)
       (void)cli_print_json(c, j); /* the status is the command's */
     else
       fprintf(stderr, "%s: the output is not valid UTF-8 for --json\n",
               c->prog);
-    json_decref(j);
     code = status_code(&ro);
   } else {
     code = status_code(&ro);
   }
   sbx_buf_free(&bo);
   sbx_buf_free(&be);
-out:
+  return code;
+}
+
+int cli_sandbox_exec(struct cli_common *c, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"interactive", no_argument, NULL, 'i'},
+      {"tty", no_argument, NULL, 't'},
+      {"workdir", required_argument, NULL, 'w'},
+      {"user", required_argument, NULL, 'u'},
+      {"env", required_argument, NULL, 'e'},
+      {"timeout", required_argument, NULL, 256},
+      {"state-dir", required_argument, NULL, 'S'},
+      {"json", no_argument, NULL, 'J'},
+      {"help", no_argument, NULL, 'h'},
+      {0},
+  };
+  struct exec_args a = {0};
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "+itw:u:e:h", opts, NULL)) != -1) {
+    int k = exec_option(c, &a, ch, optarg);
+    if (k >= 0)
+      return k;
+  }
+  if (argc - optind < 1)
+    return cli_usage_error(c, "exec", "expected ID -- CMD [ARG...]");
+  const char *id = argv[optind++];
+  if (optind < argc && strcmp(argv[optind], "--") == 0)
+    optind++;
+  if (optind >= argc)
+    return cli_usage_error(c, "exec", "expected a command after the ID");
+  if (c->json && (a.tty || a.interactive))
+    return cli_usage_error(c, "exec",
+                           "--json cannot be combined with -t or -i");
+  struct lifecycle_record rec;
+  struct sandbox *sb = NULL;
+  struct sbx_error e = {0};
+  int k = cli_attach_for(c, "exec", id, &rec, &sb);
+  if (k)
+    return k;
+  uint64_t exec_id = 0;
+  int r =
+      start_exec(sb, argv + optind, (size_t)(argc - optind), a.cwd, a.user,
+                 a.tty, a.interactive, a.env, a.nenv, a.timeout, &exec_id, &e);
+  int code = r < 0 ? cli_fail(c, &e, r) : relay_exec(c, sb, exec_id, &a);
   sb->backend->detach(sb);
   lifecycle_record_clear(&rec);
   (void)fflush(stdout);

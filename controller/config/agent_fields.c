@@ -10,7 +10,6 @@
 #include "controller/config/agent_internal.h"
 #include "shared/cleanup.h"
 
-
 #define USER_NAME_MAX 32
 
 #define TOOL_NAME_MAX 64
@@ -121,20 +120,16 @@ static int get_count(const struct agent_ctx *c, const char *key,
   return 0;
 }
 
-/* A string that is one of NAMES[0..N) (NULL entries skipped); *OUT gets its
- * index. */
+/* A string that is one of NAMES[0..N) (NULL entries skipped): its index,
+ * or a negative errno. */
 static int get_enum(const struct agent_ctx *c, const char *key, const json_t *v,
-                    const char *const *names, size_t n, const char *choices,
-                    int *out) {
+                    const char *const *names, size_t n, const char *choices) {
   if (!json_is_string(v))
     return wrong_type(c, key, choices, v);
   const char *s = json_string_value(v);
-  for (size_t i = 0; i < n; i++) {
-    if (names[i] && strcmp(s, names[i]) == 0) {
-      *out = (int)i;
-      return 0;
-    }
-  }
+  for (size_t i = 0; i < n; i++)
+    if (names[i] && strcmp(s, names[i]) == 0)
+      return (int)i;
   return agent_invalid(c, "\"%s\" must be %s (got \"%.64s\")", key, choices, s);
 }
 
@@ -230,12 +225,11 @@ static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
     return wrong_type(c, key, "an array of capability names", v);
   a->ncapabilities = 0;
   json_array_foreach(v, i, item) {
-    int cap;
     key_path(k, "%s[%zu]", key, i);
-    int r = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
-                     CAPABILITY_CHOICES, &cap);
-    if (r < 0)
-      return r;
+    int cap = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
+                       CAPABILITY_CHOICES);
+    if (cap < 0)
+      return cap;
     for (size_t j = 0; j < a->ncapabilities; j++)
       if (a->capabilities[j] == (enum agent_capability)cap)
         return agent_invalid(c, "\"%s\" repeats \"%s\"", k,
@@ -307,11 +301,10 @@ static int parse_reasoning(const struct agent_ctx *c,
       return unknown_key(c, k);
     if (json_is_null(item))
       continue;
-    int effort;
-    int r = get_enum(c, k, item, effort_names, SBX_ARRAY_SIZE(effort_names),
-                     EFFORT_CHOICES, &effort);
-    if (r < 0)
-      return r;
+    int effort = get_enum(c, k, item, effort_names,
+                          SBX_ARRAY_SIZE(effort_names), EFFORT_CHOICES);
+    if (effort < 0)
+      return effort;
     m->reasoning_effort = (enum agent_effort)effort;
   }
   return 0;
@@ -385,10 +378,10 @@ static int parse_model_settings(const struct agent_ctx *c, struct agent *a,
       reasoning = true;
       r = parse_reasoning(c, m, k, item);
     } else if (strcmp(sub, "reasoning_effort") == 0) {
-      int effort;
       reasoning_effort = true;
-      r = get_enum(c, k, item, effort_names, SBX_ARRAY_SIZE(effort_names),
-                   EFFORT_CHOICES, &effort);
+      int effort = get_enum(c, k, item, effort_names,
+                            SBX_ARRAY_SIZE(effort_names), EFFORT_CHOICES);
+      r = effort < 0 ? effort : 0;
       if (r == 0)
         m->reasoning_effort = (enum agent_effort)effort;
     } else if (strcmp(sub, "tool_choice") == 0) {
@@ -537,12 +530,12 @@ static int parse_tools(const struct agent_ctx *c, struct agent *a,
 
 static int parse_api(const struct agent_ctx *c, struct agent *a,
                      const char *key, json_t *v) {
-  int api;
-  int r = get_enum(c, key, v, api_names, SBX_ARRAY_SIZE(api_names),
-                   "\"responses\" or \"chat_completions\"", &api);
-  if (r == 0)
-    a->api = (enum agent_api)api;
-  return r;
+  int api = get_enum(c, key, v, api_names, SBX_ARRAY_SIZE(api_names),
+                     "\"responses\" or \"chat_completions\"");
+  if (api < 0)
+    return api;
+  a->api = (enum agent_api)api;
+  return 0;
 }
 
 static int parse_base_url(const struct agent_ctx *c, struct agent *a,
