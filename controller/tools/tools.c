@@ -1,5 +1,7 @@
-/* The sandbox tools as the model sees them and the dispatch of its calls
- * to their handlers (tools_internal.h lists the files of each family). */
+/* The sandbox tools as one table: each tool's name, its definition as the
+ * model sees it, the capability that offers it, and its handler, which
+ * lives in its family's file (tools_internal.h lists them). The definitions
+ * and the dispatch of a call both read the table. */
 #include "controller/tools/tools.h"
 
 #include <errno.h>
@@ -12,6 +14,209 @@
 
 const char tools_generic_error[] =
     "An error occurred while running the tool. Please try again.";
+
+/* ---- the table -------------------------------------------------------- */
+
+/* What offers a tool: the agent's filesystem or shell capability, given to
+ * tools_definitions as a flag each. */
+enum tool_cap {
+  TOOL_CAP_FILESYSTEM,
+  TOOL_CAP_SHELL,
+  TOOL_CAP_COUNT,
+};
+
+/* One property of a strict schema, where every property is required; a
+ * nullable one may be null instead. */
+struct tool_param {
+  const char *key;
+  const char *type; /* its JSON Schema type */
+  bool nullable;
+  const char *description;
+};
+
+/* One tool: what the model sees and what runs when it calls it. */
+struct tool {
+  const char *name;
+  enum tool_cap cap;
+  const char *description;
+  /* The parameters: a strict schema of PARAMS (ended by an empty entry),
+   * or else LOOSE_SCHEMA's, and the tool is not strict. */
+  const struct tool_param *params;
+  json_t *(*loose_schema)(void);
+  /* Offered as {"type": HOSTED} instead where the API hosts the tool. */
+  const char *hosted;
+  const char *span; /* the sandbox.* span of a call */
+  /* The handler: CALL gets the arguments as a JSON object (the call fails
+   * as invalid when they are not one); CALL_TEXT gets them as sent. */
+  json_t *(*call)(struct toolbox *t, json_t *args, struct tool_op *op);
+  json_t *(*call_text)(struct toolbox *t, const char *args, struct tool_op *op);
+};
+
+static const struct tool_param view_image_params[] = {
+    {"path", "string", false,
+     "Path to an image file in the sandbox workspace or an explicitly granted "
+     "sandbox path"},
+    {0},
+};
+
+static const struct tool_param exec_command_params[] = {
+    {"cmd", "string", false, "Shell command to execute."},
+    {"workdir", "string", true,
+     "Optional working directory to run the command in; defaults to the turn "
+     "cwd."},
+    {"shell", "string", true,
+     "Shell binary to launch. Defaults to the user's default shell."},
+    {"login", "boolean", true,
+     "Whether to run the shell with -l/-i semantics. Defaults to true."},
+    {"tty", "boolean", true,
+     "Whether to allocate a TTY for the command. Defaults to false (plain "
+     "pipes); set to true to open a PTY and access TTY process."},
+    {"yield_time_ms", "number", true,
+     "How long to wait (in milliseconds) for output before yielding."},
+    {"max_output_tokens", "number", true,
+     "Maximum number of tokens to return. Excess output will be truncated."},
+    {0},
+};
+
+static const struct tool_param write_stdin_params[] = {
+    {"session_id", "number", false,
+     "Identifier of the running unified exec session."},
+    {"chars", "string", true,
+     "Bytes to write to stdin (may be empty to poll)."},
+    {"yield_time_ms", "number", true,
+     "How long to wait (in milliseconds) for output before yielding."},
+    {"max_output_tokens", "number", true,
+     "Maximum number of tokens to return. Excess output will be truncated."},
+    {0},
+};
+
+/* The function-tool fallback's parameters for apply_patch: each shape of
+ * input the handler accepts, none required. New, or NULL. */
+static json_t *apply_patch_schema(void) {
+  return json_pack(
+      "{s:s, s:{s:{s:s, s:s}, s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s}, s:{s:s, "
+      "s:[s,s,s]}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[], s:b}",
+      "type", "object", "properties", "patch", "type", "string", "description",
+      "A freeform apply_patch payload wrapped in *** Begin Patch and *** End "
+      "Patch.",
+      "operation", "type", "object", "operations", "type", "array", "items",
+      "type", "object", "command", "type", "array", "type", "type", "string",
+      "enum", "create_file", "update_file", "delete_file", "path", "type",
+      "string", "diff", "type", "string", "moveTo", "type", "string",
+      "required", "additionalProperties", 1);
+}
+
+/* The tools in the SDK's order, which is the order the model sees. */
+static const struct tool tool_table[] = {
+    {
+        .name = "view_image",
+        .cap = TOOL_CAP_FILESYSTEM,
+        .description = "Returns an image output from a path in the sandbox "
+                       "workspace or an explicitly granted sandbox path.",
+        .params = view_image_params,
+        .span = TRACE_SANDBOX_VIEW_IMAGE,
+        .call = tools_view_image,
+    },
+    {
+        .name = "apply_patch",
+        .cap = TOOL_CAP_FILESYSTEM,
+        .description = "Applies a create, update, move, or delete file patch "
+                       "in the sandbox workspace. Accepts a freeform "
+                       "apply_patch payload or structured apply_patch "
+                       "operations.",
+        .loose_schema = apply_patch_schema,
+        .hosted = "apply_patch",
+        .span = TRACE_SANDBOX_APPLY_PATCH,
+        .call_text = tools_apply_patch_call,
+    },
+    {
+        .name = "exec_command",
+        .cap = TOOL_CAP_SHELL,
+        .description = "Runs a command in a PTY, returning output or a "
+                       "session ID for ongoing interaction.",
+        .params = exec_command_params,
+        .span = TRACE_SANDBOX_EXEC,
+        .call = tools_exec_command,
+    },
+    {
+        .name = "write_stdin",
+        .cap = TOOL_CAP_SHELL,
+        .description = "Writes characters to an existing unified exec "
+                       "session and returns recent output.",
+        .params = write_stdin_params,
+        .span = TRACE_SANDBOX_WRITE_STDIN,
+        .call = tools_write_stdin,
+    },
+};
+
+/* The tool called NAME, or NULL. */
+static const struct tool *tool_find(const char *name) {
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(tool_table); i++)
+    if (strcmp(tool_table[i].name, name) == 0)
+      return &tool_table[i];
+  return NULL;
+}
+
+/* ---- definitions ------------------------------------------------------- */
+
+/* P's schema (new, or NULL): {"type", "description"}, or for a nullable
+ * property {"description", "anyOf": [{"type"}, {"type": "null"}]}. */
+static json_t *param_schema(const struct tool_param *p) {
+  if (p->nullable)
+    return json_pack("{s:s, s:[{s:s}, {s:s}]}", "description", p->description,
+                     "anyOf", "type", p->type, "type", "null");
+  return json_pack("{s:s, s:s}", "type", p->type, "description",
+                   p->description);
+}
+
+/* The strict schema of PARAMS: an object of exactly these properties, all
+ * required. New, or NULL. */
+static json_t *strict_schema(const struct tool_param *params) {
+  _cleanup_json_ json_t *props = json_object();
+  _cleanup_json_ json_t *req = json_array();
+  if (!props || !req)
+    return NULL;
+  for (const struct tool_param *p = params; p->key; p++)
+    if (json_object_set_new(props, p->key, param_schema(p)) < 0 ||
+        json_array_append_new(req, json_string(p->key)) < 0)
+      return NULL;
+  return json_pack("{s:s, s:O, s:O, s:b, s:s}", "type", "object", "properties",
+                   props, "required", req, "additionalProperties", 0, "$schema",
+                   "http://json-schema.org/draft-07/schema#");
+}
+
+/* TOOL's definition, Responses format (new, or NULL): the hosted tool when
+ * HOSTED_PATCH and it has one, else the function tool. */
+static json_t *definition(const struct tool *tool, bool hosted_patch) {
+  if (hosted_patch && tool->hosted)
+    return json_pack("{s:s}", "type", tool->hosted);
+  _cleanup_json_ json_t *params =
+      tool->params ? strict_schema(tool->params) : tool->loose_schema();
+  if (!params)
+    return NULL;
+  return json_pack("{s:s, s:s, s:s, s:O, s:b}", "type", "function", "name",
+                   tool->name, "description", tool->description, "parameters",
+                   params, "strict", tool->params != NULL);
+}
+
+json_t *tools_definitions(bool filesystem, bool shell, bool hosted_patch) {
+  const bool offered[TOOL_CAP_COUNT] = {
+      [TOOL_CAP_FILESYSTEM] = filesystem,
+      [TOOL_CAP_SHELL] = shell,
+  };
+  _cleanup_json_ json_t *tools = json_array();
+  if (!tools)
+    return NULL;
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(tool_table); i++) {
+    const struct tool *tool = &tool_table[i];
+    if (offered[tool->cap] &&
+        json_array_append_new(tools, definition(tool, hosted_patch)) < 0)
+      return NULL;
+  }
+  return TAKE_PTR(tools);
+}
+
+/* ---- calls ------------------------------------------------------------- */
 
 /* Records that the tool failed (its output tells the model why) and
  * returns OUT. */
@@ -29,138 +234,6 @@ json_t *tools_op_fail(struct tool_op *op, json_t *out, const char *fmt, ...) {
 json_t *tools_op_invalid(struct tool_op *op) {
   return tools_op_fail(op, json_string(tools_generic_error),
                        "invalid arguments");
-}
-
-/* ---- schemas ----------------------------------------------------------- */
-
-static json_t *nullable(const char *type, const char *description) {
-  return json_pack("{s:s, s:[{s:s}, {s:s}]}", "description", description,
-                   "anyOf", "type", type, "type", "null");
-}
-
-static json_t *function_tool(const char *name, const char *description,
-                             json_t *parameters, bool strict) {
-  return json_pack("{s:s, s:s, s:s, s:o, s:b}", "type", "function", "name",
-                   name, "description", description, "parameters", parameters,
-                   "strict", strict);
-}
-
-static json_t *strict_object(json_t *props, const char *const *required) {
-  json_t *req = json_array();
-  for (size_t i = 0; required[i]; i++)
-    json_array_append_new(req, json_string(required[i]));
-  return json_pack("{s:s, s:o, s:o, s:b, s:s}", "type", "object", "properties",
-                   props, "required", req, "additionalProperties", 0, "$schema",
-                   "http://json-schema.org/draft-07/schema#");
-}
-
-json_t *tools_definitions(bool filesystem, bool shell, bool hosted_patch) {
-  json_t *tools = json_array();
-  if (!tools)
-    return NULL;
-  if (filesystem) {
-    static const char *const vreq[] = {"path", NULL};
-    json_t *vp = json_pack(
-        "{s:{s:s, s:s}}", "path", "type", "string", "description",
-        "Path to an image file in the sandbox workspace or an explicitly "
-        "granted sandbox path");
-    json_array_append_new(
-        tools,
-        function_tool("view_image",
-                      "Returns an image output from a path in the sandbox "
-                      "workspace or an explicitly granted sandbox path.",
-                      strict_object(vp, vreq), true));
-    if (hosted_patch) {
-      json_array_append_new(tools, json_pack("{s:s}", "type", "apply_patch"));
-    } else {
-      json_t *pp = json_pack(
-          "{s:{s:s, s:s}, s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s}, s:{s:s, "
-          "s:[s,s,s]},"
-          " s:{s:s}, s:{s:s}, s:{s:s}}",
-          "patch", "type", "string", "description",
-          "A freeform apply_patch payload wrapped in *** Begin Patch and *** "
-          "End Patch.",
-          "operation", "type", "object", "operations", "type", "array", "items",
-          "type", "object", "command", "type", "array", "type", "type",
-          "string", "enum", "create_file", "update_file", "delete_file", "path",
-          "type", "string", "diff", "type", "string", "moveTo", "type",
-          "string");
-      json_t *params =
-          json_pack("{s:s, s:o, s:[], s:b}", "type", "object", "properties", pp,
-                    "required", "additionalProperties", 1);
-      json_array_append_new(
-          tools,
-          function_tool("apply_patch",
-                        "Applies a create, update, move, or delete file patch "
-                        "in the sandbox workspace. Accepts a freeform "
-                        "apply_patch payload or structured apply_patch "
-                        "operations.",
-                        params, false));
-    }
-  }
-  if (shell) {
-    static const char *const ereq[] = {
-        "cmd",           "workdir",           "shell", "login", "tty",
-        "yield_time_ms", "max_output_tokens", NULL};
-    json_t *ep = json_object();
-    json_object_set_new(ep, "cmd",
-                        json_pack("{s:s, s:s}", "type", "string", "description",
-                                  "Shell command to execute."));
-    json_object_set_new(
-        ep, "workdir",
-        nullable("string", "Optional working directory to run the command "
-                           "in; defaults to the turn cwd."));
-    json_object_set_new(ep, "shell",
-                        nullable("string", "Shell binary to launch. Defaults "
-                                           "to the user's default shell."));
-    json_object_set_new(ep, "login",
-                        nullable("boolean", "Whether to run the shell with "
-                                            "-l/-i semantics. Defaults to "
-                                            "true."));
-    json_object_set_new(
-        ep, "tty",
-        nullable("boolean",
-                 "Whether to allocate a TTY for the command. Defaults to "
-                 "false (plain pipes); set to true to open a PTY and access "
-                 "TTY process."));
-    json_object_set_new(ep, "yield_time_ms",
-                        nullable("number", "How long to wait (in "
-                                           "milliseconds) for output before "
-                                           "yielding."));
-    json_object_set_new(ep, "max_output_tokens",
-                        nullable("number", "Maximum number of tokens to "
-                                           "return. Excess output will be "
-                                           "truncated."));
-    json_array_append_new(
-        tools, function_tool("exec_command",
-                             "Runs a command in a PTY, returning output or a "
-                             "session ID for ongoing interaction.",
-                             strict_object(ep, ereq), true));
-    static const char *const wreq[] = {"session_id", "chars", "yield_time_ms",
-                                       "max_output_tokens", NULL};
-    json_t *wp = json_object();
-    json_object_set_new(wp, "session_id",
-                        json_pack("{s:s, s:s}", "type", "number", "description",
-                                  "Identifier of the running unified exec "
-                                  "session."));
-    json_object_set_new(wp, "chars",
-                        nullable("string", "Bytes to write to stdin (may be "
-                                           "empty to poll)."));
-    json_object_set_new(wp, "yield_time_ms",
-                        nullable("number", "How long to wait (in "
-                                           "milliseconds) for output before "
-                                           "yielding."));
-    json_object_set_new(wp, "max_output_tokens",
-                        nullable("number", "Maximum number of tokens to "
-                                           "return. Excess output will be "
-                                           "truncated."));
-    json_array_append_new(
-        tools, function_tool("write_stdin",
-                             "Writes characters to an existing unified exec "
-                             "session and returns recent output.",
-                             strict_object(wp, wreq), true));
-  }
-  return tools;
 }
 
 /* Starts the span of one tool invocation under CTX's span. */
@@ -182,31 +255,18 @@ void tools_op_end(struct tool_op *op) {
 
 int tools_call(struct toolbox *t, const char *name, const char *args,
                json_t **output, struct tool_ctx *ctx) {
-  json_t *(*fn)(struct toolbox *, json_t *, struct tool_op *) = NULL;
-  const char *span_name = TRACE_SANDBOX_APPLY_PATCH;
-  if (strcmp(name, "apply_patch") == 0) {
-    fn = NULL;
-  } else if (strcmp(name, "exec_command") == 0) {
-    fn = tools_exec_command;
-    span_name = TRACE_SANDBOX_EXEC;
-  } else if (strcmp(name, "write_stdin") == 0) {
-    fn = tools_write_stdin;
-    span_name = TRACE_SANDBOX_WRITE_STDIN;
-  } else if (strcmp(name, "view_image") == 0) {
-    fn = tools_view_image;
-    span_name = TRACE_SANDBOX_VIEW_IMAGE;
-  } else {
+  const struct tool *tool = tool_find(name);
+  if (!tool)
     return -ENOENT;
-  }
   struct sbx_error scratch;
   struct tool_op op;
-  tools_op_begin(&op, ctx, &scratch, span_name, t);
-  if (!fn) {
-    *output = tools_apply_patch_call(t, args ? args : "", &op);
+  tools_op_begin(&op, ctx, &scratch, tool->span, t);
+  if (tool->call_text) {
+    *output = tool->call_text(t, args ? args : "", &op);
   } else {
     json_error_t je;
     _cleanup_json_ json_t *a = json_loads(args ? args : "", 0, &je);
-    *output = json_is_object(a) ? fn(t, a, &op) : tools_op_invalid(&op);
+    *output = json_is_object(a) ? tool->call(t, a, &op) : tools_op_invalid(&op);
   }
   if (!*output)
     (void)tools_op_fail(&op, NULL, "out of memory");

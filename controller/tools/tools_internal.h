@@ -1,7 +1,8 @@
 /* What the files of controller/tools/ share, internal to the folder: one
  * tool invocation (its sandbox.* span and how it ended), the readers of a
  * call's JSON arguments, the toolbox's exec session table, and each tool
- * family's handler, which tools.c dispatches to:
+ * family's handler:
+ *   tools.c       the table of tools: definitions and dispatch
  *   exec.c        exec_command and write_stdin (the shell tools)
  *   view_image.c  view_image
  *   apply_patch.c apply_patch, as a function tool and as the hosted tool
