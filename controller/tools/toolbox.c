@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "controller/tools/tools_internal.h"
+#include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 
@@ -41,18 +42,23 @@ void toolbox_detach(struct toolbox *t) {
 }
 
 json_t *toolbox_save(struct toolbox *t) {
-  json_t *arr = json_array();
+  _cleanup_json_ json_t *arr = json_array();
+  if (!arr)
+    return NULL;
+  int r = 0;
   pthread_mutex_lock(&t->mu);
-  for (size_t i = 0; arr && i < t->nsessions; i++) {
+  for (size_t i = 0; r == 0 && i < t->nsessions; i++) {
     const struct tool_exec_session *s = &t->sessions[i];
-    json_array_append_new(arr,
-                          json_pack("{s:i, s:I, s:I, s:b}", "id", s->id,
-                                    "exec_id", (json_int_t)s->exec_id, "offset",
-                                    (json_int_t)s->offset, "tty", s->tty));
+    r = json_array_append_new(
+        arr, json_pack("{s:i, s:I, s:I, s:b}", "id", s->id, "exec_id",
+                       (json_int_t)s->exec_id, "offset", (json_int_t)s->offset,
+                       "tty", s->tty));
   }
   int next = t->next_id;
   pthread_mutex_unlock(&t->mu);
-  return json_pack("{s:i, s:o}", "next_id", next, "sessions", arr);
+  if (r < 0)
+    return NULL;
+  return json_pack("{s:i, s:O}", "next_id", next, "sessions", arr);
 }
 
 void toolbox_load(struct toolbox *t, json_t *j) {

@@ -50,7 +50,7 @@ void toolbox_detach(struct toolbox *t);
 
 /* The running exec sessions as JSON (new): {"next_id", "sessions":
  * [{"id", "exec_id", "offset", "tty"}]}, so a resumed run picks each process
- * up by its exec id and output offset. */
+ * up by its exec id and output offset. NULL when out of memory. */
 json_t *toolbox_save(struct toolbox *t);
 /* Restores what toolbox_save wrote; unknown or malformed entries are
  * skipped. */
