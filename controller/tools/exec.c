@@ -28,6 +28,11 @@ struct collected {
   int code;
 };
 
+/* Releases C's text at the end of its scope. */
+static void collected_freep(struct collected *c) {
+  sbx_buf_free(&c->text);
+}
+
 /* The SDK's exit code for a process that ended by signal SIG. */
 static int signal_code(bool tty, int sig) {
   if (tty)
@@ -200,7 +205,7 @@ json_t *tools_exec_command(struct toolbox *t, json_t *args,
     vars[i].name[strlen(vars[i].name)] = '=';
   _cleanup_buf_ struct sbx_buf out;
   sbx_buf_init(&out, COLLECT_MAX * 4 + 4096);
-  struct collected c = {0};
+  _cleanup_(collected_freep) struct collected c = {0};
   sbx_buf_init(&c.text, COLLECT_MAX + 1);
   if (ret < 0) {
     /* A spawn error is the output of a process that exited with 1. */
@@ -208,7 +213,6 @@ json_t *tools_exec_command(struct toolbox *t, json_t *args,
     c.code = 1;
     (void)sbx_buf_printf(&c.text, "%s\n", e.msg);
     (void)format_result(&c, start, false, 0, max_tokens, &out);
-    sbx_buf_free(&c.text);
     return tools_op_fail(op, tools_text_output(&out),
                          "cannot start the command: %s", e.msg);
   }
@@ -222,7 +226,6 @@ json_t *tools_exec_command(struct toolbox *t, json_t *args,
     ret = collect(t, exec_id, tty, &offset, deadline, &c, &e);
   if (ret < 0) {
     log_warn("exec_command: %s", e.msg);
-    sbx_buf_free(&c.text);
     return tools_op_fail(op, json_string(tools_generic_error), "%s", e.msg);
   }
   int sid = 0;
@@ -232,7 +235,6 @@ json_t *tools_exec_command(struct toolbox *t, json_t *args,
     sid = tools_session_add(t, exec_id, offset, tty);
   trace_exec_result(op, &c, sid);
   ret = format_result(&c, start, !c.exited, sid, max_tokens, &out);
-  sbx_buf_free(&c.text);
   if (ret < 0)
     return NULL;
   return tools_text_output(&out);
@@ -258,7 +260,7 @@ json_t *tools_write_stdin(struct toolbox *t, json_t *args, struct tool_op *op) {
   uint64_t start = sbx_now_ns();
   _cleanup_buf_ struct sbx_buf out;
   sbx_buf_init(&out, COLLECT_MAX * 4 + 4096);
-  struct collected c = {0};
+  _cleanup_(collected_freep) struct collected c = {0};
   sbx_buf_init(&c.text, COLLECT_MAX + 1);
 
   struct tool_exec_session s = {0};
@@ -268,7 +270,6 @@ json_t *tools_write_stdin(struct toolbox *t, json_t *args, struct tool_op *op) {
     (void)sbx_buf_printf(&c.text, "write_stdin failed: session not found: %lld",
                          (long long)sid);
     (void)format_result(&c, sbx_now_ns(), false, 0, max_tokens, &out);
-    sbx_buf_free(&c.text);
     return tools_op_fail(op, tools_text_output(&out), "session not found: %lld",
                          (long long)sid);
   }
@@ -298,7 +299,6 @@ json_t *tools_write_stdin(struct toolbox *t, json_t *args, struct tool_op *op) {
   }
   if (ret < 0 && e.code != SBX_CONFLICT) {
     log_warn("write_stdin: %s", e.msg);
-    sbx_buf_free(&c.text);
     return tools_op_fail(op, json_string(tools_generic_error), "%s", e.msg);
   }
   int64_t wait = clamp_yield(yield);
@@ -309,7 +309,6 @@ json_t *tools_write_stdin(struct toolbox *t, json_t *args, struct tool_op *op) {
                 &c, &e);
   if (ret < 0) {
     log_warn("write_stdin: %s", e.msg);
-    sbx_buf_free(&c.text);
     return tools_op_fail(op, json_string(tools_generic_error), "%s", e.msg);
   }
   tools_session_update(t, sid, offset, c.exited);
@@ -317,7 +316,6 @@ json_t *tools_write_stdin(struct toolbox *t, json_t *args, struct tool_op *op) {
     release_exec(t, s.exec_id);
   trace_exec_result(op, &c, (int)sid);
   ret = format_result(&c, start, !c.exited, (int)sid, max_tokens, &out);
-  sbx_buf_free(&c.text);
   if (ret < 0)
     return NULL;
   return tools_text_output(&out);

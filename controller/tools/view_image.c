@@ -153,8 +153,8 @@ json_t *tools_view_image(struct toolbox *t, json_t *args, struct tool_op *op) {
       malloc(prefix + sbx_base64_encoded_size(data.len) + 1);
   if (!url)
     return NULL;
-  int l = snprintf(url, prefix + 1, "data:%s;base64,", mime);
-  (void)l;
+  /* PREFIX + 1 bytes hold it exactly: it cannot be cut. */
+  (void)snprintf(url, prefix + 1, "data:%s;base64,", mime);
   sbx_base64_encode(data.data ? data.data : "", data.len, url + prefix);
   if (t->text_images)
     return json_string(url);
