@@ -32,7 +32,7 @@ enum sbx_patch_kind {
   SBX_PATCH_UPDATE = 3,
 };
 
-struct sbx_patch_hunk; /* private to patch.c */
+struct sbx_patch_hunk; /* private to the engine: patch_internal.h */
 
 struct sbx_patch_op {
   enum sbx_patch_kind kind;

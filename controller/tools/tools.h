@@ -50,16 +50,17 @@ void toolbox_detach(struct toolbox *t);
 
 /* The running exec sessions as JSON (new): {"next_id", "sessions":
  * [{"id", "exec_id", "offset", "tty"}]}, so a resumed run picks each process
- * up by its exec id and output offset. */
+ * up by its exec id and output offset. NULL when out of memory. */
 json_t *toolbox_save(struct toolbox *t);
 /* Restores what toolbox_save wrote; unknown or malformed entries are
  * skipped. */
 void toolbox_load(struct toolbox *t, json_t *j);
 
 /* The function tool definitions, in the SDK's order (view_image,
- * apply_patch, exec_command, write_stdin), Responses format. With
- * HOSTED_PATCH apply_patch is {"type":"apply_patch"}; otherwise the
- * function-tool fallback. New array. */
+ * apply_patch, exec_command, write_stdin), Responses format: FILESYSTEM
+ * offers view_image and apply_patch, SHELL exec_command and write_stdin.
+ * With HOSTED_PATCH apply_patch is {"type":"apply_patch"}; otherwise the
+ * function-tool fallback. New array, or NULL when out of memory. */
 json_t *tools_definitions(bool filesystem, bool shell, bool hosted_patch);
 
 /* One tool call's context (may be NULL where nobody asks): the span the
