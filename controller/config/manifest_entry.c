@@ -162,99 +162,93 @@ static int check_rel_path(const char *p, const char *ewhere, char *out,
   return 0;
 }
 
-static int add_entry(struct manifest *m, struct manifest_entry *ent,
-                     size_t *cap) {
-  if (m->nentries >= MANIFEST_MAX_ENTRIES)
-    return -E2BIG;
-  if (m->nentries == *cap) {
-    size_t nc = *cap ? *cap * 2 : 16;
-    struct manifest_entry *n = realloc(m->entries, nc * sizeof(*n));
-    if (!n)
-      return -ENOMEM;
-    m->entries = n;
-    *cap = nc;
+/* What the parsers of an entry work on: the entry being filled (cleared by
+ * the caller on failure), its object as written and its type. */
+struct entry_ctx {
+  struct manifest_entry *ent;
+  json_t *v; /* borrowed */
+  const struct entry_type *type;
+  const char *ewhere; /* "WHERE: entry \"path\"", for messages */
+  struct sbx_error *e;
+};
+
+/* Each "type" an entry may have: its kind, the fields it takes besides the
+ * common ones ("!" marks a required one) and the parser of those fields
+ * (NULL: none to parse). Cloud mounts take their provider's fields as
+ * strings. */
+struct entry_type {
+  const char *name;
+  enum manifest_entry_type type;
+  const char *const *fields;
+  int (*parse)(struct entry_ctx *c);
+};
+
+/* file: the content, as text or as base64, at most 64 MiB. */
+static int parse_file(struct entry_ctx *c) {
+  struct manifest_entry *ent = c->ent;
+  json_t *t = json_object_get(c->v, "content");
+  json_t *t64 = json_object_get(c->v, "content_base64");
+  if (t && t64)
+    return manifest_invalid(
+        c->e, "%s: give \"content\" or \"content_base64\", not both",
+        c->ewhere);
+  size_t l = t64 ? json_string_length(t64) : (t ? json_string_length(t) : 0);
+  if ((t64 ? l / 4 * 3 : l) > MANIFEST_MAX_CONTENT)
+    return sbx_error_set(c->e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "%s: content is larger than 64 MiB", c->ewhere);
+  ent->content = malloc(l + 4);
+  if (!ent->content)
+    return -ENOMEM;
+  if (t64) {
+    long n = sbx_base64_decode(json_string_value(t64), l, ent->content);
+    if (n < 0)
+      return manifest_invalid(
+          c->e, "%s: \"content_base64\" is not valid base64", c->ewhere);
+    ent->content_len = (size_t)n;
+  } else {
+    if (l)
+      memcpy(ent->content, json_string_value(t), l);
+    ent->content_len = l;
   }
-  m->entries[m->nentries++] = *ent;
+  ent->content[ent->content_len] = '\0';
   return 0;
 }
 
-static const char *const cloud_mounts[] = {
-    "s3_mount",         "gcs_mount", "r2_mount",
-    "azure_blob_mount", "box_mount", "s3_files_mount",
-};
-
-static bool is_cloud_mount(const char *t) {
-  for (size_t i = 0; i < SBX_ARRAY_SIZE(cloud_mounts); i++)
-    if (strcmp(t, cloud_mounts[i]) == 0)
-      return true;
-  return false;
-}
-
-/* The fields each type takes besides the common ones; "!" marks a
- * required one. Cloud mounts take their provider's fields as strings. */
-static const char *const *type_fields(enum manifest_entry_type t,
-                                      const char *name) {
-  static const char *const file[] = {"content", "content_base64", NULL};
-  static const char *const dir[] = {"children", NULL};
-  static const char *const local_file[] = {"!src", "sha256", NULL};
-  static const char *const local_dir[] = {"!src", NULL};
-  static const char *const git[] = {"repo", "url",     "host",
-                                    "ref",  "subpath", NULL};
-  static const char *const mount[] = {
-      "!source", "mount_path", "read_only", "mount_strategy", "provider", NULL};
-  static const char *const s3[] = {"!bucket",
-                                   "prefix",
-                                   "region",
-                                   "endpoint_url",
-                                   "access_key_id",
-                                   "secret_access_key",
-                                   "session_token",
-                                   "mount_path",
-                                   "read_only",
-                                   "mount_strategy",
-                                   NULL};
-  static const char *const gcs[] = {
-      "!bucket",        "prefix", "credentials_json", "mount_path", "read_only",
-      "mount_strategy", NULL};
-  static const char *const r2[] = {
-      "!bucket",       "account_id",        "prefix",
-      "access_key_id", "secret_access_key", "mount_path",
-      "read_only",     "mount_strategy",    NULL};
-  static const char *const azure[] = {
-      "!account",   "!container", "prefix",         "account_key", "sas_token",
-      "mount_path", "read_only",  "mount_strategy", NULL};
-  static const char *const box[] = {
-      "!folder_id", "token", "mount_path", "read_only", "mount_strategy", NULL};
-  switch (t) {
-  case MANIFEST_FILE:
-    return file;
-  case MANIFEST_DIR:
-    return dir;
-  case MANIFEST_LOCAL_FILE:
-    return local_file;
-  case MANIFEST_LOCAL_DIR:
-    return local_dir;
-  case MANIFEST_GIT_REPO:
-    return git;
-  case MANIFEST_MOUNT:
-    return mount;
-  case MANIFEST_CLOUD_MOUNT:
-    if (strcmp(name, "gcs_mount") == 0)
-      return gcs;
-    if (strcmp(name, "r2_mount") == 0)
-      return r2;
-    if (strcmp(name, "azure_blob_mount") == 0)
-      return azure;
-    if (strcmp(name, "box_mount") == 0)
-      return box;
-    return s3; /* s3_mount, s3_files_mount */
-  }
-  return file;
+/* local_file, local_dir: the host source, and the digest a local_file's
+ * content must have (kept in lowercase). */
+static int parse_local(struct entry_ctx *c) {
+  struct manifest_entry *ent = c->ent;
+  json_t *src = json_object_get(c->v, "src");
+  if (!json_string_length(src))
+    return manifest_invalid(c->e, "%s: \"src\" is empty", c->ewhere);
+  int r = manifest_dup_str(src, &ent->src);
+  if (r < 0)
+    return r;
+  json_t *sha = json_object_get(c->v, "sha256");
+  if (!sha)
+    return 0;
+  const char *s = json_string_value(sha);
+  bool ok = strlen(s) == 64;
+  for (size_t i = 0; ok && i < 64; i++)
+    ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
+         (s[i] >= 'A' && s[i] <= 'F');
+  if (!ok)
+    return manifest_invalid(c->e, "%s: \"sha256\" must be 64 hex digits",
+                            c->ewhere);
+  if ((r = manifest_dup_str(sha, &ent->sha256)) < 0)
+    return r;
+  for (char *p = ent->sha256; *p; p++)
+    if (*p >= 'A' && *p <= 'F')
+      *p = (char)(*p - 'A' + 'a');
+  return 0;
 }
 
 /* git_repo: the remote URL from url, or repo on host (the SDK's rule). */
-static int git_fields(struct manifest_entry *ent, json_t *v, const char *ewhere,
-                      struct sbx_error *e) {
+static int parse_git(struct entry_ctx *c) {
+  struct manifest_entry *ent = c->ent;
+  json_t *v = c->v;
+  const char *ewhere = c->ewhere;
+  struct sbx_error *e = c->e;
   json_t *repo = json_object_get(v, "repo");
   json_t *url = json_object_get(v, "url");
   json_t *host = json_object_get(v, "host");
@@ -313,8 +307,14 @@ static int git_fields(struct manifest_entry *ent, json_t *v, const char *ewhere,
   return 0;
 }
 
-static int mount_fields(struct manifest_entry *ent, json_t *v,
-                        const char *ewhere, struct sbx_error *e) {
+/* mount, local_bind and the cloud mounts: read_only (true unless said),
+ * the mount path and strategy; a local bind's host source; and no required
+ * field empty. */
+static int parse_mount(struct entry_ctx *c) {
+  struct manifest_entry *ent = c->ent;
+  json_t *v = c->v;
+  const char *ewhere = c->ewhere;
+  struct sbx_error *e = c->e;
   ent->read_only = true; /* the SDK's default for mounts */
   json_t *ro = json_object_get(v, "read_only");
   if (ro)
@@ -364,9 +364,224 @@ static int mount_fields(struct manifest_entry *ent, json_t *v,
     if (!(ent->source = strdup(norm)))
       return -ENOMEM;
   }
+  const char *const *fields = c->type->fields;
+  for (size_t i = 0; fields[i]; i++) {
+    if (fields[i][0] != '!')
+      continue;
+    json_t *f = json_object_get(v, fields[i] + 1);
+    if (f && json_is_string(f) && !json_string_length(f))
+      return manifest_invalid(e, "%s: \"%s\" is empty", ewhere, fields[i] + 1);
+  }
   return 0;
 }
 
+static const char *const file_fields[] = {"content", "content_base64", NULL};
+static const char *const dir_fields[] = {"children", NULL};
+static const char *const local_file_fields[] = {"!src", "sha256", NULL};
+static const char *const local_dir_fields[] = {"!src", NULL};
+static const char *const git_fields[] = {"repo", "url",     "host",
+                                         "ref",  "subpath", NULL};
+static const char *const mount_fields[] = {
+    "!source", "mount_path", "read_only", "mount_strategy", "provider", NULL};
+static const char *const s3_fields[] = {"!bucket",
+                                        "prefix",
+                                        "region",
+                                        "endpoint_url",
+                                        "access_key_id",
+                                        "secret_access_key",
+                                        "session_token",
+                                        "mount_path",
+                                        "read_only",
+                                        "mount_strategy",
+                                        NULL};
+static const char *const gcs_fields[] = {
+    "!bucket",        "prefix", "credentials_json", "mount_path", "read_only",
+    "mount_strategy", NULL};
+static const char *const r2_fields[] = {
+    "!bucket",       "account_id",        "prefix",
+    "access_key_id", "secret_access_key", "mount_path",
+    "read_only",     "mount_strategy",    NULL};
+static const char *const azure_fields[] = {
+    "!account",   "!container", "prefix",         "account_key", "sas_token",
+    "mount_path", "read_only",  "mount_strategy", NULL};
+static const char *const box_fields[] = {
+    "!folder_id", "token", "mount_path", "read_only", "mount_strategy", NULL};
+
+/* "local_bind" is the same entry as "mount"; the cloud mounts are checked
+ * here and carried out by no backend yet (manifest_check_backend). */
+static const struct entry_type entry_types[] = {
+    {"file", MANIFEST_FILE, file_fields, parse_file},
+    {"dir", MANIFEST_DIR, dir_fields, NULL},
+    {"local_file", MANIFEST_LOCAL_FILE, local_file_fields, parse_local},
+    {"local_dir", MANIFEST_LOCAL_DIR, local_dir_fields, parse_local},
+    {"git_repo", MANIFEST_GIT_REPO, git_fields, parse_git},
+    {"mount", MANIFEST_MOUNT, mount_fields, parse_mount},
+    {"local_bind", MANIFEST_MOUNT, mount_fields, parse_mount},
+    {"s3_mount", MANIFEST_CLOUD_MOUNT, s3_fields, parse_mount},
+    {"gcs_mount", MANIFEST_CLOUD_MOUNT, gcs_fields, parse_mount},
+    {"r2_mount", MANIFEST_CLOUD_MOUNT, r2_fields, parse_mount},
+    {"azure_blob_mount", MANIFEST_CLOUD_MOUNT, azure_fields, parse_mount},
+    {"box_mount", MANIFEST_CLOUD_MOUNT, box_fields, parse_mount},
+    {"s3_files_mount", MANIFEST_CLOUD_MOUNT, s3_fields, parse_mount},
+};
+
+/* The type the entry V names in "type", from entry_types. */
+static int find_type(json_t *v, const char *ewhere,
+                     const struct entry_type **out, struct sbx_error *e) {
+  json_t *type = json_object_get(v, "type");
+  if (!type)
+    return manifest_invalid(e,
+                            "%s: \"type\" is required (file, dir, local_file, "
+                            "local_dir, git_repo, mount, or a cloud mount "
+                            "type)",
+                            ewhere);
+  if (!json_is_string(type))
+    return manifest_type_error(e, ewhere, "type", "a string", type);
+  const char *t = json_string_value(type);
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(entry_types); i++)
+    if (strcmp(t, entry_types[i].name) == 0) {
+      *out = &entry_types[i];
+      return 0;
+    }
+  return manifest_invalid(e,
+                          "%s: unknown entry type \"%.64s\" (file, dir, "
+                          "local_file, local_dir, git_repo, mount, s3_mount, "
+                          "gcs_mount, r2_mount, azure_blob_mount, box_mount, "
+                          "s3_files_mount)",
+                          ewhere, t);
+}
+
+/* Checks every key of the entry against its type: the common ones (type,
+ * description, group, ephemeral, permissions, parsed into the entry's
+ * mode), then the type's fields and their JSON types; then that the
+ * required fields are there. *CHILDREN is a dir's children (borrowed) or
+ * NULL. */
+static int check_keys(struct entry_ctx *c, json_t **children) {
+  const char *const *fields = c->type->fields;
+  const char *ewhere = c->ewhere;
+  struct sbx_error *e = c->e;
+  const char *k;
+  json_t *x;
+  json_object_foreach(c->v, k, x) {
+    if (strcmp(k, "type") == 0)
+      continue;
+    if (strcmp(k, "description") == 0 || strcmp(k, "group") == 0) {
+      if (!json_is_string(x))
+        return manifest_type_error(e, ewhere, k, "a string", x);
+      continue;
+    }
+    if (strcmp(k, "ephemeral") == 0) {
+      if (!json_is_boolean(x))
+        return manifest_type_error(e, ewhere, k, "a boolean", x);
+      continue;
+    }
+    if (strcmp(k, "permissions") == 0) {
+      int r = parse_permissions(x, ewhere, &c->ent->mode, e);
+      if (r < 0)
+        return r;
+      continue;
+    }
+    bool known = false;
+    for (size_t i = 0; fields[i] && !known; i++)
+      known = strcmp(fields[i] + (fields[i][0] == '!'), k) == 0;
+    if (!known) {
+      char what[80];
+      (void)snprintf(what, sizeof(what), "a %s entry", c->type->name);
+      return manifest_unknown_key(e, ewhere, k, what);
+    }
+    if (strcmp(k, "children") == 0) {
+      if (!json_is_object(x))
+        return manifest_type_error(e, ewhere, k, "an object", x);
+      *children = x;
+    } else if (strcmp(k, "read_only") == 0) {
+      if (!json_is_boolean(x))
+        return manifest_type_error(e, ewhere, k, "a boolean", x);
+    } else if (strcmp(k, "mount_strategy") == 0) {
+      if (!json_is_string(x) && !json_is_object(x))
+        return manifest_type_error(e, ewhere, k, "a string or an object", x);
+    } else if (!json_is_string(x)) {
+      return manifest_type_error(e, ewhere, k, "a string", x);
+    }
+  }
+  for (size_t i = 0; fields[i]; i++)
+    if (fields[i][0] == '!' && !json_object_get(c->v, fields[i] + 1))
+      return manifest_invalid(e, "%s: a %s entry needs \"%s\"", ewhere,
+                              c->type->name, fields[i] + 1);
+  return 0;
+}
+
+/* The fields every entry has: its path FULL, type name, ephemeral, group
+ * and description. */
+static int common_fields(struct entry_ctx *c, const char *full) {
+  struct manifest_entry *ent = c->ent;
+  ent->ephemeral = json_is_true(json_object_get(c->v, "ephemeral"));
+  json_t *g = json_object_get(c->v, "group");
+  int r;
+  if (g && (r = manifest_parse_name(g, c->ewhere, "group", false, &ent->group,
+                                    c->e)) < 0)
+    return r;
+  json_t *d = json_object_get(c->v, "description");
+  if (d && (r = manifest_dup_str(d, &ent->description)) < 0)
+    return r;
+  if (!(ent->path = strdup(full)) || !(ent->type_name = strdup(c->type->name)))
+    return -ENOMEM;
+  return 0;
+}
+
+/* Refuses ENT when M has its path already, or when one of the two would
+ * lie inside the other and that one is not a dir. */
+static int check_overlap(const struct manifest *m,
+                         const struct manifest_entry *ent, const char *ewhere,
+                         struct sbx_error *e) {
+  for (size_t i = 0; i < m->nentries; i++) {
+    const char *o = m->entries[i].path;
+    if (strcmp(o, ent->path) == 0)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EEXIST,
+                           "%s: \"%s\" is given twice", ewhere, ent->path);
+    enum manifest_entry_type ot = m->entries[i].type;
+    if (ot != MANIFEST_DIR && sbx_path_is_under(o, ent->path))
+      return manifest_invalid(e, "%s: \"%s\" lies inside the %s entry \"%s\"",
+                              ewhere, ent->path, m->entries[i].type_name, o);
+    if (ent->type != MANIFEST_DIR && sbx_path_is_under(ent->path, o))
+      return manifest_invalid(
+          e, "%s: the %s entry \"%s\" would contain the entry \"%s\"", ewhere,
+          ent->type_name, ent->path, o);
+  }
+  return 0;
+}
+
+/* Appends ENT to M, stealing its fields (ENT is left empty), with a copy
+ * of its object V as written for the persisted form, kept flat: children
+ * are entries too. */
+static int add_entry(struct manifest *m, struct manifest_entry *ent, json_t *v,
+                     const char *where, size_t *cap, struct sbx_error *e) {
+  ent->json = json_deep_copy(v);
+  if (!ent->json)
+    return -ENOMEM;
+  /* -1 when there are no children: nothing to remove. */
+  (void)json_object_del(ent->json, "children");
+  if (m->nentries >= MANIFEST_MAX_ENTRIES)
+    return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "%s: more than %d entries", where,
+                         MANIFEST_MAX_ENTRIES);
+  if (m->nentries == *cap) {
+    size_t nc = *cap ? *cap * 2 : 16;
+    struct manifest_entry *n = realloc(m->entries, nc * sizeof(*n));
+    if (!n)
+      return -ENOMEM;
+    m->entries = n;
+    *cap = nc;
+  }
+  m->entries[m->nentries++] = *ent;
+  *ent = (struct manifest_entry){0};
+  return 0;
+}
+
+static void entry_clearp(struct manifest_entry *en) {
+  manifest_entry_clear(en);
+}
+
+/* Parses entry KEY (object V) beneath PARENT into M, then its children. */
 static int parse_entry(struct manifest *m, const char *key, json_t *v,
                        const char *parent, const char *where, unsigned depth,
                        size_t *cap, struct sbx_error *e) {
@@ -382,234 +597,29 @@ static int parse_entry(struct manifest *m, const char *key, json_t *v,
     return r;
   if (!json_is_object(v))
     return manifest_type_error(e, ewhere, key, "an object", v);
-  json_t *type = json_object_get(v, "type");
-  if (!type)
-    return manifest_invalid(
-        e,
-        "%s: \"type\" is required (file, dir, local_file, "
-        "local_dir, git_repo, mount, or a cloud mount type)",
-        ewhere);
-  if (!json_is_string(type))
-    return manifest_type_error(e, ewhere, "type", "a string", type);
-  const char *t = json_string_value(type);
-  struct manifest_entry ent = {.mode = -1};
-  if (strcmp(t, "file") == 0)
-    ent.type = MANIFEST_FILE;
-  else if (strcmp(t, "dir") == 0)
-    ent.type = MANIFEST_DIR;
-  else if (strcmp(t, "local_file") == 0)
-    ent.type = MANIFEST_LOCAL_FILE;
-  else if (strcmp(t, "local_dir") == 0)
-    ent.type = MANIFEST_LOCAL_DIR;
-  else if (strcmp(t, "git_repo") == 0)
-    ent.type = MANIFEST_GIT_REPO;
-  else if (strcmp(t, "mount") == 0 || strcmp(t, "local_bind") == 0)
-    ent.type = MANIFEST_MOUNT;
-  else if (is_cloud_mount(t))
-    ent.type = MANIFEST_CLOUD_MOUNT;
-  else
-    return manifest_invalid(
-        e,
-        "%s: unknown entry type \"%.64s\" (file, dir, local_file, "
-        "local_dir, git_repo, mount, s3_mount, gcs_mount, "
-        "r2_mount, azure_blob_mount, box_mount, s3_files_mount)",
-        ewhere, t);
+  const struct entry_type *type = NULL;
+  if ((r = find_type(v, ewhere, &type, e)) < 0)
+    return r;
   char full[SBX_PATH_MAX];
   if (sbx_path_join(parent, rel, full, sizeof(full)) < 0)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
                          "%s: path too long", ewhere);
-  const char *const *fields = type_fields(ent.type, t);
+  _cleanup_(entry_clearp) struct manifest_entry ent = {.type = type->type,
+                                                       .mode = -1};
+  struct entry_ctx c = {
+      .ent = &ent, .v = v, .type = type, .ewhere = ewhere, .e = e};
   json_t *children = NULL;
-  const char *k;
-  json_t *x;
-  json_object_foreach(v, k, x) {
-    if (strcmp(k, "type") == 0)
-      continue;
-    if (strcmp(k, "description") == 0 || strcmp(k, "group") == 0) {
-      if (!json_is_string(x))
-        return manifest_type_error(e, ewhere, k, "a string", x);
-      continue;
-    }
-    if (strcmp(k, "ephemeral") == 0) {
-      if (!json_is_boolean(x))
-        return manifest_type_error(e, ewhere, k, "a boolean", x);
-      continue;
-    }
-    if (strcmp(k, "permissions") == 0) {
-      if ((r = parse_permissions(x, ewhere, &ent.mode, e)) < 0)
-        return r;
-      continue;
-    }
-    bool known = false;
-    for (size_t i = 0; fields[i] && !known; i++)
-      known = strcmp(fields[i] + (fields[i][0] == '!'), k) == 0;
-    if (!known) {
-      char what[80];
-      (void)snprintf(what, sizeof(what), "a %s entry", t);
-      return manifest_unknown_key(e, ewhere, k, what);
-    }
-    if (strcmp(k, "children") == 0) {
-      if (!json_is_object(x))
-        return manifest_type_error(e, ewhere, k, "an object", x);
-      children = x;
-    } else if (strcmp(k, "read_only") == 0) {
-      if (!json_is_boolean(x))
-        return manifest_type_error(e, ewhere, k, "a boolean", x);
-    } else if (strcmp(k, "mount_strategy") == 0) {
-      if (!json_is_string(x) && !json_is_object(x))
-        return manifest_type_error(e, ewhere, k, "a string or an object", x);
-    } else if (!json_is_string(x)) {
-      return manifest_type_error(e, ewhere, k, "a string", x);
-    }
-  }
-  for (size_t i = 0; fields[i]; i++)
-    if (fields[i][0] == '!' && !json_object_get(v, fields[i] + 1))
-      return manifest_invalid(e, "%s: a %s entry needs \"%s\"", ewhere, t,
-                              fields[i] + 1);
-
-  ent.ephemeral = json_is_true(json_object_get(v, "ephemeral"));
-  json_t *g = json_object_get(v, "group");
-  if (g) {
-    r = manifest_parse_name(g, ewhere, "group", false, &ent.group, e);
-    if (r < 0)
-      goto fail;
-  }
-  json_t *d = json_object_get(v, "description");
-  if (d && (r = manifest_dup_str(d, &ent.description)) < 0)
-    goto fail;
-  if (!(ent.path = strdup(full)) || !(ent.type_name = strdup(t))) {
-    r = -ENOMEM;
-    goto fail;
-  }
-  switch (ent.type) {
-  case MANIFEST_FILE: {
-    json_t *c = json_object_get(v, "content");
-    json_t *c64 = json_object_get(v, "content_base64");
-    if (c && c64) {
-      r = manifest_invalid(
-          e, "%s: give \"content\" or \"content_base64\", not both", ewhere);
-      goto fail;
-    }
-    size_t l = c64 ? json_string_length(c64) : (c ? json_string_length(c) : 0);
-    if ((c64 ? l / 4 * 3 : l) > MANIFEST_MAX_CONTENT) {
-      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                        "%s: content is larger than 64 MiB", ewhere);
-      goto fail;
-    }
-    ent.content = malloc(l + 4);
-    if (!ent.content) {
-      r = -ENOMEM;
-      goto fail;
-    }
-    if (c64) {
-      long n = sbx_base64_decode(json_string_value(c64), l, ent.content);
-      if (n < 0) {
-        r = manifest_invalid(e, "%s: \"content_base64\" is not valid base64",
-                             ewhere);
-        goto fail;
-      }
-      ent.content_len = (size_t)n;
-    } else {
-      if (l)
-        memcpy(ent.content, json_string_value(c), l);
-      ent.content_len = l;
-    }
-    ent.content[ent.content_len] = '\0';
-    break;
-  }
-  case MANIFEST_LOCAL_FILE:
-  case MANIFEST_LOCAL_DIR: {
-    json_t *src = json_object_get(v, "src");
-    if (!json_string_length(src)) {
-      r = manifest_invalid(e, "%s: \"src\" is empty", ewhere);
-      goto fail;
-    }
-    if ((r = manifest_dup_str(src, &ent.src)) < 0)
-      goto fail;
-    json_t *sha = json_object_get(v, "sha256");
-    if (sha) {
-      const char *s = json_string_value(sha);
-      bool ok = strlen(s) == 64;
-      for (size_t i = 0; ok && i < 64; i++)
-        ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
-             (s[i] >= 'A' && s[i] <= 'F');
-      if (!ok) {
-        r = manifest_invalid(e, "%s: \"sha256\" must be 64 hex digits", ewhere);
-        goto fail;
-      }
-      if ((r = manifest_dup_str(sha, &ent.sha256)) < 0)
-        goto fail;
-      for (char *p = ent.sha256; *p; p++)
-        if (*p >= 'A' && *p <= 'F')
-          *p = (char)(*p - 'A' + 'a');
-    }
-    break;
-  }
-  case MANIFEST_GIT_REPO:
-    if ((r = git_fields(&ent, v, ewhere, e)) < 0)
-      goto fail;
-    break;
-  case MANIFEST_MOUNT:
-  case MANIFEST_CLOUD_MOUNT:
-    if ((r = mount_fields(&ent, v, ewhere, e)) < 0)
-      goto fail;
-    for (size_t i = 0; fields[i]; i++) {
-      json_t *f = json_object_get(v, fields[i] + (fields[i][0] == '!'));
-      if (f && json_is_string(f) && fields[i][0] == '!' &&
-          !json_string_length(f)) {
-        r = manifest_invalid(e, "%s: \"%s\" is empty", ewhere, fields[i] + 1);
-        goto fail;
-      }
-    }
-    break;
-  case MANIFEST_DIR:
-    break;
-  }
-  if (children && ent.type != MANIFEST_DIR) {
-    r = manifest_invalid(e, "%s: only a dir entry has children", ewhere);
-    goto fail;
-  }
-  for (size_t i = 0; i < m->nentries; i++) {
-    const char *o = m->entries[i].path;
-    if (strcmp(o, ent.path) == 0) {
-      r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EEXIST,
-                        "%s: \"%s\" is given twice", ewhere, ent.path);
-      goto fail;
-    }
-    enum manifest_entry_type ot = m->entries[i].type;
-    if (ot != MANIFEST_DIR && sbx_path_is_under(o, ent.path)) {
-      r = manifest_invalid(e, "%s: \"%s\" lies inside the %s entry \"%s\"",
-                           ewhere, ent.path, m->entries[i].type_name, o);
-      goto fail;
-    }
-    if (ent.type != MANIFEST_DIR && sbx_path_is_under(ent.path, o)) {
-      r = manifest_invalid(
-          e, "%s: the %s entry \"%s\" would contain the entry \"%s\"", ewhere,
-          t, ent.path, o);
-      goto fail;
-    }
-  }
-  /* The persisted form keeps each entry flat: children are entries too. */
-  ent.json = json_deep_copy(v);
-  if (!ent.json) {
-    r = -ENOMEM;
-    goto fail;
-  }
-  (void)json_object_del(ent.json, "children");
-  r = add_entry(m, &ent, cap);
-  if (r < 0) {
-    if (r == -E2BIG)
-      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                        "%s: more than %d entries", where,
-                        MANIFEST_MAX_ENTRIES);
-    goto fail;
-  }
+  if ((r = check_keys(&c, &children)) < 0 || (r = common_fields(&c, full)) < 0)
+    return r;
+  if (type->parse && (r = type->parse(&c)) < 0)
+    return r;
+  if ((r = check_overlap(m, &ent, ewhere, e)) < 0)
+    return r;
+  if ((r = add_entry(m, &ent, v, where, cap, e)) < 0)
+    return r;
   if (children)
     return manifest_parse_entries(m, children, full, where, depth + 1, cap, e);
   return 0;
-fail:
-  manifest_entry_clear(&ent);
-  return r;
 }
 
 int manifest_parse_entries(struct manifest *m, json_t *obj, const char *parent,
