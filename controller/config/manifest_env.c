@@ -38,7 +38,9 @@ int manifest_parse_environment(struct manifest *m, json_t *env,
                               where, k);
     char ew[400];
     (void)snprintf(ew, sizeof(ew), "%s: environment \"%s\"", where, k);
-    struct manifest_env *ev = &m->env[m->nenv];
+    /* Counted at once, so that manifest_free frees what it gets even when
+     * the value is refused below. */
+    struct manifest_env *ev = &m->env[m->nenv++];
     json_t *val = v;
     if (json_is_object(v)) {
       const char *ik;
@@ -67,7 +69,6 @@ int manifest_parse_environment(struct manifest *m, json_t *env,
     if (memchr(json_string_value(val), '\0', json_string_length(val)))
       return manifest_invalid(e, "%s holds a NUL character", ew);
     ev->name = strdup(k);
-    m->nenv++;
     if (!ev->name || manifest_dup_str(val, &ev->value) < 0)
       return -ENOMEM;
   }
