@@ -1,7 +1,8 @@
 /* What the files of the manifest parser share (manifest.c, manifest_entry.c,
- * manifest_env.c, manifest_users.c, manifest_grants.c): the error messages
- * that name the key and the entry, and the parsers of each top-level key.
- * Not an API: only controller/config/manifest*.c include it.
+ * manifest_env.c, manifest_users.c, manifest_grants.c, and manifest_delta.c
+ * for its messages): the error messages that name the key and the entry,
+ * and the parsers of each top-level key. Not an API: only
+ * controller/config/manifest*.c include it.
  *
  * Every parser fills E with a message for a person and returns 0 or a
  * negative errno; on failure what it added to M is freed with M. */
