@@ -391,6 +391,161 @@ static int check_member(const char *name, char *out, size_t n) {
   return 0;
 }
 
+SBX_DEFINE_CLEANUP(Sbx__V1__Response *, sbx_client_reply_free)
+
+/* Frees a libarchive reader or writer; what they report on freeing an
+ * archive that failed says nothing new. */
+static void ar_read_freep(struct archive **a) {
+  if (*a)
+    (void)archive_read_free(*a);
+}
+static void ar_write_freep(struct archive **a) {
+  if (*a)
+    (void)archive_write_free(*a);
+}
+
+/* Spools the export HANDLE of SRC into FD until its end, at most
+ * PULL_MAX_BYTES, checked as the bytes arrive. TOTAL is the size sandboxd
+ * gave at the start, which must then be met exactly, or 0 while the
+ * archive is produced (streamed). */
+static int pull_spool(struct sbx_client *c, uint64_t handle, uint64_t total,
+                      const char *src, int fd, struct progress_meter *progress,
+                      struct sbx_error *e) {
+  uint64_t off = 0, last_ns = sbx_now_ns();
+  for (bool eof = false; !eof;) {
+    _cleanup_(sbx_client_reply_freep) Sbx__V1__Response *resp = NULL;
+    int r = sbx_archive_export_read(c, handle, off, TARBALL_CHUNK, &resp, e);
+    if (r < 0)
+      return r;
+    const ProtobufCBinaryData *d = &resp->archive_export_read->data;
+    eof = resp->archive_export_read->eof;
+    bool bad =
+        total && (d->len > total - off || (eof && off + d->len != total) ||
+                  (d->len == 0 && !eof));
+    if (bad)
+      return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                           "sandboxd sent more or less than the archive");
+    if (d->len > PULL_MAX_BYTES - off)
+      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, EFBIG,
+                           "the archive of \"%s\" is larger than %llu bytes",
+                           src, PULL_MAX_BYTES);
+    if (d->len == 0 && !eof) {
+      /* Still being produced: sandboxd waited; ask again, not forever. */
+      if (sbx_now_ns() - last_ns > PULL_STALL_NS)
+        return sbx_error_set(
+            e, SBX_UNAVAILABLE, ETIMEDOUT,
+            "the archive of \"%s\" made no progress for %llu s", src,
+            PULL_STALL_NS / 1000000000ull);
+      (void)usleep(10000);
+      continue;
+    }
+    last_ns = sbx_now_ns();
+    if (pwrite(fd, d->data, d->len, (off_t)off) != (ssize_t)d->len)
+      return sbx_error_set(e, SBX_OK, errno, "cannot spool the archive: %m");
+    off += d->len;
+    if (progress)
+      progress_meter_update(progress, off, total, eof);
+  }
+  return 0;
+}
+
+/* Extracts member ENT of A through W beneath HOST_DEST. The sandbox is not
+ * trusted: the member's name and a hard link's target must be relative
+ * and stay beneath; devices and fifos are left out. *NFILES counts the
+ * regular files. */
+static int extract_member(struct archive *a, struct archive *w,
+                          struct archive_entry *ent, const char *host_dest,
+                          uint64_t *nfiles, struct sbx_error *e) {
+  char rel[SBX_PATH_MAX];
+  const char *name = archive_entry_pathname(ent);
+  if (check_member(name, rel, sizeof(rel)) < 0)
+    return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                         "the sandbox sent a member with a bad name");
+  mode_t ft = archive_entry_filetype(ent);
+  if (ft != AE_IFREG && ft != AE_IFDIR && ft != AE_IFLNK)
+    return 0; /* devices, fifos: not copied out */
+  if (strcmp(rel, ".") == 0 && ft != AE_IFDIR)
+    return 0;
+  const char *hl = archive_entry_hardlink(ent);
+  char hrel[SBX_PATH_MAX], hfull[SBX_PATH_MAX * 2];
+  if (hl) {
+    if (check_member(hl, hrel, sizeof(hrel)) < 0)
+      return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                           "the sandbox sent a hard link with a bad target");
+    (void)snprintf(hfull, sizeof(hfull), "%s/%s", host_dest, hrel);
+    archive_entry_set_hardlink(ent, hfull);
+  }
+  char full[SBX_PATH_MAX * 2];
+  int n = snprintf(full, sizeof(full), "%s/%s", host_dest, rel);
+  if (n < 0 || (size_t)n >= sizeof(full))
+    return sbx_error_set(e, SBX_LIMIT_EXCEEDED, ENAMETOOLONG,
+                         "path too long under \"%s\"", host_dest);
+  archive_entry_set_pathname(ent, full);
+  archive_entry_set_perm(ent, archive_entry_perm(ent) & 01777);
+  if (ft == AE_IFREG && !hl)
+    (*nfiles)++;
+  int k = archive_write_header(w, ent);
+  if (k != ARCHIVE_OK && k != ARCHIVE_WARN)
+    return ar_fail(w, e, full, "cannot extract");
+  if (ft == AE_IFREG && archive_entry_size(ent) > 0) {
+    const void *blk;
+    size_t len;
+    la_int64_t boff;
+    while ((k = archive_read_data_block(a, &blk, &len, &boff)) == ARCHIVE_OK)
+      if (archive_write_data_block(w, blk, len, boff) != ARCHIVE_OK)
+        return ar_fail(w, e, full, "cannot write");
+    if (k != ARCHIVE_EOF)
+      return ar_fail(a, e, full, "cannot read");
+  }
+  if (archive_write_finish_entry(w) != ARCHIVE_OK)
+    return ar_fail(w, e, full, "cannot finish");
+  return 0;
+}
+
+/* Extracts the spooled archive of SRC in FD into HOST_DEST, member by
+ * member, at most TARBALL_MAX_ITEMS. *FILES (may be NULL) counts the
+ * regular files. */
+static int pull_extract(int fd, const char *src, const char *host_dest,
+                        uint64_t *files, struct sbx_error *e) {
+  if (lseek(fd, 0, SEEK_SET) < 0)
+    return -errno;
+  _cleanup_(ar_read_freep) struct archive *a = archive_read_new();
+  _cleanup_(ar_write_freep) struct archive *w = archive_write_disk_new();
+  if (!a || !w)
+    return -ENOMEM;
+  (void)archive_read_support_format_tar(a);
+  (void)archive_read_support_filter_none(a);
+  (void)archive_read_support_filter_zstd(a);
+  (void)archive_write_disk_set_options(
+      w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+             ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+             ARCHIVE_EXTRACT_UNLINK);
+  if (archive_read_open_fd(a, fd, 1u << 20) != ARCHIVE_OK)
+    return ar_fail(a, e, src, "cannot read the exported archive");
+  uint64_t nfiles = 0, nmembers = 0;
+  for (;;) {
+    struct archive_entry *ent = NULL;
+    int k = archive_read_next_header(a, &ent);
+    if (k == ARCHIVE_EOF)
+      break;
+    if (k != ARCHIVE_OK && k != ARCHIVE_WARN)
+      return ar_fail(a, e, src, "cannot read the exported archive");
+    if (++nmembers > TARBALL_MAX_ITEMS)
+      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                           "the archive of \"%s\" has more than %d members",
+                           src, TARBALL_MAX_ITEMS);
+    int r = extract_member(a, w, ent, host_dest, &nfiles, e);
+    if (r < 0)
+      return r;
+  }
+  int r = 0;
+  if (archive_write_close(w) != ARCHIVE_OK)
+    r = ar_fail(w, e, host_dest, "cannot finish extracting");
+  if (files)
+    *files = nfiles;
+  return r;
+}
+
 int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
                  struct progress_meter *progress, uint64_t *files,
                  struct sbx_error *e) {
@@ -406,178 +561,18 @@ int tarball_pull(struct sbx_client *c, const char *src, const char *host_dest,
    * gives the size. */
   uint64_t total = resp->archive_export_start->total_bytes;
   sbx_client_reply_free(resp);
-  resp = NULL;
-  struct archive *a = NULL, *w = NULL;
-  struct archive_entry *ent = NULL;
   _cleanup_close_ int fd = tmpfile_fd();
-  if (total > PULL_MAX_BYTES) {
+  if (total > PULL_MAX_BYTES)
     r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, EFBIG,
                       "the archive of \"%s\" is larger than %llu bytes", src,
                       PULL_MAX_BYTES);
-    goto out;
-  }
-  if (fd < 0) {
+  else if (fd < 0)
     r = sbx_error_set(e, SBX_OK, -fd, "cannot create a temp file");
-    goto out;
-  }
-  /* Until eof; the limit is checked as the bytes arrive. */
-  uint64_t off = 0, last_ns = sbx_now_ns();
-  for (bool eof = false; !eof;) {
-    r = sbx_archive_export_read(c, handle, off, TARBALL_CHUNK, &resp, e);
-    if (r < 0)
-      goto out;
-    const ProtobufCBinaryData *d = &resp->archive_export_read->data;
-    eof = resp->archive_export_read->eof;
-    /* A size given at start must be met exactly. */
-    bool bad =
-        total && (d->len > total - off || (eof && off + d->len != total) ||
-                  (d->len == 0 && !eof));
-    if (bad) {
-      sbx_client_reply_free(resp);
-      r = sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                        "sandboxd sent more or less than the archive");
-      goto out;
-    }
-    if (d->len > PULL_MAX_BYTES - off) {
-      sbx_client_reply_free(resp);
-      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, EFBIG,
-                        "the archive of \"%s\" is larger than %llu bytes", src,
-                        PULL_MAX_BYTES);
-      goto out;
-    }
-    if (d->len == 0 && !eof) {
-      /* Still being produced: sandboxd waited; ask again, not forever. */
-      sbx_client_reply_free(resp);
-      resp = NULL;
-      if (sbx_now_ns() - last_ns > PULL_STALL_NS) {
-        r = sbx_error_set(e, SBX_UNAVAILABLE, ETIMEDOUT,
-                          "the archive of \"%s\" made no progress for %llu s",
-                          src, PULL_STALL_NS / 1000000000ull);
-        goto out;
-      }
-      (void)usleep(10000);
-      continue;
-    }
-    last_ns = sbx_now_ns();
-    if (pwrite(fd, d->data, d->len, (off_t)off) != (ssize_t)d->len) {
-      sbx_client_reply_free(resp);
-      r = sbx_error_set(e, SBX_OK, errno, "cannot spool the archive: %m");
-      goto out;
-    }
-    off += d->len;
-    sbx_client_reply_free(resp);
-    resp = NULL;
-    if (progress)
-      progress_meter_update(progress, off, total, eof);
-  }
-  if (lseek(fd, 0, SEEK_SET) < 0) {
-    r = -errno;
-    goto out;
-  }
-  a = archive_read_new();
-  w = archive_write_disk_new();
-  if (!a || !w) {
-    r = -ENOMEM;
-    goto out;
-  }
-  (void)archive_read_support_format_tar(a);
-  (void)archive_read_support_filter_none(a);
-  (void)archive_read_support_filter_zstd(a);
-  (void)archive_write_disk_set_options(
-      w, ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-             ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-             ARCHIVE_EXTRACT_UNLINK);
-  if (archive_read_open_fd(a, fd, 1u << 20) != ARCHIVE_OK) {
-    r = ar_fail(a, e, src, "cannot read the exported archive");
-    goto out;
-  }
-  uint64_t nfiles = 0, nmembers = 0;
-  for (;;) {
-    int k = archive_read_next_header(a, &ent);
-    if (k == ARCHIVE_EOF)
-      break;
-    if (k != ARCHIVE_OK && k != ARCHIVE_WARN) {
-      r = ar_fail(a, e, src, "cannot read the exported archive");
-      goto out;
-    }
-    if (++nmembers > TARBALL_MAX_ITEMS) {
-      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                        "the archive of \"%s\" has more than %d members", src,
-                        TARBALL_MAX_ITEMS);
-      goto out;
-    }
-    char rel[SBX_PATH_MAX];
-    const char *name = archive_entry_pathname(ent);
-    if (check_member(name, rel, sizeof(rel)) < 0) {
-      r = sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                        "the sandbox sent a member with a bad name");
-      goto out;
-    }
-    mode_t ft = archive_entry_filetype(ent);
-    if (ft != AE_IFREG && ft != AE_IFDIR && ft != AE_IFLNK)
-      continue; /* devices, fifos: not copied out */
-    if (strcmp(rel, ".") == 0 && ft != AE_IFDIR)
-      continue;
-    const char *hl = archive_entry_hardlink(ent);
-    char hrel[SBX_PATH_MAX], hfull[SBX_PATH_MAX * 2];
-    if (hl) {
-      if (check_member(hl, hrel, sizeof(hrel)) < 0) {
-        r = sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                          "the sandbox sent a hard link with a bad target");
-        goto out;
-      }
-      (void)snprintf(hfull, sizeof(hfull), "%s/%s", host_dest, hrel);
-      archive_entry_set_hardlink(ent, hfull);
-    }
-    char full[SBX_PATH_MAX * 2];
-    int n = snprintf(full, sizeof(full), "%s/%s", host_dest, rel);
-    if (n < 0 || (size_t)n >= sizeof(full)) {
-      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, ENAMETOOLONG,
-                        "path too long under \"%s\"", host_dest);
-      goto out;
-    }
-    archive_entry_set_pathname(ent, full);
-    archive_entry_set_perm(ent, archive_entry_perm(ent) & 01777);
-    if (ft == AE_IFREG && !hl)
-      nfiles++;
-    k = archive_write_header(w, ent);
-    if (k != ARCHIVE_OK && k != ARCHIVE_WARN) {
-      r = ar_fail(w, e, full, "cannot extract");
-      goto out;
-    }
-    if (ft == AE_IFREG && archive_entry_size(ent) > 0) {
-      const void *blk;
-      size_t len;
-      la_int64_t boff;
-      while ((k = archive_read_data_block(a, &blk, &len, &boff)) ==
-             ARCHIVE_OK) {
-        if (archive_write_data_block(w, blk, len, boff) != ARCHIVE_OK) {
-          r = ar_fail(w, e, full, "cannot write");
-          goto out;
-        }
-      }
-      if (k != ARCHIVE_EOF) {
-        r = ar_fail(a, e, full, "cannot read");
-        goto out;
-      }
-    }
-    if (archive_write_finish_entry(w) != ARCHIVE_OK) {
-      r = ar_fail(w, e, full, "cannot finish");
-      goto out;
-    }
-  }
-  if (archive_write_close(w) != ARCHIVE_OK)
-    r = ar_fail(w, e, host_dest, "cannot finish extracting");
-  if (files)
-    *files = nfiles;
-out:
-  if (a)
-    archive_read_free(a);
-  if (w)
-    archive_write_free(w);
-  {
-    struct sbx_error ignored = {0};
-    (void)sbx_archive_close(c, handle, &ignored);
-  }
+  if (r == 0)
+    r = pull_spool(c, handle, total, src, fd, progress, e);
+  if (r == 0)
+    r = pull_extract(fd, src, host_dest, files, e);
+  struct sbx_error ignored = {0};
+  (void)sbx_archive_close(c, handle, &ignored);
   return r;
 }

@@ -202,6 +202,9 @@ Test(manifest, bad_inputs_each_say_what_is_wrong) {
        "environment name \"1X\" must match [A-Za-z_][A-Za-z0-9_]*"},
       {"{\"environment\": {\"X\": 5}}",
        "environment \"X\" must be a string or {\"value\": string"},
+      {"{\"environment\": {\"X\": {\"description\": \"d\", \"value\": "
+       "1}}}",
+       "environment \"X\" must be a string or {\"value\": string"},
       {"{\"environment\": {\"X\": {\"value\": \"v\", \"secret\": true}}}",
        "environment \"X\": unknown key \"secret\""},
       {"{\"users\": [\"\"]}", "users[0]: a user name must not be empty"},
