@@ -74,4 +74,5 @@ bench: build
 	@bash scripts/bench.sh $(BUILD)
 
 clean:
-	@rm -rf $(BUILD) build-asan build-static build-fuzz
+	@rm -rf $(BUILD) build-asan build-static build-fuzz build-release-gcc \
+	  build-release-clang
