@@ -25,6 +25,17 @@ enum model_api {
   MODEL_API_CHAT = 1,
 };
 
+/* What an API offers that its callers shape requests by. */
+struct model_api_features {
+  const char *trace_name; /* sbx.model.api: "responses", "chat_completions" */
+  bool hosted_tools; /* takes hosted tools such as {"type":"apply_patch"} */
+  bool compaction;   /* compacts on the server (context_management) */
+  bool tool_images;  /* a tool's output may hold images, not only text */
+};
+
+/* API's features (static), or NULL for an unknown API. */
+const struct model_api_features *model_api_features(enum model_api api);
+
 /* Called for each text delta while streaming (may be NULL). */
 typedef void (*model_delta_fn)(void *arg, const char *text, size_t len);
 

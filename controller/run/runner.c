@@ -400,7 +400,7 @@ static json_t *build_tools(const struct agent *a, enum model_api api) {
   }
   json_t *caps = tools_definitions(has_cap(a, AGENT_CAP_FILESYSTEM),
                                    has_cap(a, AGENT_CAP_SHELL),
-                                   api == MODEL_API_RESPONSES);
+                                   model_api_features(api)->hosted_tools);
   json_array_extend(tools, caps);
   json_decref(caps);
   return tools;
@@ -700,8 +700,7 @@ static int call_model(struct run *run, struct client_slot *c,
   trace_set_str(sp, "gen_ai.system", "openai");
   trace_set_str(sp, "gen_ai.operation.name", "chat");
   trace_set_str(sp, "gen_ai.request.model", req->model);
-  trace_set_str(sp, "sbx.model.api",
-                c->api == MODEL_API_CHAT ? "chat_completions" : "responses");
+  trace_set_str(sp, "sbx.model.api", model_api_features(c->api)->trace_name);
   pthread_mutex_lock(&c->call_mu);
   c->where = (struct events_where){a->name, (int)run->depth, run->turn};
   int r = model_call(c->client, req, resp, e);
@@ -949,7 +948,7 @@ static int loop(struct run *run, const struct agent *start, int64_t max_turns,
     _cleanup_json_ json_t *input = turn_input(run->items);
     _cleanup_json_ json_t *extra = NULL;
     const char *model = model_for(o, a);
-    if (has_cap(a, AGENT_CAP_COMPACTION) && api == MODEL_API_RESPONSES)
+    if (has_cap(a, AGENT_CAP_COMPACTION) && model_api_features(api)->compaction)
       extra = json_pack("{s:[{s:s, s:I}]}", "context_management", "type",
                         "compaction", "compact_threshold",
                         (json_int_t)runner_compaction_threshold(model));
