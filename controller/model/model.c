@@ -1,10 +1,10 @@
-/* The model client: configuration, retries, streaming, record and replay;
- * what differs between the APIs is in their operations (apis.c). */
+/* The model client: configuration, retries, streaming and the call, which
+ * is recorded or replayed by replay.c; what differs between the APIs is in
+ * their operations (apis.c). */
 #include "controller/model/model.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -12,16 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "controller/model/model_internal.h"
 #include "controller/net/http.h"
 #include "controller/net/sse.h"
 #include "shared/buf.h"
 #include "shared/cleanup.h"
-#include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/rand.h"
 
@@ -34,8 +31,6 @@
 #define MAX_BACKOFF_MS 20000u
 #define MAX_RETRY_AFTER_MS 60000u
 #define ERROR_BODY_BYTES 200
-#define REPLAY_MAX_BYTES ((size_t)256 << 20)
-#define REPLAY_MAX_CALLS 100000u
 #define SSE_MAX_EVENT_BYTES ((size_t)16 << 20)
 
 /* The conversation text a request may carry. */
@@ -58,11 +53,8 @@ struct model_client {
   void *delta_arg;
   struct http_client *http;
 
-  int record_fd; /* -1 when not recording */
-  char *record_path;
-  char *replay_path; /* NULL when not replaying */
-  json_t *replay;    /* array of recorded lines */
-  size_t replay_next;
+  struct model_recorder record;
+  struct model_replay replay;
 
   /* The Responses API takes the whole conversation every turn: the items
    * sent last time, serialized once, for the next body (input_text). */
@@ -89,7 +81,7 @@ enum model_api model_client_api(const struct model_client *m) {
 }
 
 bool model_client_replaying(const struct model_client *m) {
-  return m->replay_path != NULL;
+  return m->replay.path != NULL;
 }
 
 json_t *model_build_body(const struct model_client *m,
@@ -110,15 +102,12 @@ struct model_client *model_client_free(struct model_client *m) {
   if (!m)
     return NULL;
   http_client_free(m->http);
-  if (m->record_fd >= 0)
-    (void)close(m->record_fd);
   free(m->url);
   free(m->url_display);
   erase_free(m->auth_header);
   erase_free(m->api_key);
-  free(m->record_path);
-  free(m->replay_path);
-  json_decref(m->replay);
+  model_record_close(&m->record);
+  model_replay_clear(&m->replay);
   for (size_t i = 0; i < m->in.n; i++)
     json_decref(m->in.items[i]);
   free(m->in.items);
@@ -189,95 +178,6 @@ static int set_key(struct model_client *m, const char *key,
   return 0;
 }
 
-/* Reads the whole of PATH (at most MAX bytes) into B. */
-static int read_file(const char *path, size_t max, struct sbx_buf *b,
-                     struct sbx_error *e) {
-  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return sbx_error_set(e, SBX_OK, errno, "cannot open replay file %s: %m",
-                         path);
-  struct stat st;
-  if (fstat(fd, &st) < 0)
-    return sbx_error_set(e, SBX_OK, errno, "cannot stat replay file %s: %m",
-                         path);
-  if (!S_ISREG(st.st_mode))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "replay file %s is not a regular file", path);
-  char sz[32];
-  http_format_size(max, sz, sizeof(sz));
-  sbx_buf_init(b, max);
-  for (;;) {
-    if (sbx_buf_reserve(b, 65536) < 0 && sbx_buf_reserve(b, 1) < 0)
-      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                           "replay file %s exceeds %s", path, sz);
-    ssize_t n = read(fd, b->data + b->len, b->cap - b->len - 1);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return sbx_error_set(e, SBX_OK, errno, "cannot read replay file %s: %m",
-                           path);
-    if (n == 0)
-      break;
-    b->len += (size_t)n;
-    b->data[b->len] = '\0';
-  }
-  return 0;
-}
-
-/* Loads the recording at PATH: one JSON object per line. */
-static int replay_load(struct model_client *m, const char *path,
-                       struct sbx_error *e) {
-  _cleanup_buf_ struct sbx_buf b = {0};
-  int r = read_file(path, REPLAY_MAX_BYTES, &b, e);
-  if (r < 0)
-    return r;
-  m->replay = json_array();
-  if (!m->replay)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  size_t lineno = 0;
-  for (size_t off = 0; off < b.len;) {
-    const char *line = b.data + off;
-    const char *nl = memchr(line, '\n', b.len - off);
-    size_t len = nl ? (size_t)(nl - line) : b.len - off;
-    off += len + (nl ? 1 : 0);
-    lineno++;
-    size_t k = 0;
-    while (k < len && isspace((unsigned char)line[k]))
-      k++;
-    if (k == len)
-      continue;
-    if (json_array_size(m->replay) >= REPLAY_MAX_CALLS)
-      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                           "replay file %s has more than %u model calls", path,
-                           REPLAY_MAX_CALLS);
-    json_error_t jerr;
-    _cleanup_json_ json_t *j = json_loadb(line, len, 0, &jerr);
-    if (!j)
-      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
-                           "replay file %s line %zu: invalid JSON: %s", path,
-                           lineno, jerr.text);
-    const char *api = json_string_value(json_object_get(j, "api"));
-    if (model_json_int(j, "version") != 1)
-      return sbx_error_set(e, SBX_VERSION_MISMATCH, EPROTO,
-                           "replay file %s line %zu: unsupported version "
-                           "(expected 1)",
-                           path, lineno);
-    if (!model_api_named(api) ||
-        !json_is_object(json_object_get(j, "request")) ||
-        !json_is_object(json_object_get(j, "response")))
-      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
-                           "replay file %s line %zu: expected {\"version\": "
-                           "1, \"api\", \"request\", \"response\"}",
-                           path, lineno);
-    if (json_array_append(m->replay, j) < 0)
-      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  }
-  m->replay_path = strdup(path);
-  if (!m->replay_path)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  return 0;
-}
-
 int model_client_new(const struct model_config *cfg, struct model_client **out,
                      struct sbx_error *e) {
   *out = NULL;
@@ -290,7 +190,7 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
     sbx_buf_init(&m->in.text, MODEL_MAX_INPUT_TEXT);
   if (!m)
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  m->record_fd = -1;
+  m->record.fd = -1;
   if (pthread_mutex_init(&m->lock, NULL) != 0) {
     free(m);
     return sbx_error_set(e, SBX_OK, ENOMEM, "cannot create a mutex");
@@ -323,16 +223,9 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
   if (r == 0)
     r = http_client_new(&m->http, e);
   if (r == 0 && cfg->replay_path)
-    r = replay_load(m, cfg->replay_path, e);
-  if (r == 0 && cfg->record_path) {
-    m->record_fd =
-        open(cfg->record_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (m->record_fd < 0)
-      r = sbx_error_set(e, SBX_OK, errno, "cannot open recording %s: %m",
-                        cfg->record_path);
-    else if (!(m->record_path = strdup(cfg->record_path)))
-      r = sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  }
+    r = model_replay_load(&m->replay, cfg->replay_path, e);
+  if (r == 0 && cfg->record_path)
+    r = model_record_open(&m->record, cfg->record_path, e);
   if (r < 0) {
     model_client_free(m);
     return r;
@@ -728,139 +621,6 @@ static int live_call(struct model_client *m, json_t *body, json_t **reply,
   }
 }
 
-/* ---- record and replay --------------------------------------------- */
-
-static int record_write(struct model_client *m, json_t *body, json_t *reply,
-                        struct sbx_error *e) {
-  _cleanup_json_ json_t *line =
-      json_pack("{s:i, s:s, s:O, s:O}", "version", 1, "api", m->ops->name,
-                "request", body, "response", reply);
-  _cleanup_free_ char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
-  if (!text)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  size_t n = strlen(text);
-  _cleanup_free_ char *buf = malloc(n + 1);
-  if (!buf)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  memcpy(buf, text, n);
-  buf[n++] = '\n';
-  /* One write per line, so concurrent writers never interleave lines. */
-  int r = sbx_write_all(m->record_fd, buf, n);
-  if (r < 0)
-    return sbx_error_set(e, SBX_OK, -r, "cannot write recording %s: %s",
-                         m->record_path, strerror(-r));
-  return 0;
-}
-
-static bool str_eq(const char *a, const char *b) {
-  return (!a && !b) || (a && b && strcmp(a, b) == 0);
-}
-
-static bool shape_eq(const struct model_shape *a, const struct model_shape *b) {
-  return str_eq(a->type, b->type) && str_eq(a->role, b->role) &&
-         str_eq(a->name, b->name) && str_eq(a->call_id, b->call_id);
-}
-
-/* "function_call_output for call_ab", "message (user)", ... */
-static void shape_text(const struct model_shape *s, char *out, size_t size) {
-  (void)snprintf(out, size, "%s%s%s%s%s%s", s->type ? s->type : "untyped",
-                 s->role ? " (" : "", s->role ? s->role : "",
-                 s->role ? ")" : "", s->name ? " " : "",
-                 s->name ? s->name : "");
-  if (s->call_id) {
-    size_t n = strlen(out);
-    (void)snprintf(out + n, size - n, " for %s", s->call_id);
-  }
-}
-
-/* The tool names of a body, comma-separated, into OUT. */
-static void tool_names(const struct model_api_ops *api, json_t *body, char *out,
-                       size_t size) {
-  size_t n = 0, i;
-  json_t *t;
-  out[0] = '\0';
-  json_array_foreach(json_object_get(body, "tools"), i, t) {
-    const char *name = api->tool_name(t);
-    if (!name)
-      name = json_string_value(json_object_get(t, "type"));
-    int w =
-        snprintf(out + n, size - n, "%s%s", i ? ", " : "", name ? name : "?");
-    if (w < 0 || (size_t)w >= size - n)
-      return;
-    n += (size_t)w;
-  }
-}
-
-/* Checks that BODY, what this run would send, matches the recorded
- * request REC at model call CALL (1-based). */
-static int replay_check(const struct model_client *m, size_t call, json_t *rec,
-                        json_t *body, struct sbx_error *e) {
-  const char *api = json_string_value(json_object_get(rec, "api"));
-  if (strcmp(api, m->ops->name) != 0)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the run uses "
-                         "the %s API, the recording has %s",
-                         call, m->ops->name, api);
-  json_t *req = json_object_get(rec, "request");
-  const char *model = json_string_value(json_object_get(body, "model"));
-  const char *rmodel = json_string_value(json_object_get(req, "model"));
-  if (!str_eq(model, rmodel))
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the model is "
-                         "%s, the recording has %s",
-                         call, model ? model : "(none)",
-                         rmodel ? rmodel : "(none)");
-  char a[160], b[160];
-  tool_names(m->ops, body, a, sizeof(a));
-  tool_names(m->ops, req, b, sizeof(b));
-  if (strcmp(a, b) != 0)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the tools are "
-                         "[%s], the recording has [%s]",
-                         call, a, b);
-  const char *key = m->ops->input_key;
-  json_t *in = json_object_get(body, key);
-  json_t *rin = json_object_get(req, key);
-  size_t n = json_array_size(in), rn = json_array_size(rin);
-  for (size_t i = 0; i < n && i < rn; i++) {
-    struct model_shape x, y;
-    m->ops->shape_of(json_array_get(in, i), &x);
-    m->ops->shape_of(json_array_get(rin, i), &y);
-    if (!shape_eq(&x, &y)) {
-      shape_text(&x, a, sizeof(a));
-      shape_text(&y, b, sizeof(b));
-      return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                           "replay diverged at model call %zu: %s %zu is "
-                           "%s, the recording has %s",
-                           call, m->ops->entry_name, i + 1, a, b);
-    }
-  }
-  if (n != rn)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the run has %zu "
-                         "%s, the recording has %zu",
-                         call, n, m->ops->entries_name, rn);
-  return 0;
-}
-
-static int replay_call(struct model_client *m, json_t *body, json_t **reply,
-                       struct sbx_error *e) {
-  size_t total = json_array_size(m->replay);
-  if (m->replay_next >= total)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay has only %zu recorded model call%s", total,
-                         total == 1 ? "" : "s");
-  size_t call = ++m->replay_next;
-  json_t *rec = json_array_get(m->replay, call - 1);
-  int r = replay_check(m, call, rec, body, e);
-  if (r < 0)
-    return r;
-  *reply = json_deep_copy(json_object_get(rec, "response"));
-  if (!*reply)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  return 0;
-}
-
 /* ---- the call ------------------------------------------------------ */
 
 static int call_locked(struct model_client *m, const struct model_request *req,
@@ -871,11 +631,12 @@ static int call_locked(struct model_client *m, const struct model_request *req,
                          "out of memory building the request");
   _cleanup_json_ json_t *reply = NULL;
   bool streamed = false;
-  int r = m->replay_path ? replay_call(m, body, &reply, e)
-                         : live_call(m, body, &reply, &streamed, e);
+  int r = m->replay.path
+              ? model_replay_next(&m->replay, m->ops, body, &reply, e)
+              : live_call(m, body, &reply, &streamed, e);
   if (r < 0)
     return r;
-  const char *where = m->replay_path ? m->replay_path : m->url_display;
+  const char *where = m->replay.path ? m->replay.path : m->url_display;
   r = m->ops->parse(reply, where, out, e);
   if (r < 0)
     return r;
@@ -883,8 +644,8 @@ static int call_locked(struct model_client *m, const struct model_request *req,
    * answered with plain JSON. */
   if (m->stream && !streamed)
     deliver_text(m, out->output);
-  if (m->record_fd >= 0) {
-    r = record_write(m, body, reply, e);
+  if (m->record.fd >= 0) {
+    r = model_record_write(&m->record, m->ops, body, reply, e);
     if (r < 0) {
       model_response_clear(out);
       return r;

@@ -1,6 +1,7 @@
 /* Private to the model clients: what both APIs share (api_common.c), the
- * operations each API defines (responses.c, chat.c) and the table that
- * finds them by enum model_api (apis.c). The APIs depend on the shared
+ * operations each API defines (responses.c, chat.c), the table that
+ * finds them by enum model_api (apis.c), and the recording and replay of
+ * calls (replay.c). The APIs depend on the shared
  * helpers only; the client (model.c) on the table, never the other way.
  *
  * Every function that fails returns a negative errno and fills E with a
@@ -106,5 +107,40 @@ extern const struct model_api_ops model_chat_api;
 const struct model_api_ops *model_api_ops(enum model_api api);
 /* The API whose name (model_api_ops.name) is NAME, or NULL. */
 const struct model_api_ops *model_api_named(const char *name);
+
+/* ---- record and replay (replay.c) ---------------------------------- */
+
+/* Appends each successful call to a file, one JSON line. */
+struct model_recorder {
+  int fd; /* -1 when not recording */
+  char *path;
+};
+
+/* Opens PATH for appending. */
+int model_record_open(struct model_recorder *r, const char *path,
+                      struct sbx_error *e);
+/* Closes; an unopened recorder ({.fd = -1}) is fine. */
+void model_record_close(struct model_recorder *r);
+/* Appends {"version":1, "api", "request":BODY, "response":REPLY}. */
+int model_record_write(struct model_recorder *r,
+                       const struct model_api_ops *api, json_t *body,
+                       json_t *reply, struct sbx_error *e);
+
+/* Serves calls from such a file. */
+struct model_replay {
+  char *path;    /* NULL when not replaying */
+  json_t *calls; /* the recorded lines */
+  size_t next;   /* calls served */
+};
+
+/* Reads the recording at PATH whole (at most 256 MiB and 100000 calls). */
+int model_replay_load(struct model_replay *r, const char *path,
+                      struct sbx_error *e);
+/* Frees what model_replay_load read; a zeroed replay is fine. */
+void model_replay_clear(struct model_replay *r);
+/* The next recorded reply (new) into *REPLY, after checking that BODY,
+ * what the run would send to API, matches the recorded request. */
+int model_replay_next(struct model_replay *r, const struct model_api_ops *api,
+                      json_t *body, json_t **reply, struct sbx_error *e);
 
 #endif
