@@ -164,4 +164,9 @@ void model_response_clear(struct model_response *r);
 json_t *model_build_body(const struct model_client *m,
                          const struct model_request *req);
 
+/* The context length at which to compact MODEL's conversation: 0.9 of
+ * its context window; 240000 for unknown models (or NULL). A provider
+ * prefix ("openai/gpt-5") and case do not matter. */
+long long model_compaction_threshold(const char *model);
+
 #endif
