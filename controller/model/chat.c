@@ -390,9 +390,14 @@ static int parse(json_t *reply, const char *url, struct model_response *out,
     if (!json_is_string(json_object_get(tc, "id")) &&
         json_object_set_new(tc, "id", new_call_id()) < 0)
       return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+    /* Arguments sent as JSON rather than its text: their text; anything
+     * else that is not a string: none. */
     json_t *args = json_object_get(fn, "arguments");
+    bool container = json_is_object(args) || json_is_array(args);
     _cleanup_free_ char *dumped =
-        args && !json_is_string(args) ? json_dumps(args, JSON_COMPACT) : NULL;
+        container ? json_dumps(args, JSON_COMPACT) : NULL;
+    if (container && !dumped)
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
     const char *a = json_is_string(args) ? json_string_value(args)
                     : dumped             ? dumped
                                          : "{}";
