@@ -10,6 +10,7 @@
 
 #include "controller/run/run_internal.h"
 #include "controller/telemetry/trace.h"
+#include "shared/cleanup.h"
 #include "shared/client.h"
 #include "shared/clock.h"
 
@@ -50,19 +51,21 @@ static void run_patch(struct call_job *j, const char *call_id) {
   struct agent_state *st = &j->run->states[j->agent->index];
   json_t *op = json_object_get(j->item, "operation");
   const char *status = "failed";
-  char *text = NULL;
+  _cleanup_free_ char *text = NULL;
   if (!st->ready) {
     text = strdup("apply_patch needs the filesystem capability");
+    if (!text)
+      j->rc = -ENOMEM;
     (void)sbx_error_set(&j->tc.failure, SBX_INVALID_ARGUMENT, EINVAL,
                         "apply_patch needs the filesystem capability");
   } else {
     j->rc = tools_apply_patch_operation(&st->tb, op, &status, &text, &j->tc);
   }
-  j->output = json_pack("{s:s, s:s, s:s}", "type", "apply_patch_call_output",
-                        "call_id", call_id, "status", status);
-  if (text)
-    json_object_set_new(j->output, "output", json_string(text));
-  free(text);
+  j->output =
+      json_pack("{s:s, s:s, s:s, s:s*}", "type", "apply_patch_call_output",
+                "call_id", call_id, "status", status, "output", text);
+  if (!j->output && j->rc == 0)
+    j->rc = -ENOMEM;
 }
 
 /* Runs the agent used as tool T for J, with the "input" of J's ARGS, into
@@ -131,6 +134,8 @@ static void run_call(struct call_job *j) {
   }
   j->output = json_pack("{s:s, s:s, s:o}", "type", "function_call_output",
                         "call_id", call_id, "output", out);
+  if (!j->output)
+    j->rc = -ENOMEM;
 }
 
 /* One tool call of a response, in its own thread: tool_call_started, the

@@ -32,6 +32,32 @@ const char *run_model_for(const struct run_options *o, const struct agent *a) {
   return model ? model : "gpt-5.6-luna";
 }
 
+/* Makes slot C's client for agent A's API and base URL. */
+static int slot_open(struct shared *sh, struct client_slot *c,
+                     const struct agent *a, enum model_api api,
+                     struct sbx_error *e) {
+  struct model_config cfg = sh->o->model_cfg;
+  cfg.api = api;
+  if (a->base_url)
+    cfg.base_url = a->base_url;
+  if (sh->ev) {
+    cfg.on_delta = on_delta;
+    cfg.delta_arg = c;
+  }
+  if (a->base_url && !(c->base_url = strdup(a->base_url)))
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  int r = model_client_new(&cfg, &c->client, e);
+  if (r < 0) {
+    free(c->base_url);
+    c->base_url = NULL;
+    return r;
+  }
+  c->api = api;
+  c->sh = sh;
+  (void)pthread_mutex_init(&c->call_mu, NULL);
+  return 0;
+}
+
 /* The client for A's API and base URL, made on first use: at most
  * RUNNER_MAX_CLIENTS, and only one with --record or --replay. */
 int run_get_client(struct shared *sh, const struct agent *a,
@@ -61,21 +87,9 @@ int run_get_client(struct shared *sh, const struct agent *a,
                       "agents use more than %d model endpoints",
                       RUNNER_MAX_CLIENTS);
   } else {
-    struct model_config cfg = *base;
-    cfg.api = api;
-    if (url)
-      cfg.base_url = url;
     struct client_slot *c = &sh->clients[sh->nclients];
-    if (sh->ev) {
-      cfg.on_delta = on_delta;
-      cfg.delta_arg = c;
-    }
-    r = model_client_new(&cfg, &c->client, e);
+    r = slot_open(sh, c, a, api, e);
     if (r == 0) {
-      c->api = api;
-      c->base_url = url ? strdup(url) : NULL;
-      c->sh = sh;
-      (void)pthread_mutex_init(&c->call_mu, NULL);
       sh->nclients++;
       *out = c;
     }

@@ -20,21 +20,27 @@ static const char *decision_for(struct run *run, const char *call_id,
   return json_string_value(json_object_get(d, "decision"));
 }
 
-static void record_decision(struct run *run, const char *call_id,
-                            const char *decision, const char *reason) {
+/* Records DECISION (and REASON, or NULL) for CALL_ID in the run state,
+ * as sbx approve / sbx reject do. -ENOMEM. */
+static int record_decision(struct run *run, const char *call_id,
+                           const char *decision, const char *reason) {
   json_t *ds = json_object_get(run->sh->rs, "decisions");
   if (!json_is_object(ds)) {
     ds = json_object();
-    json_object_set_new(run->sh->rs, "decisions", ds);
+    if (json_object_set_new(run->sh->rs, "decisions", ds) < 0)
+      return -ENOMEM;
   }
-  json_object_set_new(
-      ds, call_id,
-      json_pack("{s:s, s:s?}", "decision", decision, "reason", reason));
+  if (json_object_set_new(
+          ds, call_id,
+          json_pack("{s:s, s:s?}", "decision", decision, "reason", reason)) < 0)
+    return -ENOMEM;
+  return 0;
 }
 
-/* Asks on the terminal whether the call may run; records the answer. */
-static bool ask_approval(struct run *run, const char *tool, const char *args,
-                         const char *call_id) {
+/* Asks on the terminal whether the call may run; records the answer.
+ * -ENOMEM. */
+static int ask_approval(struct run *run, const char *tool, const char *args,
+                        const char *call_id) {
   FILE *tty = run->sh->o->ask_tty;
   fprintf(tty, "sbx: %s wants to run %s %s\nApprove? [y/N] ",
           run->sh->o->agents->agents[0]->name, tool, args ? args : "");
@@ -49,27 +55,24 @@ static bool ask_approval(struct run *run, const char *tool, const char *args,
     if (fgets(reason, sizeof(reason), tty))
       reason[strcspn(reason, "\n")] = '\0';
   }
-  record_decision(run, call_id, yes ? "approved" : "rejected",
-                  reason[0] ? reason : NULL);
-  return yes;
+  return record_decision(run, call_id, yes ? "approved" : "rejected",
+                         reason[0] ? reason : NULL);
 }
 
-/* The output item that answers ITEM with a rejection. */
+/* The output item that answers ITEM with a rejection (new; NULL on
+ * OOM). */
 static json_t *rejected_output(json_t *item, const char *reason) {
   const char *type = json_string_value(json_object_get(item, "type"));
   const char *call_id = json_string_value(json_object_get(item, "call_id"));
-  char *text = approvals_rejection_text(reason);
-  json_t *out;
+  _cleanup_free_ char *text = approvals_rejection_text(reason);
+  if (!text)
+    return NULL;
   if (type && strcmp(type, "apply_patch_call") == 0)
-    out = json_pack("{s:s, s:s, s:s, s:s}", "type", "apply_patch_call_output",
-                    "call_id", call_id ? call_id : "", "status", "failed",
-                    "output", text ? text : "");
-  else
-    out =
-        json_pack("{s:s, s:s, s:s}", "type", "function_call_output", "call_id",
-                  call_id ? call_id : "", "output", text ? text : "");
-  free(text);
-  return out;
+    return json_pack("{s:s, s:s, s:s, s:s}", "type", "apply_patch_call_output",
+                     "call_id", call_id ? call_id : "", "status", "failed",
+                     "output", text);
+  return json_pack("{s:s, s:s, s:s}", "type", "function_call_output", "call_id",
+                   call_id ? call_id : "", "output", text);
 }
 
 /* Decides on the N calls of JOBS that need a person, at W: an approved
@@ -96,13 +99,17 @@ int run_decide_calls(struct run *run, const struct agent *a,
     const char *dec = sh->rs ? decision_for(run, cid, &reason) : NULL;
     if (!dec && o->approve_ask && o->ask_tty && sh->rs && cid) {
       events_approval_requested(sh->ev, w, tool, cid, args, NULL);
-      (void)ask_approval(run, tool, args, cid);
+      r = ask_approval(run, tool, args, cid);
+      if (r < 0)
+        return r;
       dec = decision_for(run, cid, &reason);
     }
     if (dec && strcmp(dec, "approved") == 0)
       continue;
     if (dec && strcmp(dec, "rejected") == 0) {
       jobs[m].output = rejected_output(it, reason);
+      if (!jobs[m].output)
+        return -ENOMEM;
       jobs[m].skip = true;
       continue;
     }

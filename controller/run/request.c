@@ -11,54 +11,49 @@
 #include "controller/sandbox/lifecycle.h"
 #include "shared/cleanup.h"
 
-static const char *effort_name(enum agent_effort x) {
-  switch (x) {
-  case AGENT_EFFORT_MINIMAL:
-    return "minimal";
-  case AGENT_EFFORT_LOW:
-    return "low";
-  case AGENT_EFFORT_MEDIUM:
-    return "medium";
-  case AGENT_EFFORT_HIGH:
-    return "high";
-  default:
-    return NULL;
-  }
-}
-
+/* The agent's model settings in model_request.model_settings' shape (new;
+ * NULL on OOM): only those the agent file sets. */
 static json_t *settings_json(const struct agent_model_settings *m) {
-  json_t *s = json_object();
+  static const char *const efforts[] = {
+      [AGENT_EFFORT_MINIMAL] = "minimal",
+      [AGENT_EFFORT_LOW] = "low",
+      [AGENT_EFFORT_MEDIUM] = "medium",
+      [AGENT_EFFORT_HIGH] = "high",
+  };
+  static const char *const choices[] = {
+      [AGENT_TOOL_CHOICE_AUTO] = "auto",
+      [AGENT_TOOL_CHOICE_REQUIRED] = "required",
+      [AGENT_TOOL_CHOICE_NONE] = "none",
+  };
+  const char *effort = (size_t)m->reasoning_effort < SBX_ARRAY_SIZE(efforts)
+                           ? efforts[m->reasoning_effort]
+                           : NULL;
+  const char *choice = (size_t)m->tool_choice < SBX_ARRAY_SIZE(choices)
+                           ? choices[m->tool_choice]
+                           : NULL;
+  _cleanup_json_ json_t *s = json_object();
+  if (!s)
+    return NULL;
+  /* A value that cannot be made makes its set fail. */
+  int r = 0;
   if (m->has_temperature)
-    json_object_set_new(s, "temperature", json_real(m->temperature));
-  if (effort_name(m->reasoning_effort))
-    json_object_set_new(
-        s, "reasoning",
-        json_pack("{s:s}", "effort", effort_name(m->reasoning_effort)));
-  switch (m->tool_choice) {
-  case AGENT_TOOL_CHOICE_AUTO:
-    json_object_set_new(s, "tool_choice", json_string("auto"));
-    break;
-  case AGENT_TOOL_CHOICE_REQUIRED:
-    json_object_set_new(s, "tool_choice", json_string("required"));
-    break;
-  case AGENT_TOOL_CHOICE_NONE:
-    json_object_set_new(s, "tool_choice", json_string("none"));
-    break;
-  case AGENT_TOOL_CHOICE_NAMED:
-    json_object_set_new(s, "tool_choice",
-                        json_pack("{s:s, s:s}", "type", "function", "name",
-                                  m->tool_choice_name));
-    break;
-  default:
-    break;
-  }
+    r |= json_object_set_new(s, "temperature", json_real(m->temperature));
+  if (effort)
+    r |= json_object_set_new(s, "reasoning",
+                             json_pack("{s:s}", "effort", effort));
+  if (choice)
+    r |= json_object_set_new(s, "tool_choice", json_string(choice));
+  else if (m->tool_choice == AGENT_TOOL_CHOICE_NAMED)
+    r |= json_object_set_new(s, "tool_choice",
+                             json_pack("{s:s, s:s}", "type", "function", "name",
+                                       m->tool_choice_name));
   if (m->parallel_tool_calls >= 0)
-    json_object_set_new(s, "parallel_tool_calls",
-                        json_boolean(m->parallel_tool_calls));
+    r |= json_object_set_new(s, "parallel_tool_calls",
+                             json_boolean(m->parallel_tool_calls));
   if (m->max_output_tokens > 0)
-    json_object_set_new(s, "max_output_tokens",
-                        json_integer(m->max_output_tokens));
-  return s;
+    r |= json_object_set_new(s, "max_output_tokens",
+                             json_integer(m->max_output_tokens));
+  return r ? NULL : TAKE_PTR(s);
 }
 
 /* A function name from an agent name: lowercase, [a-z0-9_]. */
@@ -102,51 +97,60 @@ const struct agent *run_find_handoff(const struct agent *a, const char *name) {
   return NULL;
 }
 
+/* The function tool that runs the agent used as tool T (new; NULL on
+ * OOM). */
+static json_t *agent_tool_json(const struct agent_tool *t) {
+  char name[128];
+  run_tool_agent_name(t, name, sizeof(name));
+  char desc[512];
+  (void)snprintf(desc, sizeof(desc), "%s",
+                 t->description ? t->description
+                                : (t->agent->instructions
+                                       ? "Runs the agent on the given input "
+                                         "and returns its answer."
+                                       : "Runs the agent on the given input."));
+  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}",
+                   "type", "function", "name", name, "description", desc,
+                   "parameters", "type", "object", "properties", "input",
+                   "type", "string", "required", "input",
+                   "additionalProperties", 0, "strict", 1);
+}
+
+/* The function tool that hands off to agent H (new; NULL on OOM). */
+static json_t *handoff_json(const struct agent *h) {
+  char name[160];
+  handoff_name(h, name, sizeof(name));
+  char desc[512];
+  (void)snprintf(desc, sizeof(desc),
+                 "Handoff to the %s agent to handle the request.", h->name);
+  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:[], s:b}, s:b}", "type",
+                   "function", "name", name, "description", desc, "parameters",
+                   "type", "object", "properties", "required",
+                   "additionalProperties", 0, "strict", 1);
+}
+
+/* A's tools for API (new; NULL on OOM): its agents used as tools, its
+ * handoffs, then the sandbox tools of its capabilities. */
 static json_t *build_tools(const struct agent *a, enum model_api api) {
-  json_t *tools = json_array();
-  for (size_t i = 0; i < a->ntools; i++) {
-    const struct agent_tool *t = &a->tools[i];
-    char name[128];
-    run_tool_agent_name(t, name, sizeof(name));
-    char desc[512];
-    (void)snprintf(desc, sizeof(desc), "%s",
-                   t->description
-                       ? t->description
-                       : (t->agent->instructions
-                              ? "Runs the agent on the given input "
-                                "and returns its answer."
-                              : "Runs the agent on the given input."));
-    json_array_append_new(
-        tools,
-        json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}",
-                  "type", "function", "name", name, "description", desc,
-                  "parameters", "type", "object", "properties", "input", "type",
-                  "string", "required", "input", "additionalProperties", 0,
-                  "strict", 1));
-  }
-  for (size_t i = 0; i < a->nhandoffs; i++) {
-    char name[160];
-    handoff_name(a->handoffs[i], name, sizeof(name));
-    char desc[512];
-    (void)snprintf(desc, sizeof(desc),
-                   "Handoff to the %s agent to handle the request.",
-                   a->handoffs[i]->name);
-    json_array_append_new(
-        tools, json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:[], s:b}, s:b}",
-                         "type", "function", "name", name, "description", desc,
-                         "parameters", "type", "object", "properties",
-                         "required", "additionalProperties", 0, "strict", 1));
-  }
-  json_t *caps = tools_definitions(run_has_cap(a, AGENT_CAP_FILESYSTEM),
-                                   run_has_cap(a, AGENT_CAP_SHELL),
-                                   model_api_features(api)->hosted_tools);
-  json_array_extend(tools, caps);
-  json_decref(caps);
-  return tools;
+  _cleanup_json_ json_t *tools = json_array();
+  if (!tools)
+    return NULL;
+  for (size_t i = 0; i < a->ntools; i++)
+    if (json_array_append_new(tools, agent_tool_json(&a->tools[i])) < 0)
+      return NULL;
+  for (size_t i = 0; i < a->nhandoffs; i++)
+    if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
+      return NULL;
+  _cleanup_json_ json_t *caps = tools_definitions(
+      run_has_cap(a, AGENT_CAP_FILESYSTEM), run_has_cap(a, AGENT_CAP_SHELL),
+      model_api_features(api)->hosted_tools);
+  if (!caps || json_array_extend(tools, caps) < 0)
+    return NULL;
+  return TAKE_PTR(tools);
 }
 
 /* The input for the next call: everything before the last compaction
- * item is dropped (the server summarized it). New reference. */
+ * item is dropped (the server summarized it). New reference; NULL on OOM. */
 static json_t *turn_input(json_t *items) {
   size_t last = 0;
   bool found = false;
@@ -161,10 +165,11 @@ static json_t *turn_input(json_t *items) {
   }
   if (!found)
     return json_incref(items);
-  json_t *out = json_array();
-  for (i = last; i < json_array_size(items); i++)
-    json_array_append(out, json_array_get(items, i));
-  return out;
+  _cleanup_json_ json_t *out = json_array();
+  for (i = last; out && i < json_array_size(items); i++)
+    if (json_array_append(out, json_array_get(items, i)) < 0)
+      return NULL;
+  return TAKE_PTR(out);
 }
 
 /* The request of agent A's turn in RUN to API for MODEL. The agent's
@@ -190,14 +195,19 @@ int run_request_build(struct run *run, const struct agent *a,
     json_decref(st->tools);
     st->tools = build_tools(a, api);
     st->tools_api = api;
+    if (!st->tools)
+      return -ENOMEM;
   }
   tr->settings = settings_json(&a->model_settings);
   tr->input = turn_input(run->items);
+  if (!tr->settings || !tr->input)
+    return -ENOMEM;
   if (run_has_cap(a, AGENT_CAP_COMPACTION) &&
-      model_api_features(api)->compaction)
-    tr->extra = json_pack("{s:[{s:s, s:I}]}", "context_management", "type",
-                          "compaction", "compact_threshold",
-                          (json_int_t)model_compaction_threshold(model));
+      model_api_features(api)->compaction &&
+      !(tr->extra = json_pack("{s:[{s:s, s:I}]}", "context_management", "type",
+                              "compaction", "compact_threshold",
+                              (json_int_t)model_compaction_threshold(model))))
+    return -ENOMEM;
   tr->req = (struct model_request){
       .model = model,
       .instructions = st->instr,

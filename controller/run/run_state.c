@@ -28,11 +28,18 @@ static const char *const rs_progress_keys[] = {
  * which no conversation item has. */
 #define RS_CHECKPOINT "sbx.checkpoint"
 
+#define JOURNAL_PATH_MAX 4300
+
+/* The journal's path beside the state file PATH. */
+static void journal_path(const char *path, char out[JOURNAL_PATH_MAX]) {
+  (void)snprintf(out, JOURNAL_PATH_MAX, "%s.items", path);
+}
+
 /* Appends LEN bytes of TEXT to the journal, opening it the first time. */
 static int rs_append(struct shared *sh, const char *text, size_t len) {
   if (sh->rs_jfd < 0) {
-    char jpath[4300];
-    (void)snprintf(jpath, sizeof(jpath), "%s.items", sh->rs_path);
+    char jpath[JOURNAL_PATH_MAX];
+    journal_path(sh->rs_path, jpath);
     sh->rs_jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (sh->rs_jfd < 0) {
       int r = -errno;
@@ -43,6 +50,67 @@ static int rs_append(struct shared *sh, const char *text, size_t len) {
   /* One write: a kill leaves at most a partial last line, which a resume
    * ignores. */
   return sbx_write_all(sh->rs_jfd, text, len);
+}
+
+/* The members of the run state that change as the run goes, as they are
+ * now (new; NULL on OOM): a save's sequence number, STATUS, agent A, the
+ * turn, the conversation's length, the calls PENDING, usage, and each
+ * recorded sandbox's record and running exec sessions. */
+static json_t *progress(struct run *run, const struct agent *a,
+                        const char *status, json_t *pending) {
+  struct shared *sh = run->sh;
+  const struct model_usage *u = &run->res->usage;
+  json_t *sbs = json_object();
+  for (size_t i = 0; sbs && i < AGENT_MAX_AGENTS; i++) {
+    struct agent_state *st = &run->states[i];
+    if (!st->record_id[0] || !st->ready)
+      continue;
+    char key[16];
+    (void)snprintf(key, sizeof(key), "%zu", i);
+    if (json_object_set_new(sbs, key,
+                            json_pack("{s:s, s:o}", "record", st->record_id,
+                                      "tools", toolbox_save(&st->tb))) < 0) {
+      json_decref(sbs);
+      return NULL;
+    }
+  }
+  return json_pack(
+      "{s:I, s:s, s:I, s:i, s:I, s:O?, s:{s:I, s:I, s:I, s:I, s:I, s:i}, s:o, "
+      "s:s*}",
+      "seq", (json_int_t)++sh->rs_seq, "status", status, "agent",
+      (json_int_t)a->index, "turn", run->turn, "items_count",
+      (json_int_t)json_array_size(run->items), "pending", pending, "usage",
+      "input_tokens", (json_int_t)u->input_tokens, "output_tokens",
+      (json_int_t)u->output_tokens, "total_tokens", (json_int_t)u->total_tokens,
+      "reasoning_tokens", (json_int_t)u->reasoning_tokens, "cached_tokens",
+      (json_int_t)u->cached_tokens, "turns", run->res->turns, "sandboxes", sbs,
+      "final_output", run->res->final_output);
+}
+
+/* Appends to J the journal lines of a save: the conversation items not
+ * yet in the journal, then with CHECKPOINT a checkpoint line with the
+ * run state's progress members. */
+static int journal_lines(struct shared *sh, json_t *items, bool checkpoint,
+                         struct sbx_buf *j) {
+  int r = 0;
+  for (size_t i = sh->rs_items; i < json_array_size(items) && r == 0; i++) {
+    _cleanup_free_ char *line =
+        json_dumps(json_array_get(items, i), JSON_COMPACT | JSON_ENSURE_ASCII);
+    r = line ? sbx_buf_printf(j, "%s\n", line) : -ENOMEM;
+  }
+  if (r < 0 || !checkpoint)
+    return r;
+  json_t *body = json_object();
+  _cleanup_json_ json_t *cp = json_pack("{s:o}", RS_CHECKPOINT, body);
+  if (!cp)
+    return -ENOMEM;
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(rs_progress_keys); i++) {
+    json_t *v = json_object_get(sh->rs, rs_progress_keys[i]);
+    if (v && json_object_set(body, rs_progress_keys[i], v) < 0)
+      return -ENOMEM;
+  }
+  _cleanup_free_ char *line = json_dumps(cp, JSON_COMPACT | JSON_ENSURE_ASCII);
+  return line ? sbx_buf_printf(j, "%s\n", line) : -ENOMEM;
 }
 
 /* Saves the root run's state: the conversation, the current agent, the
@@ -62,61 +130,13 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
   struct shared *sh = run->sh;
   if (!sh->rs || run->depth != 0)
     return 0;
-  json_t *rs = sh->rs;
-  const struct model_usage *u = &run->res->usage;
-  json_object_set_new(rs, "seq", json_integer(++sh->rs_seq));
-  json_object_set_new(rs, "status", json_string(status));
-  json_object_set_new(rs, "agent", json_integer((json_int_t)a->index));
-  json_object_set_new(rs, "turn", json_integer(run->turn));
-  size_t n = json_array_size(run->items);
-  json_object_set_new(rs, "items_count", json_integer((json_int_t)n));
-  json_object_set_new(rs, "pending",
-                      pending ? json_incref(pending) : json_null());
-  json_object_set_new(
-      rs, "usage",
-      json_pack("{s:I, s:I, s:I, s:I, s:I, s:i}", "input_tokens",
-                (json_int_t)u->input_tokens, "output_tokens",
-                (json_int_t)u->output_tokens, "total_tokens",
-                (json_int_t)u->total_tokens, "reasoning_tokens",
-                (json_int_t)u->reasoning_tokens, "cached_tokens",
-                (json_int_t)u->cached_tokens, "turns", run->res->turns));
-  json_t *sbs = json_object();
-  for (size_t i = 0; i < AGENT_MAX_AGENTS; i++) {
-    struct agent_state *st = &run->states[i];
-    if (!st->record_id[0] || !st->ready)
-      continue;
-    char key[16];
-    (void)snprintf(key, sizeof(key), "%zu", i);
-    json_object_set_new(sbs, key,
-                        json_pack("{s:s, s:o}", "record", st->record_id,
-                                  "tools", toolbox_save(&st->tb)));
-  }
-  json_object_set_new(rs, "sandboxes", sbs);
-  if (run->res->final_output)
-    json_object_set_new(rs, "final_output",
-                        json_string(run->res->final_output));
-
+  _cleanup_json_ json_t *now = progress(run, a, status, pending);
+  if (!now || json_object_update(sh->rs, now) < 0)
+    return -ENOMEM;
   bool checkpoint = sh->rs_written && strcmp(status, "running") == 0;
   _cleanup_buf_ struct sbx_buf j;
   sbx_buf_init(&j, 4096);
-  int r = 0;
-  for (size_t i = sh->rs_items; i < n && r == 0; i++) {
-    _cleanup_free_ char *line = json_dumps(json_array_get(run->items, i),
-                                           JSON_COMPACT | JSON_ENSURE_ASCII);
-    r = line ? sbx_buf_printf(&j, "%s\n", line) : -ENOMEM;
-  }
-  if (r == 0 && checkpoint) {
-    json_t *body = json_object();
-    _cleanup_json_ json_t *cp = json_pack("{s:o}", RS_CHECKPOINT, body);
-    for (size_t i = 0; cp && i < SBX_ARRAY_SIZE(rs_progress_keys); i++) {
-      json_t *v = json_object_get(rs, rs_progress_keys[i]);
-      if (v)
-        json_object_set(body, rs_progress_keys[i], v);
-    }
-    _cleanup_free_ char *line =
-        cp ? json_dumps(cp, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-    r = line ? sbx_buf_printf(&j, "%s\n", line) : -ENOMEM;
-  }
+  int r = journal_lines(sh, run->items, checkpoint, &j);
   if (r == 0 && j.len)
     r = rs_append(sh, j.data, j.len);
   if (r < 0) {
@@ -124,10 +144,10 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
              strerror(-r));
     return r;
   }
-  sh->rs_items = n;
+  sh->rs_items = json_array_size(run->items);
   if (checkpoint)
     return 0;
-  _cleanup_free_ char *text = json_dumps(rs, JSON_COMPACT);
+  _cleanup_free_ char *text = json_dumps(sh->rs, JSON_COMPACT);
   if (!text)
     return -ENOMEM;
   r = sbx_write_file_replace(sh->rs_path, text, strlen(text), 0600);
@@ -182,8 +202,8 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
   if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
     return -EINVAL;
   size_t want = (size_t)json_integer_value(cnt);
-  char jpath[4300];
-  (void)snprintf(jpath, sizeof(jpath), "%s.items", path);
+  char jpath[JOURNAL_PATH_MAX];
+  journal_path(path, jpath);
   _cleanup_free_ char *text = NULL;
   size_t len = 0;
   int r = sbx_read_file(jpath, 1u << 30, &text, &len);
@@ -222,7 +242,8 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
       json_decref(it);
       continue;
     }
-    json_array_append_new(items, it);
+    if (json_array_append_new(items, it) < 0)
+      return -ENOMEM;
     if (json_array_size(items) == want && !have_want) {
       have_want = true;
       want_end = line_end;
@@ -239,6 +260,7 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
   } else if (!have_want) {
     return -EINVAL;
   }
+  /* Removing an array's last item cannot fail. */
   while (json_array_size(items) > want)
     (void)json_array_remove(items, json_array_size(items) - 1);
   if (truncate(jpath, (off_t)cut) < 0)
@@ -347,8 +369,8 @@ void run_state_end(struct run *run, int r) {
      * sandboxes, so there is nothing to resume. */
     if (r != RUNNER_PAUSED) {
       (void)unlink(sh->rs_path);
-      char jpath[4300];
-      (void)snprintf(jpath, sizeof(jpath), "%s.items", sh->rs_path);
+      char jpath[JOURNAL_PATH_MAX];
+      journal_path(sh->rs_path, jpath);
       (void)unlink(jpath);
       res->state_path[0] = '\0';
     }

@@ -25,6 +25,8 @@ void run_trace_usage(struct trace_span *sp, const struct model_usage *u) {
   trace_set_int(sp, "sbx.usage.cached_tokens", u->cached_tokens);
 }
 
+/* The turn budget: GIVEN, else --max-turns, else the agent's, else
+ * RUNNER_DEFAULT_MAX_TURNS. */
 static int64_t turns_for(const struct run_options *o, const struct agent *a,
                          int64_t given) {
   if (given > 0)
@@ -36,6 +38,7 @@ static int64_t turns_for(const struct run_options *o, const struct agent *a,
   return RUNNER_DEFAULT_MAX_TURNS;
 }
 
+/* The conversation item of the user's TEXT (new; NULL on OOM). */
 static json_t *user_message(const char *text) {
   return json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "type", "message", "role",
                    "user", "content", "type", "input_text", "text", text);
@@ -59,7 +62,12 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   run->res = &res;
   run->depth = parent->depth + 1;
   run->items = json_array();
-  json_array_append_new(run->items, user_message(input));
+  if (!run->items ||
+      json_array_append_new(run->items, user_message(input)) < 0) {
+    json_decref(run->items);
+    free(run);
+    return -ENOMEM;
+  }
   const char *call_id = json_string_value(json_object_get(j->item, "call_id"));
   events_agent_tool_started(
       run->sh->ev, &(struct events_where){t->agent->name, (int)run->depth, 0},
@@ -163,8 +171,10 @@ int runner_run(const struct run_options *o, struct run_result *res,
     r = run_state_begin(run, e);
   if (!run->items)
     run->items = json_array();
-  if (!o->resume_path)
-    json_array_append_new(run->items, user_message(o->prompt));
+  if (!run->items ||
+      (!o->resume_path &&
+       json_array_append_new(run->items, user_message(o->prompt)) < 0))
+    r = r < 0 ? r : -ENOMEM;
   int64_t max_turns = turns_for(o, start, 0);
   if (run->first_turn > 0)
     max_turns += run->first_turn - 1;
