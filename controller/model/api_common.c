@@ -1,8 +1,10 @@
 /* What both model APIs read and write alike: the tool_choice keywords,
- * API error objects and integers of a reply. Used by responses.c, chat.c
- * and model.c; it depends on neither API. */
+ * API error objects, integers of a reply, and the model_response they
+ * fill. Used by responses.c, chat.c and model.c; it depends on neither
+ * API. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "controller/model/model_internal.h"
@@ -49,4 +51,12 @@ long long model_json_int(json_t *j, const char *key) {
   if (json_is_real(v))
     return (long long)json_real_value(v);
   return 0;
+}
+
+void model_response_clear(struct model_response *r) {
+  if (!r)
+    return;
+  json_decref(r->output);
+  free(r->id);
+  memset(r, 0, sizeof(*r));
 }

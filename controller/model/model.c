@@ -68,14 +68,6 @@ struct model_client {
   pthread_mutex_t lock; /* serializes model_call */
 };
 
-void model_response_clear(struct model_response *r) {
-  if (!r)
-    return;
-  json_decref(r->output);
-  free(r->id);
-  memset(r, 0, sizeof(*r));
-}
-
 enum model_api model_client_api(const struct model_client *m) {
   return m->api;
 }
