@@ -14,6 +14,7 @@ bool model_tool_choice_is_keyword(const char *s) {
          strcmp(s, "none") == 0;
 }
 
+/* "error from URL: <message>" for the API error object J. */
 int model_error_from(json_t *j, const char *url, struct sbx_error *e) {
   const char *msg = model_error_message(j);
   return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,

@@ -11,12 +11,14 @@ static const struct model_api_ops *const apis[] = {
     [MODEL_API_CHAT] = &model_chat_api,
 };
 
+/* API's operations, or NULL for an unknown API. */
 const struct model_api_ops *model_api_ops(enum model_api api) {
   if ((unsigned)api >= SBX_ARRAY_SIZE(apis))
     return NULL;
   return apis[api];
 }
 
+/* The API named NAME in recordings, or NULL. */
 const struct model_api_ops *model_api_named(const char *name) {
   for (size_t i = 0; name && i < SBX_ARRAY_SIZE(apis); i++)
     if (apis[i] && strcmp(apis[i]->name, name) == 0)
@@ -24,6 +26,7 @@ const struct model_api_ops *model_api_named(const char *name) {
   return NULL;
 }
 
+/* What callers may ask of API (model.h), or NULL for an unknown API. */
 const struct model_api_features *model_api_features(enum model_api api) {
   const struct model_api_ops *ops = model_api_ops(api);
   return ops ? &ops->features : NULL;

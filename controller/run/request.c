@@ -70,6 +70,7 @@ static void snake(const char *in, char *out, size_t cap) {
   out[o] = '\0';
 }
 
+/* The function name of the handoff to A: transfer_to_<a's name>. */
 static void handoff_name(const struct agent *a, char *out, size_t cap) {
   char s[128];
   snake(a->name, s, sizeof(s));
@@ -220,6 +221,7 @@ int run_request_build(struct run *run, const struct agent *a,
   return 0;
 }
 
+/* Frees what run_request_build made for TR. */
 void run_request_clear(struct turn_request *tr) {
   json_decref(tr->settings);
   json_decref(tr->input);

@@ -97,6 +97,7 @@ struct call_job {
   bool skip; /* answered without running (a rejected call) */
 };
 
+/* Whether agent A has capability C. */
 static inline bool run_has_cap(const struct agent *a, enum agent_capability c) {
   for (size_t i = 0; i < a->ncapabilities; i++)
     if (a->capabilities[i] == c)

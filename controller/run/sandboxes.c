@@ -14,6 +14,8 @@
 #include "shared/cleanup.h"
 #include "shared/log.h"
 
+/* Whether a sandbox failed for its configuration (exit 2), not at run
+ * time. */
 static bool is_config_error(const struct sbx_error *e) {
   return e->code == SBX_INVALID_ARGUMENT || e->code == SBX_NOT_SUPPORTED ||
          e->code == SBX_PERMISSION_DENIED || e->code == SBX_NOT_FOUND;
@@ -112,6 +114,8 @@ const char *run_backend_name(const struct run_options *o) {
   return o->backend->name;
 }
 
+/* Whether agent A works in a sandbox: it has the filesystem or shell
+ * capability, or a manifest. */
 static bool uses_sandbox(const struct agent *a) {
   return run_has_cap(a, AGENT_CAP_FILESYSTEM) ||
          run_has_cap(a, AGENT_CAP_SHELL) || a->default_manifest != NULL;

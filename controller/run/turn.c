@@ -45,6 +45,7 @@ struct turn {
   json_t *handoff_outputs;  /* the handoff calls' outputs */
 };
 
+/* Frees what the turn T still holds, on every way out of it. */
 static void turn_clear(struct turn *t) {
   for (size_t m = 0; t->jobs && m < t->njobs; m++)
     json_decref(t->jobs[m].output);
@@ -53,6 +54,7 @@ static void turn_clear(struct turn *t) {
   model_response_clear(&t->resp);
 }
 
+/* True for an output item that is a tool call to run. */
 static bool is_call(json_t *item) {
   const char *t = json_string_value(json_object_get(item, "type"));
   return t && (strcmp(t, "function_call") == 0 ||
@@ -97,6 +99,8 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
   return json_array_extend(run->items, t->resp.output) < 0 ? -ENOMEM : 0;
 }
 
+/* The text of a message item: its string content, or its text and
+ * refusal parts joined. New string; NULL on OOM. */
 static char *message_text(json_t *item) {
   _cleanup_buf_ struct sbx_buf b;
   sbx_buf_init(&b, 64u << 20);
