@@ -2,6 +2,7 @@
  * the way out, the reply becomes items on the way back. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,7 +285,9 @@ static int add_settings(json_t *b, json_t *st, bool have_tools) {
   return r ? -ENOMEM : 0;
 }
 
-json_t *chat_build_body(const struct model_request *req, bool stream) {
+/* The body of POST /chat/completions for REQ (new): items become
+ * messages, function tools are kept, other tools dropped. */
+static json_t *build_body(const struct model_request *req, bool stream) {
   _cleanup_json_ json_t *b = json_object();
   _cleanup_json_ json_t *tools = build_tools(req->tools);
   if (!b || !tools)
@@ -339,8 +342,10 @@ static json_t *message_item(json_t *text, bool refusal) {
                          "output_text", "text", text, "annotations");
 }
 
-int chat_parse(json_t *reply, const char *url, struct model_response *out,
-               struct sbx_error *e) {
+/* Reads a chat completion (borrowed; tool calls without an id get one
+ * written into it, so a recording holds the ids the run used) into OUT. */
+static int parse(json_t *reply, const char *url, struct model_response *out,
+                 struct sbx_error *e) {
   memset(out, 0, sizeof(*out));
   int rc = model_reply_check(reply, url, e);
   if (rc < 0)
@@ -385,9 +390,14 @@ int chat_parse(json_t *reply, const char *url, struct model_response *out,
     if (!json_is_string(json_object_get(tc, "id")) &&
         json_object_set_new(tc, "id", new_call_id()) < 0)
       return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+    /* Arguments sent as JSON rather than its text: their text; anything
+     * else that is not a string: none. */
     json_t *args = json_object_get(fn, "arguments");
+    bool container = json_is_object(args) || json_is_array(args);
     _cleanup_free_ char *dumped =
-        args && !json_is_string(args) ? json_dumps(args, JSON_COMPACT) : NULL;
+        container ? json_dumps(args, JSON_COMPACT) : NULL;
+    if (container && !dumped)
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
     const char *a = json_is_string(args) ? json_string_value(args)
                     : dumped             ? dumped
                                          : "{}";
@@ -426,7 +436,8 @@ struct chat_call {
   bool seen;
 };
 
-struct chat_stream {
+/* Assembles a streamed completion from its chunks. */
+struct model_stream {
   model_delta_fn on_delta;
   void *delta_arg;
   bool delivered;
@@ -439,9 +450,9 @@ struct chat_stream {
   json_t *id, *model, *created, *usage, *finish_reason;
 };
 
-struct chat_stream *chat_stream_new(model_delta_fn on_delta, void *delta_arg,
-                                    size_t max_bytes) {
-  struct chat_stream *s = calloc(1, sizeof(*s));
+static struct model_stream *stream_new(model_delta_fn on_delta, void *delta_arg,
+                                       size_t max_bytes) {
+  struct model_stream *s = calloc(1, sizeof(*s));
   if (!s)
     return NULL;
   s->on_delta = on_delta;
@@ -456,7 +467,7 @@ struct chat_stream *chat_stream_new(model_delta_fn on_delta, void *delta_arg,
   return s;
 }
 
-struct chat_stream *chat_stream_free(struct chat_stream *s) {
+static struct model_stream *stream_free(struct model_stream *s) {
   if (!s)
     return NULL;
   sbx_buf_free(&s->content);
@@ -475,7 +486,7 @@ struct chat_stream *chat_stream_free(struct chat_stream *s) {
   return NULL;
 }
 
-bool chat_stream_delivered(const struct chat_stream *s) {
+static bool stream_delivered(const struct model_stream *s) {
   return s->delivered;
 }
 
@@ -492,7 +503,7 @@ static int append_str(struct sbx_buf *b, json_t *v) {
   return sbx_buf_append(b, json_string_value(v), json_string_length(v));
 }
 
-static int stream_tool_calls(struct chat_stream *s, json_t *calls,
+static int stream_tool_calls(struct model_stream *s, json_t *calls,
                              const char *url, struct sbx_error *e) {
   size_t i;
   json_t *tc;
@@ -525,8 +536,9 @@ static int stream_tool_calls(struct chat_stream *s, json_t *calls,
   return 0;
 }
 
-int chat_stream_event(struct chat_stream *s, const char *data, size_t len,
-                      const char *url, struct sbx_error *e) {
+/* One "data:" payload: a chunk, or "[DONE]". */
+static int stream_event(struct model_stream *s, const char *data, size_t len,
+                        const char *url, struct sbx_error *e) {
   if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
     s->done = true;
     return 0;
@@ -538,11 +550,8 @@ int chat_stream_event(struct chat_stream *s, const char *data, size_t len,
                          "invalid JSON in the event stream from %s: %s", url,
                          jerr.text);
   json_t *err = json_object_get(ev, "error");
-  if (err && !json_is_null(err)) {
-    const char *msg = model_error_message(ev);
-    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
-                         msg ? msg : "no message given");
-  }
+  if (err && !json_is_null(err))
+    return model_error_from(ev, url, e);
   keep(&s->id, ev, "id");
   keep(&s->model, ev, "model");
   keep(&s->created, ev, "created");
@@ -586,8 +595,9 @@ int chat_stream_event(struct chat_stream *s, const char *data, size_t len,
   return 0;
 }
 
-int chat_stream_end(struct chat_stream *s, json_t **reply, const char *url,
-                    struct sbx_error *e) {
+/* After the stream: the chunks assembled into the non-stream shape. */
+static int stream_end(struct model_stream *s, json_t **reply, const char *url,
+                      struct sbx_error *e) {
   *reply = NULL;
   if (!s->done && !s->finish_reason)
     return sbx_error_set(e, SBX_UNAVAILABLE, ECONNRESET,
@@ -627,3 +637,62 @@ int chat_stream_end(struct chat_stream *s, json_t **reply, const char *url,
   *reply = out;
   return 0;
 }
+
+/* A chat message as a replay compares it: an assistant message's tool
+ * calls by their names and ids. */
+static void shape_of(json_t *msg, struct model_shape *s) {
+  memset(s, 0, sizeof(*s));
+  s->role = json_string_value(json_object_get(msg, "role"));
+  s->type = "message";
+  s->call_id = json_string_value(json_object_get(msg, "tool_call_id"));
+  size_t i;
+  json_t *tc;
+  size_t nn = 0, ni = 0;
+  json_array_foreach(json_object_get(msg, "tool_calls"), i, tc) {
+    const char *name = json_string_value(
+        json_object_get(json_object_get(tc, "function"), "name"));
+    const char *id = json_string_value(json_object_get(tc, "id"));
+    int w = snprintf(s->names + nn, sizeof(s->names) - nn, "%s%s", i ? "," : "",
+                     name ? name : "?");
+    if (w > 0 && (size_t)w < sizeof(s->names) - nn)
+      nn += (size_t)w;
+    w = snprintf(s->ids + ni, sizeof(s->ids) - ni, "%s%s", i ? "," : "",
+                 id ? id : "?");
+    if (w > 0 && (size_t)w < sizeof(s->ids) - ni)
+      ni += (size_t)w;
+  }
+  if (nn)
+    s->name = s->names;
+  if (ni)
+    s->call_id = s->ids;
+}
+
+static const char *tool_name(json_t *tool) {
+  return json_string_value(
+      json_object_get(json_object_get(tool, "function"), "name"));
+}
+
+const struct model_api_ops model_chat_api = {
+    .features =
+        {
+            .trace_name = "chat_completions",
+            .hosted_tools = false,
+            .compaction = false,
+            .tool_images = false,
+        },
+    .name = "chat",
+    .path = "/chat/completions",
+    .input_key = "messages",
+    .entry_name = "message",
+    .entries_name = "messages",
+    .cache_input = false,
+    .build_body = build_body,
+    .parse = parse,
+    .stream_new = stream_new,
+    .stream_event = stream_event,
+    .stream_delivered = stream_delivered,
+    .stream_end = stream_end,
+    .stream_free = stream_free,
+    .shape_of = shape_of,
+    .tool_name = tool_name,
+};

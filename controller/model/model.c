@@ -1,10 +1,10 @@
-/* The model client: configuration, retries, streaming, record and replay,
- * and dispatch to the Responses or Chat Completions code. */
+/* The model client: configuration, retries, streaming and the call, which
+ * is recorded or replayed by replay.c; what differs between the APIs is in
+ * their operations (apis.c). */
 #include "controller/model/model.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -12,16 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "controller/model/model_internal.h"
 #include "controller/net/http.h"
 #include "controller/net/sse.h"
 #include "shared/buf.h"
 #include "shared/cleanup.h"
-#include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/rand.h"
 
@@ -34,8 +31,6 @@
 #define MAX_BACKOFF_MS 20000u
 #define MAX_RETRY_AFTER_MS 60000u
 #define ERROR_BODY_BYTES 200
-#define REPLAY_MAX_BYTES ((size_t)256 << 20)
-#define REPLAY_MAX_CALLS 100000u
 #define SSE_MAX_EVENT_BYTES ((size_t)16 << 20)
 
 /* The conversation text a request may carry. */
@@ -43,6 +38,7 @@
 
 struct model_client {
   enum model_api api;
+  const struct model_api_ops *ops;
   char *url;         /* the endpoint */
   char *url_display; /* the endpoint without user:password@ */
   char *auth_header; /* "Authorization: Bearer KEY", NULL without a key */
@@ -57,11 +53,8 @@ struct model_client {
   void *delta_arg;
   struct http_client *http;
 
-  int record_fd; /* -1 when not recording */
-  char *record_path;
-  char *replay_path; /* NULL when not replaying */
-  json_t *replay;    /* array of recorded lines */
-  size_t replay_next;
+  struct model_recorder record;
+  struct model_replay replay;
 
   /* The Responses API takes the whole conversation every turn: the items
    * sent last time, serialized once, for the next body (input_text). */
@@ -75,71 +68,17 @@ struct model_client {
   pthread_mutex_t lock; /* serializes model_call */
 };
 
-static const char *api_name(enum model_api api) {
-  return api == MODEL_API_CHAT ? "chat" : "responses";
-}
-
-bool model_tool_choice_is_keyword(const char *s) {
-  return strcmp(s, "auto") == 0 || strcmp(s, "required") == 0 ||
-         strcmp(s, "none") == 0;
-}
-
-int model_reply_check(json_t *reply, const char *url, struct sbx_error *e) {
-  if (!json_is_object(reply))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
-                         "unexpected reply from %s: not a JSON object", url);
-  json_t *err = json_object_get(reply, "error");
-  if (err && !json_is_null(err)) {
-    const char *msg = model_error_message(reply);
-    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
-                         msg ? msg : "no message given");
-  }
-  return 0;
-}
-
-const char *model_error_message(json_t *j) {
-  json_t *err = json_object_get(j, "error");
-  const char *m = json_string_value(json_object_get(err, "message"));
-  if (m && m[0])
-    return m;
-  if (json_is_string(err) && json_string_length(err))
-    return json_string_value(err);
-  m = json_string_value(json_object_get(j, "message"));
-  if (m && m[0])
-    return m;
-  m = json_string_value(json_object_get(j, "detail"));
-  return m && m[0] ? m : NULL;
-}
-
-long long model_json_int(json_t *j, const char *key) {
-  json_t *v = json_object_get(j, key);
-  if (json_is_integer(v))
-    return json_integer_value(v);
-  if (json_is_real(v))
-    return (long long)json_real_value(v);
-  return 0;
-}
-
-void model_response_clear(struct model_response *r) {
-  if (!r)
-    return;
-  json_decref(r->output);
-  free(r->id);
-  memset(r, 0, sizeof(*r));
-}
-
 enum model_api model_client_api(const struct model_client *m) {
   return m->api;
 }
 
 bool model_client_replaying(const struct model_client *m) {
-  return m->replay_path != NULL;
+  return m->replay.path != NULL;
 }
 
 json_t *model_build_body(const struct model_client *m,
                          const struct model_request *req) {
-  return m->api == MODEL_API_CHAT ? chat_build_body(req, m->stream)
-                                  : responses_build_body(req, m->stream);
+  return m->ops->build_body(req, m->stream);
 }
 
 /* ---- configuration ------------------------------------------------- */
@@ -155,15 +94,12 @@ struct model_client *model_client_free(struct model_client *m) {
   if (!m)
     return NULL;
   http_client_free(m->http);
-  if (m->record_fd >= 0)
-    (void)close(m->record_fd);
   free(m->url);
   free(m->url_display);
   erase_free(m->auth_header);
   erase_free(m->api_key);
-  free(m->record_path);
-  free(m->replay_path);
-  json_decref(m->replay);
+  model_record_close(&m->record);
+  model_replay_clear(&m->replay);
   for (size_t i = 0; i < m->in.n; i++)
     json_decref(m->in.items[i]);
   free(m->in.items);
@@ -184,8 +120,7 @@ static int set_url(struct model_client *m, const char *base,
                          "base URL must start with http:// or https:// "
                          "(got \"%.100s\")",
                          base);
-  const char *path =
-      m->api == MODEL_API_CHAT ? "/chat/completions" : "/responses";
+  const char *path = m->ops->path;
   size_t n = strcspn(base, "?#");
   size_t trimmed = n;
   while (trimmed > 0 && base[trimmed - 1] == '/')
@@ -235,99 +170,11 @@ static int set_key(struct model_client *m, const char *key,
   return 0;
 }
 
-/* Reads the whole of PATH (at most MAX bytes) into B. */
-static int read_file(const char *path, size_t max, struct sbx_buf *b,
-                     struct sbx_error *e) {
-  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return sbx_error_set(e, SBX_OK, errno, "cannot open replay file %s: %m",
-                         path);
-  struct stat st;
-  if (fstat(fd, &st) < 0)
-    return sbx_error_set(e, SBX_OK, errno, "cannot stat replay file %s: %m",
-                         path);
-  if (!S_ISREG(st.st_mode))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "replay file %s is not a regular file", path);
-  char sz[32];
-  http_format_size(max, sz, sizeof(sz));
-  sbx_buf_init(b, max);
-  for (;;) {
-    if (sbx_buf_reserve(b, 65536) < 0 && sbx_buf_reserve(b, 1) < 0)
-      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                           "replay file %s exceeds %s", path, sz);
-    ssize_t n = read(fd, b->data + b->len, b->cap - b->len - 1);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return sbx_error_set(e, SBX_OK, errno, "cannot read replay file %s: %m",
-                           path);
-    if (n == 0)
-      break;
-    b->len += (size_t)n;
-    b->data[b->len] = '\0';
-  }
-  return 0;
-}
-
-/* Loads the recording at PATH: one JSON object per line. */
-static int replay_load(struct model_client *m, const char *path,
-                       struct sbx_error *e) {
-  _cleanup_buf_ struct sbx_buf b = {0};
-  int r = read_file(path, REPLAY_MAX_BYTES, &b, e);
-  if (r < 0)
-    return r;
-  m->replay = json_array();
-  if (!m->replay)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  size_t lineno = 0;
-  for (size_t off = 0; off < b.len;) {
-    const char *line = b.data + off;
-    const char *nl = memchr(line, '\n', b.len - off);
-    size_t len = nl ? (size_t)(nl - line) : b.len - off;
-    off += len + (nl ? 1 : 0);
-    lineno++;
-    size_t k = 0;
-    while (k < len && isspace((unsigned char)line[k]))
-      k++;
-    if (k == len)
-      continue;
-    if (json_array_size(m->replay) >= REPLAY_MAX_CALLS)
-      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                           "replay file %s has more than %u model calls", path,
-                           REPLAY_MAX_CALLS);
-    json_error_t jerr;
-    _cleanup_json_ json_t *j = json_loadb(line, len, 0, &jerr);
-    if (!j)
-      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
-                           "replay file %s line %zu: invalid JSON: %s", path,
-                           lineno, jerr.text);
-    const char *api = json_string_value(json_object_get(j, "api"));
-    if (model_json_int(j, "version") != 1)
-      return sbx_error_set(e, SBX_VERSION_MISMATCH, EPROTO,
-                           "replay file %s line %zu: unsupported version "
-                           "(expected 1)",
-                           path, lineno);
-    if (!api || (strcmp(api, "responses") != 0 && strcmp(api, "chat") != 0) ||
-        !json_is_object(json_object_get(j, "request")) ||
-        !json_is_object(json_object_get(j, "response")))
-      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
-                           "replay file %s line %zu: expected {\"version\": "
-                           "1, \"api\", \"request\", \"response\"}",
-                           path, lineno);
-    if (json_array_append(m->replay, j) < 0)
-      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  }
-  m->replay_path = strdup(path);
-  if (!m->replay_path)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  return 0;
-}
-
 int model_client_new(const struct model_config *cfg, struct model_client **out,
                      struct sbx_error *e) {
   *out = NULL;
-  if (cfg->api != MODEL_API_RESPONSES && cfg->api != MODEL_API_CHAT)
+  const struct model_api_ops *ops = model_api_ops(cfg->api);
+  if (!ops)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "unknown model API %d", (int)cfg->api);
   struct model_client *m = calloc(1, sizeof(*m));
@@ -335,12 +182,13 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
     sbx_buf_init(&m->in.text, MODEL_MAX_INPUT_TEXT);
   if (!m)
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  m->record_fd = -1;
+  m->record.fd = -1;
   if (pthread_mutex_init(&m->lock, NULL) != 0) {
     free(m);
     return sbx_error_set(e, SBX_OK, ENOMEM, "cannot create a mutex");
   }
   m->api = cfg->api;
+  m->ops = ops;
   m->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
   m->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms
                                                   : DEFAULT_CONNECT_TIMEOUT_MS;
@@ -367,16 +215,9 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
   if (r == 0)
     r = http_client_new(&m->http, e);
   if (r == 0 && cfg->replay_path)
-    r = replay_load(m, cfg->replay_path, e);
-  if (r == 0 && cfg->record_path) {
-    m->record_fd =
-        open(cfg->record_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (m->record_fd < 0)
-      r = sbx_error_set(e, SBX_OK, errno, "cannot open recording %s: %m",
-                        cfg->record_path);
-    else if (!(m->record_path = strdup(cfg->record_path)))
-      r = sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  }
+    r = model_replay_load(&m->replay, cfg->replay_path, e);
+  if (r == 0 && cfg->record_path)
+    r = model_record_open(&m->record, cfg->record_path, e);
   if (r < 0) {
     model_client_free(m);
     return r;
@@ -508,19 +349,15 @@ static bool status_retryable(const struct http_response *resp) {
 struct stream_ctx {
   const struct model_client *m;
   struct sse_parser *sse;
-  struct responses_stream *rs;
-  struct chat_stream *cs;
+  struct model_stream *s; /* the API's assembler */
   struct sbx_error err;
 };
 
 /* One server-sent event: its data goes to the API's assembler. */
 static int on_event(const struct sse_event *ev, void *arg) {
   struct stream_ctx *c = arg;
-  if (c->rs)
-    return responses_stream_event(c->rs, ev->data, ev->data_len,
-                                  c->m->url_display, &c->err);
-  return chat_stream_event(c->cs, ev->data, ev->data_len, c->m->url_display,
-                           &c->err);
+  return c->m->ops->stream_event(c->s, ev->data, ev->data_len,
+                                 c->m->url_display, &c->err);
 }
 
 /* Streamed body bytes from http_post. */
@@ -550,22 +387,17 @@ static int stream_ctx_init(struct stream_ctx *c, const struct model_client *m) {
     return 0;
   if (sse_parser_new(SSE_MAX_EVENT_BYTES, on_event, c, &c->sse) < 0)
     return -ENOMEM;
-  if (m->api == MODEL_API_CHAT)
-    c->cs = chat_stream_new(m->on_delta, m->delta_arg, m->max_response_bytes);
-  else
-    c->rs = responses_stream_new(m->on_delta, m->delta_arg);
-  return c->cs || c->rs ? 0 : -ENOMEM;
+  c->s = m->ops->stream_new(m->on_delta, m->delta_arg, m->max_response_bytes);
+  return c->s ? 0 : -ENOMEM;
 }
 
 static void stream_ctx_clear(struct stream_ctx *c) {
   c->sse = sse_parser_free(c->sse);
-  c->rs = responses_stream_free(c->rs);
-  c->cs = chat_stream_free(c->cs);
+  c->s = c->m->ops->stream_free(c->s);
 }
 
 static bool stream_delivered(const struct stream_ctx *c) {
-  return c->rs ? responses_stream_delivered(c->rs)
-               : c->cs && chat_stream_delivered(c->cs);
+  return c->s && c->m->ops->stream_delivered(c->s);
 }
 
 /* Hands the final text of OUTPUT to the delta callback, for replies that
@@ -590,13 +422,6 @@ static void deliver_text(const struct model_client *m, json_t *output) {
 }
 
 /* ---- one live call ------------------------------------------------- */
-
-static int parse_reply(const struct model_client *m, json_t *reply,
-                       const char *where, struct model_response *out,
-                       struct sbx_error *e) {
-  return m->api == MODEL_API_CHAT ? chat_parse(reply, where, out, e)
-                                  : responses_parse(reply, where, out, e);
-}
 
 static void sleep_ms(unsigned long long ms) {
   struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
@@ -676,8 +501,7 @@ static int attempt_call(struct model_client *m, const char *body,
     r = status_error(m, &resp, retries, e);
   } else if (resp.streamed) {
     *streamed = true;
-    r = sc.rs ? responses_stream_end(sc.rs, reply, m->url_display, e)
-              : chat_stream_end(sc.cs, reply, m->url_display, e);
+    r = m->ops->stream_end(sc.s, reply, m->url_display, e);
     /* A stream cut short is worth another try if nothing was shown yet. */
     *retry = r == -ECONNRESET && !stream_delivered(&sc);
   } else {
@@ -731,17 +555,18 @@ static int input_cache_update(struct input_cache *c, json_t *input) {
   return 0;
 }
 
-/* BODY's text, as json_dumps(BODY, JSON_COMPACT) with its "input" first:
- * a Responses body's input comes from the cache. New string or NULL. */
+/* BODY's text, as json_dumps(BODY, JSON_COMPACT) with its "input" first
+ * when the API takes the items as they are: then it comes from the cache.
+ * New string or NULL. */
 static char *body_text(struct model_client *m, json_t *body, size_t *len) {
-  json_t *input = json_object_get(body, "input");
-  if (m->api != MODEL_API_RESPONSES || !json_is_array(input)) {
+  json_t *input = json_object_get(body, m->ops->input_key);
+  if (!m->ops->cache_input || !json_is_array(input)) {
     char *t = json_dumps(body, JSON_COMPACT);
     *len = t ? strlen(t) : 0;
     return t;
   }
   _cleanup_json_ json_t *rest = json_copy(body); /* shallow */
-  if (!rest || json_object_del(rest, "input") < 0 ||
+  if (!rest || json_object_del(rest, m->ops->input_key) < 0 ||
       input_cache_update(&m->in, input) < 0)
     return NULL;
   _cleanup_free_ char *r = json_dumps(rest, JSON_COMPACT);
@@ -788,186 +613,6 @@ static int live_call(struct model_client *m, json_t *body, json_t **reply,
   }
 }
 
-/* ---- record and replay --------------------------------------------- */
-
-static int record_write(struct model_client *m, json_t *body, json_t *reply,
-                        struct sbx_error *e) {
-  _cleanup_json_ json_t *line =
-      json_pack("{s:i, s:s, s:O, s:O}", "version", 1, "api", api_name(m->api),
-                "request", body, "response", reply);
-  _cleanup_free_ char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
-  if (!text)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  size_t n = strlen(text);
-  _cleanup_free_ char *buf = malloc(n + 1);
-  if (!buf)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  memcpy(buf, text, n);
-  buf[n++] = '\n';
-  /* One write per line, so concurrent writers never interleave lines. */
-  int r = sbx_write_all(m->record_fd, buf, n);
-  if (r < 0)
-    return sbx_error_set(e, SBX_OK, -r, "cannot write recording %s: %s",
-                         m->record_path, strerror(-r));
-  return 0;
-}
-
-/* What a divergence check compares of one input item or chat message. */
-struct shape {
-  const char *type;
-  const char *role;
-  const char *name;
-  const char *call_id;
-  char names[256]; /* chat: the names of an assistant message's tool calls */
-  char ids[256];
-};
-
-static void shape_of(json_t *item, bool chat, struct shape *s) {
-  memset(s, 0, sizeof(*s));
-  s->role = json_string_value(json_object_get(item, "role"));
-  if (!chat) {
-    s->type = json_string_value(json_object_get(item, "type"));
-    if (!s->type && s->role)
-      s->type = "message";
-    s->name = json_string_value(json_object_get(item, "name"));
-    s->call_id = json_string_value(json_object_get(item, "call_id"));
-    return;
-  }
-  s->type = "message";
-  s->call_id = json_string_value(json_object_get(item, "tool_call_id"));
-  size_t i;
-  json_t *tc;
-  size_t nn = 0, ni = 0;
-  json_array_foreach(json_object_get(item, "tool_calls"), i, tc) {
-    const char *name = json_string_value(
-        json_object_get(json_object_get(tc, "function"), "name"));
-    const char *id = json_string_value(json_object_get(tc, "id"));
-    int w = snprintf(s->names + nn, sizeof(s->names) - nn, "%s%s", i ? "," : "",
-                     name ? name : "?");
-    if (w > 0 && (size_t)w < sizeof(s->names) - nn)
-      nn += (size_t)w;
-    w = snprintf(s->ids + ni, sizeof(s->ids) - ni, "%s%s", i ? "," : "",
-                 id ? id : "?");
-    if (w > 0 && (size_t)w < sizeof(s->ids) - ni)
-      ni += (size_t)w;
-  }
-  if (nn)
-    s->name = s->names;
-  if (ni)
-    s->call_id = s->ids;
-}
-
-static bool str_eq(const char *a, const char *b) {
-  return (!a && !b) || (a && b && strcmp(a, b) == 0);
-}
-
-static bool shape_eq(const struct shape *a, const struct shape *b) {
-  return str_eq(a->type, b->type) && str_eq(a->role, b->role) &&
-         str_eq(a->name, b->name) && str_eq(a->call_id, b->call_id);
-}
-
-/* "function_call_output for call_ab", "message (user)", ... */
-static void shape_text(const struct shape *s, char *out, size_t size) {
-  (void)snprintf(out, size, "%s%s%s%s%s%s", s->type ? s->type : "untyped",
-                 s->role ? " (" : "", s->role ? s->role : "",
-                 s->role ? ")" : "", s->name ? " " : "",
-                 s->name ? s->name : "");
-  if (s->call_id) {
-    size_t n = strlen(out);
-    (void)snprintf(out + n, size - n, " for %s", s->call_id);
-  }
-}
-
-/* The tool names of a body, comma-separated, into OUT. */
-static void tool_names(json_t *body, bool chat, char *out, size_t size) {
-  size_t n = 0, i;
-  json_t *t;
-  out[0] = '\0';
-  json_array_foreach(json_object_get(body, "tools"), i, t) {
-    const char *name = chat ? json_string_value(json_object_get(
-                                  json_object_get(t, "function"), "name"))
-                            : json_string_value(json_object_get(t, "name"));
-    if (!name)
-      name = json_string_value(json_object_get(t, "type"));
-    int w =
-        snprintf(out + n, size - n, "%s%s", i ? ", " : "", name ? name : "?");
-    if (w < 0 || (size_t)w >= size - n)
-      return;
-    n += (size_t)w;
-  }
-}
-
-/* Checks that BODY, what this run would send, matches the recorded
- * request REC at model call CALL (1-based). */
-static int replay_check(const struct model_client *m, size_t call, json_t *rec,
-                        json_t *body, struct sbx_error *e) {
-  const char *api = json_string_value(json_object_get(rec, "api"));
-  if (strcmp(api, api_name(m->api)) != 0)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the run uses "
-                         "the %s API, the recording has %s",
-                         call, api_name(m->api), api);
-  json_t *req = json_object_get(rec, "request");
-  const char *model = json_string_value(json_object_get(body, "model"));
-  const char *rmodel = json_string_value(json_object_get(req, "model"));
-  if (!str_eq(model, rmodel))
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the model is "
-                         "%s, the recording has %s",
-                         call, model ? model : "(none)",
-                         rmodel ? rmodel : "(none)");
-  bool chat = m->api == MODEL_API_CHAT;
-  char a[160], b[160];
-  tool_names(body, chat, a, sizeof(a));
-  tool_names(req, chat, b, sizeof(b));
-  if (strcmp(a, b) != 0)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the tools are "
-                         "[%s], the recording has [%s]",
-                         call, a, b);
-  const char *key = chat ? "messages" : "input";
-  json_t *in = json_object_get(body, key);
-  json_t *rin = json_object_get(req, key);
-  size_t n = json_array_size(in), rn = json_array_size(rin);
-  for (size_t i = 0; i < n && i < rn; i++) {
-    struct shape x, y;
-    shape_of(json_array_get(in, i), chat, &x);
-    shape_of(json_array_get(rin, i), chat, &y);
-    if (!shape_eq(&x, &y)) {
-      shape_text(&x, a, sizeof(a));
-      shape_text(&y, b, sizeof(b));
-      return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                           "replay diverged at model call %zu: %s %zu is "
-                           "%s, the recording has %s",
-                           call, chat ? "message" : "input item", i + 1, a, b);
-    }
-  }
-  if (n != rn)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay diverged at model call %zu: the run has %zu "
-                         "%s, the recording has %zu",
-                         call, n, chat ? "messages" : "input items", rn);
-  return 0;
-}
-
-static int replay_call(struct model_client *m, json_t *body, json_t **reply,
-                       struct sbx_error *e) {
-  size_t total = json_array_size(m->replay);
-  if (m->replay_next >= total)
-    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
-                         "replay has only %zu recorded model call%s", total,
-                         total == 1 ? "" : "s");
-  size_t call = ++m->replay_next;
-  json_t *rec = json_array_get(m->replay, call - 1);
-  int r = replay_check(m, call, rec, body, e);
-  if (r < 0)
-    return r;
-  *reply = json_deep_copy(json_object_get(rec, "response"));
-  if (!*reply)
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  return 0;
-}
-
 /* ---- the call ------------------------------------------------------ */
 
 static int call_locked(struct model_client *m, const struct model_request *req,
@@ -978,20 +623,21 @@ static int call_locked(struct model_client *m, const struct model_request *req,
                          "out of memory building the request");
   _cleanup_json_ json_t *reply = NULL;
   bool streamed = false;
-  int r = m->replay_path ? replay_call(m, body, &reply, e)
-                         : live_call(m, body, &reply, &streamed, e);
+  int r = m->replay.path
+              ? model_replay_next(&m->replay, m->ops, body, &reply, e)
+              : live_call(m, body, &reply, &streamed, e);
   if (r < 0)
     return r;
-  const char *where = m->replay_path ? m->replay_path : m->url_display;
-  r = parse_reply(m, reply, where, out, e);
+  const char *where = m->replay.path ? m->replay.path : m->url_display;
+  r = m->ops->parse(reply, where, out, e);
   if (r < 0)
     return r;
   /* Deltas for --stream when none arrived: a replay, or a server that
    * answered with plain JSON. */
   if (m->stream && !streamed)
     deliver_text(m, out->output);
-  if (m->record_fd >= 0) {
-    r = record_write(m, body, reply, e);
+  if (m->record.fd >= 0) {
+    r = model_record_write(&m->record, m->ops, body, reply, e);
     if (r < 0) {
       model_response_clear(out);
       return r;

@@ -25,6 +25,17 @@ enum model_api {
   MODEL_API_CHAT = 1,
 };
 
+/* What an API offers that its callers shape requests by. */
+struct model_api_features {
+  const char *trace_name; /* sbx.model.api: "responses", "chat_completions" */
+  bool hosted_tools; /* takes hosted tools such as {"type":"apply_patch"} */
+  bool compaction;   /* compacts on the server (context_management) */
+  bool tool_images;  /* a tool's output may hold images, not only text */
+};
+
+/* API's features (static), or NULL for an unknown API. */
+const struct model_api_features *model_api_features(enum model_api api);
+
 /* Called for each text delta while streaming (may be NULL). */
 typedef void (*model_delta_fn)(void *arg, const char *text, size_t len);
 
@@ -152,5 +163,10 @@ void model_response_clear(struct model_response *r);
  * system; reasoning and other Responses-only items are dropped. */
 json_t *model_build_body(const struct model_client *m,
                          const struct model_request *req);
+
+/* The context length at which to compact MODEL's conversation: 0.9 of
+ * its context window; 240000 for unknown models (or NULL). A provider
+ * prefix ("openai/gpt-5") and case do not matter. */
+long long model_compaction_threshold(const char *model);
 
 #endif

@@ -56,7 +56,8 @@ static int add_settings(json_t *b, json_t *st, bool have_tools, json_t *tools) {
   return r ? -ENOMEM : 0;
 }
 
-json_t *responses_build_body(const struct model_request *req, bool stream) {
+/* The body of POST /responses for REQ (new; shares REQ's input array). */
+static json_t *build_body(const struct model_request *req, bool stream) {
   _cleanup_json_ json_t *b = json_object();
   if (!b)
     return NULL;
@@ -122,8 +123,11 @@ static int status_error(json_t *reply, const char *status, const char *url,
                        url, msg ? msg : "no message given");
 }
 
-int responses_parse(json_t *reply, const char *url, struct model_response *out,
-                    struct sbx_error *e) {
+/* Reads a Responses object (borrowed) into OUT (new values). A status of
+ * "failed", "incomplete" or "cancelled", or an "error" member, is an
+ * error. */
+static int parse(json_t *reply, const char *url, struct model_response *out,
+                 struct sbx_error *e) {
   memset(out, 0, sizeof(*out));
   int rc = model_reply_check(reply, url, e);
   if (rc < 0)
@@ -148,7 +152,8 @@ int responses_parse(json_t *reply, const char *url, struct model_response *out,
   return 0;
 }
 
-struct responses_stream {
+/* Assembles a streamed response from its events. */
+struct model_stream {
   model_delta_fn on_delta;
   void *delta_arg;
   bool delivered;
@@ -156,9 +161,10 @@ struct responses_stream {
   json_t *items;     /* items of response.output_item.done, in order */
 };
 
-struct responses_stream *responses_stream_new(model_delta_fn on_delta,
-                                              void *delta_arg) {
-  struct responses_stream *s = calloc(1, sizeof(*s));
+static struct model_stream *stream_new(model_delta_fn on_delta, void *delta_arg,
+                                       size_t max_bytes) {
+  (void)max_bytes; /* what it keeps is bounded by the reply's limit */
+  struct model_stream *s = calloc(1, sizeof(*s));
   if (!s)
     return NULL;
   s->items = json_array();
@@ -171,7 +177,7 @@ struct responses_stream *responses_stream_new(model_delta_fn on_delta,
   return s;
 }
 
-struct responses_stream *responses_stream_free(struct responses_stream *s) {
+static struct model_stream *stream_free(struct model_stream *s) {
   if (!s)
     return NULL;
   json_decref(s->completed);
@@ -180,12 +186,14 @@ struct responses_stream *responses_stream_free(struct responses_stream *s) {
   return NULL;
 }
 
-bool responses_stream_delivered(const struct responses_stream *s) {
+static bool stream_delivered(const struct model_stream *s) {
   return s->delivered;
 }
 
-int responses_stream_event(struct responses_stream *s, const char *data,
-                           size_t len, const char *url, struct sbx_error *e) {
+/* One event's data (a JSON object with a "type"). Error events are
+ * "error", "response.failed" and "response.incomplete". */
+static int stream_event(struct model_stream *s, const char *data, size_t len,
+                        const char *url, struct sbx_error *e) {
   json_error_t jerr;
   _cleanup_json_ json_t *ev = json_loadb(data, len, 0, &jerr);
   if (!ev)
@@ -222,15 +230,15 @@ int responses_stream_event(struct responses_stream *s, const char *data,
       status = strcmp(type, "response.failed") == 0 ? "failed" : "incomplete";
     return status_error(resp, status, url, e);
   } else if (strcmp(type, "error") == 0) {
-    const char *msg = model_error_message(ev);
-    return sbx_error_set(e, SBX_UNAVAILABLE, EIO, "error from %s: %s", url,
-                         msg ? msg : "no message given");
+    return model_error_from(ev, url, e);
   }
   return 0;
 }
 
-int responses_stream_end(struct responses_stream *s, json_t **reply,
-                         const char *url, struct sbx_error *e) {
+/* After the stream: the response of response.completed, or an error when
+ * the stream ended before it. */
+static int stream_end(struct model_stream *s, json_t **reply, const char *url,
+                      struct sbx_error *e) {
   *reply = NULL;
   if (!s->completed)
     return sbx_error_set(e, SBX_UNAVAILABLE, ECONNRESET,
@@ -246,3 +254,43 @@ int responses_stream_end(struct responses_stream *s, json_t **reply,
   *reply = TAKE_PTR(s->completed);
   return 0;
 }
+
+/* An input item as a replay compares it. */
+static void shape_of(json_t *item, struct model_shape *s) {
+  memset(s, 0, sizeof(*s));
+  s->role = json_string_value(json_object_get(item, "role"));
+  s->type = json_string_value(json_object_get(item, "type"));
+  if (!s->type && s->role)
+    s->type = "message";
+  s->name = json_string_value(json_object_get(item, "name"));
+  s->call_id = json_string_value(json_object_get(item, "call_id"));
+}
+
+static const char *tool_name(json_t *tool) {
+  return json_string_value(json_object_get(tool, "name"));
+}
+
+const struct model_api_ops model_responses_api = {
+    .features =
+        {
+            .trace_name = "responses",
+            .hosted_tools = true,
+            .compaction = true,
+            .tool_images = true,
+        },
+    .name = "responses",
+    .path = "/responses",
+    .input_key = "input",
+    .entry_name = "input item",
+    .entries_name = "input items",
+    .cache_input = true,
+    .build_body = build_body,
+    .parse = parse,
+    .stream_new = stream_new,
+    .stream_event = stream_event,
+    .stream_delivered = stream_delivered,
+    .stream_end = stream_end,
+    .stream_free = stream_free,
+    .shape_of = shape_of,
+    .tool_name = tool_name,
+};

@@ -80,8 +80,4 @@ int runner_run(const struct run_options *o, struct run_result *res,
                struct sbx_error *e);
 void run_result_clear(struct run_result *r);
 
-/* The model's context window for compaction (0.9 of it is the threshold);
- * 240000 for unknown models. */
-long long runner_compaction_threshold(const char *model);
-
 #endif

@@ -1,22 +1,42 @@
-#include "controller/run/sandboxes.h"
-
+/* The sandboxes of a run: which sandbox each agent works in, made on the
+ * agent's first turn, re-attached when a run resumes, and closed (or left
+ * running for a paused run) at its end. This is the one file of the run
+ * that uses the run's backend and its options. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "controller/config/manifest.h"
+#include "controller/run/run_internal.h"
 #include "controller/sandbox/lifecycle.h"
+#include "controller/telemetry/trace.h"
+#include "shared/cleanup.h"
+#include "shared/log.h"
 
+/* Whether a sandbox failed for its configuration (exit 2), not at run
+ * time. */
 static bool is_config_error(const struct sbx_error *e) {
   return e->code == SBX_INVALID_ARGUMENT || e->code == SBX_NOT_SUPPORTED ||
          e->code == SBX_PERMISSION_DENIED || e->code == SBX_NOT_FOUND;
 }
 
-int run_agent_sandbox(const struct run_options *o, const struct agent *a,
-                      bool starting, const char *persist_dir,
-                      char record_id[STATE_ID_LEN + 1], struct sandbox **sb,
-                      struct manifest **m, bool *borrowed, bool *config_error,
-                      struct sbx_error *e) {
+/* The sandbox of agent A in a run with options O. The
+ * starting agent of a --sandbox run (STARTING and o->sandbox) gets that
+ * live sandbox with A's manifest applied (*BORROWED true); any other agent
+ * gets a fresh one holding A's manifest, with local sources relative to
+ * o->materialize.base_dir or A's file's directory. Then the run cwd is
+ * checked for A's run_as. *CONFIG_ERROR tells a configuration error (exit
+ * 2) from a failure (exit 1). On failure *SB may be set: the caller closes
+ * it unless borrowed. With PERSIST_DIR, a new sandbox is created detached
+ * and recorded there under RECORD_ID (a run's sandbox that survives pauses
+ * and crashes). */
+static int run_agent_sandbox(const struct run_options *o, const struct agent *a,
+                             bool starting, const char *persist_dir,
+                             char record_id[STATE_ID_LEN + 1],
+                             struct sandbox **sb, struct manifest **m,
+                             bool *borrowed, bool *config_error,
+                             struct sbx_error *e) {
   if (record_id)
     record_id[0] = '\0';
   struct sbx_error le = {0};
@@ -87,4 +107,166 @@ int run_agent_sandbox(const struct run_options *o, const struct agent *a,
       *e = le;
   }
   return r;
+}
+
+/* The backend's name, for the run's span and run_started. */
+const char *run_backend_name(const struct run_options *o) {
+  return o->backend->name;
+}
+
+/* Whether agent A works in a sandbox: it has the filesystem or shell
+ * capability, or a manifest. */
+static bool uses_sandbox(const struct agent *a) {
+  return run_has_cap(a, AGENT_CAP_FILESYSTEM) ||
+         run_has_cap(a, AGENT_CAP_SHELL) || a->default_manifest != NULL;
+}
+
+/* Readies agent A's tools in its sandbox st->sb; a tool's image output is
+ * text where the agent's API takes only text. */
+static void start_toolbox(struct agent_state *st, const struct run_options *o,
+                          const struct agent *a) {
+  bool images = model_api_features(run_agent_api(a))->tool_images;
+  toolbox_init(&st->tb, st->sb, o->cwd, a->run_as, !images);
+  st->ready = true;
+}
+
+/* The address of each of the run's exposed ports in SB, by port number
+ * (new), for sandbox_created; a port that does not resolve is left out.
+ * NULL on OOM. */
+static json_t *exposed_ports(const struct run_options *o,
+                             const struct sandbox *sb) {
+  _cleanup_json_ json_t *ports = json_object();
+  for (size_t i = 0; ports && i < o->n_exposed_ports; i++) {
+    char ep[300], key[8];
+    if (lifecycle_resolve_port(sb, o->exposed_ports, o->n_exposed_ports,
+                               o->exposed_ports[i], ep, sizeof(ep), NULL) < 0)
+      continue;
+    (void)snprintf(key, sizeof(key), "%u", (unsigned)o->exposed_ports[i]);
+    if (json_object_set_new(ports, key, json_string(ep)) < 0)
+      return NULL;
+  }
+  return TAKE_PTR(ports);
+}
+
+/* Creates A's sandbox (lifecycle.h), or for the starting agent of a
+ * --sandbox run applies its manifest to that live sandbox. */
+static int create_state(struct run *run, const struct agent *a,
+                        struct sbx_error *e) {
+  struct agent_state *st = &run->states[a->index];
+  /* The root run's sandboxes are recorded so the run can be resumed. */
+  const char *persist =
+      run->sh->rs && run->depth == 0 ? run->sh->o->state_dir : NULL;
+  int r = run_agent_sandbox(run->sh->o, a, run->depth == 0 && a->index == 0,
+                            persist, st->record_id, &st->sb, &st->manifest,
+                            &st->borrowed, &run->res->config_error, e);
+  if (r < 0)
+    return r;
+  const struct run_options *o = run->sh->o;
+  _cleanup_json_ json_t *ports = exposed_ports(o, st->sb);
+  if (!ports)
+    return -ENOMEM;
+  events_sandbox_created(
+      run->sh->ev, &(struct events_where){a->name, (int)run->depth, run->turn},
+      st->sb->session_id, st->sb->backend->name, st->borrowed, ports);
+  start_toolbox(st, o, a);
+  return 0;
+}
+
+/* Gets A's sandbox ready on first use, traced as sandbox.create_session
+ * (sandbox.start for the live sandbox of a --sandbox run). */
+int run_ensure_sandbox(struct run *run, const struct agent *a,
+                       struct sbx_error *e) {
+  struct agent_state *st = &run->states[a->index];
+  if (st->ready || !uses_sandbox(a))
+    return 0;
+  bool attach = run->sh->o->sandbox && run->depth == 0 && a->index == 0;
+  struct trace_span *sp =
+      trace_child(run->turn_span,
+                  attach ? TRACE_SANDBOX_START : TRACE_SANDBOX_CREATE_SESSION);
+  trace_set_str(sp, "gen_ai.agent.name", a->name);
+  trace_set_str(sp, "sandbox.backend", run_backend_name(run->sh->o));
+  int r = create_state(run, a, e);
+  if (st->sb) {
+    trace_set_str(sp, "sandbox.backend", st->sb->backend->name);
+    trace_set_str(sp, "sandbox.session_id", st->sb->session_id);
+  }
+  if (r < 0)
+    trace_set_error(sp, "%s", e && e->msg[0] ? e->msg : strerror(-r));
+  trace_end(sp);
+  return r;
+}
+
+/* Re-attaches agent IDX's sandbox, recorded under RECORD_ID, with the
+ * exec sessions TOOLS (toolbox_save's) that were running in it. */
+int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
+                         json_t *tools, struct sbx_error *e) {
+  const struct run_options *o = run->sh->o;
+  struct lifecycle_record rec;
+  int r = lifecycle_load(o->state_dir, record_id, &rec, e);
+  if (r < 0)
+    return r;
+  struct sandbox *sb = NULL;
+  r = lifecycle_attach(&rec, &o->backend_opts, &sb, e);
+  if (r < 0) {
+    lifecycle_record_clear(&rec);
+    return r;
+  }
+  struct agent_state *st = &run->states[idx];
+  st->sb = sb;
+  st->manifest = rec.manifest;
+  rec.manifest = NULL;
+  lifecycle_record_clear(&rec);
+  (void)snprintf(st->record_id, sizeof(st->record_id), "%s", record_id);
+  start_toolbox(st, o, o->agents->agents[idx]);
+  toolbox_load(&st->tb, tools);
+  return 0;
+}
+
+/* Frees what ST holds and empties it (the sandbox is closed or detached
+ * by the caller). */
+static void state_clear(struct agent_state *st) {
+  manifest_free(st->manifest);
+  free(st->instr);
+  json_decref(st->tools);
+  memset(st, 0, sizeof(*st));
+}
+
+/* Closes the run's sandboxes: sandbox.cleanup, one sandbox.shutdown each.
+ * With PAUSE, recorded sandboxes are left running for the resumed run. */
+void run_close_sandboxes(struct run *run, bool pause) {
+  struct trace_span *cs = trace_child(run->span, TRACE_SANDBOX_CLEANUP);
+  int64_t n = 0;
+  for (size_t i = 0; i < AGENT_MAX_AGENTS; i++) {
+    struct agent_state *st = &run->states[i];
+    if (pause && st->record_id[0] && st->sb) {
+      if (st->ready)
+        toolbox_detach(&st->tb);
+      if (st->sb->backend->detach)
+        st->sb->backend->detach(st->sb);
+      else
+        sandbox_free(st->sb);
+      state_clear(st);
+      continue;
+    }
+    if (st->ready)
+      toolbox_fini(&st->tb);
+    if (st->sb && !st->borrowed) {
+      struct sbx_error e = {0};
+      struct trace_span *sp = trace_child(cs, TRACE_SANDBOX_SHUTDOWN);
+      trace_set_str(sp, "gen_ai.agent.name",
+                    run->sh->o->agents->agents[i]->name);
+      trace_set_str(sp, "sandbox.session_id", st->sb->session_id);
+      if (st->sb->backend->close(st->sb, &e) < 0) {
+        log_warn("closing sandbox: %s", e.msg);
+        trace_set_error(sp, "%s", e.msg);
+      }
+      trace_end(sp);
+      n++;
+      if (st->record_id[0])
+        state_remove(run->sh->o->state_dir, st->record_id);
+    }
+    state_clear(st);
+  }
+  trace_set_int(cs, "sandbox.session_count", n);
+  trace_end(cs);
 }

@@ -1144,3 +1144,12 @@ Test(model, should_retry_header_wins) {
   model_response_clear(&out);
   model_client_free(m);
 }
+
+Test(model, compaction_threshold_is_nine_tenths_of_the_window) {
+  cr_expect_eq(model_compaction_threshold("gpt-5"), 360000);
+  cr_expect_eq(model_compaction_threshold("openai/GPT-4.1"), 1047576 * 9 / 10,
+               "the provider prefix and case are ignored");
+  cr_expect_eq(model_compaction_threshold("o3"), 180000);
+  cr_expect_eq(model_compaction_threshold("some-local-model"), 240000);
+  cr_expect_eq(model_compaction_threshold(NULL), 240000);
+}

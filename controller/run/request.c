@@ -1,0 +1,230 @@
+/* What a turn asks the model: the agent's instructions, its tools (agents
+ * as tools and handoffs as function tools, then the sandbox tools of its
+ * capabilities), its model settings, and the conversation since the last
+ * compaction. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "controller/run/instructions.h"
+#include "controller/run/run_internal.h"
+#include "controller/sandbox/lifecycle.h"
+#include "shared/cleanup.h"
+
+/* The agent's model settings in model_request.model_settings' shape (new;
+ * NULL on OOM): only those the agent file sets. */
+static json_t *settings_json(const struct agent_model_settings *m) {
+  static const char *const efforts[] = {
+      [AGENT_EFFORT_MINIMAL] = "minimal",
+      [AGENT_EFFORT_LOW] = "low",
+      [AGENT_EFFORT_MEDIUM] = "medium",
+      [AGENT_EFFORT_HIGH] = "high",
+  };
+  static const char *const choices[] = {
+      [AGENT_TOOL_CHOICE_AUTO] = "auto",
+      [AGENT_TOOL_CHOICE_REQUIRED] = "required",
+      [AGENT_TOOL_CHOICE_NONE] = "none",
+  };
+  const char *effort = (size_t)m->reasoning_effort < SBX_ARRAY_SIZE(efforts)
+                           ? efforts[m->reasoning_effort]
+                           : NULL;
+  const char *choice = (size_t)m->tool_choice < SBX_ARRAY_SIZE(choices)
+                           ? choices[m->tool_choice]
+                           : NULL;
+  _cleanup_json_ json_t *s = json_object();
+  if (!s)
+    return NULL;
+  /* A value that cannot be made makes its set fail. */
+  int r = 0;
+  if (m->has_temperature)
+    r |= json_object_set_new(s, "temperature", json_real(m->temperature));
+  if (effort)
+    r |= json_object_set_new(s, "reasoning",
+                             json_pack("{s:s}", "effort", effort));
+  if (choice)
+    r |= json_object_set_new(s, "tool_choice", json_string(choice));
+  else if (m->tool_choice == AGENT_TOOL_CHOICE_NAMED)
+    r |= json_object_set_new(s, "tool_choice",
+                             json_pack("{s:s, s:s}", "type", "function", "name",
+                                       m->tool_choice_name));
+  if (m->parallel_tool_calls >= 0)
+    r |= json_object_set_new(s, "parallel_tool_calls",
+                             json_boolean(m->parallel_tool_calls));
+  if (m->max_output_tokens > 0)
+    r |= json_object_set_new(s, "max_output_tokens",
+                             json_integer(m->max_output_tokens));
+  return r ? NULL : TAKE_PTR(s);
+}
+
+/* A function name from an agent name: lowercase, [a-z0-9_]. */
+static void snake(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *p = in; *p && o + 1 < cap; p++) {
+    char c = *p;
+    if (c >= 'A' && c <= 'Z')
+      c = (char)(c + 32);
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+      c = '_';
+    out[o++] = c;
+  }
+  out[o] = '\0';
+}
+
+/* The function name of the handoff to A: transfer_to_<a's name>. */
+static void handoff_name(const struct agent *a, char *out, size_t cap) {
+  char s[128];
+  snake(a->name, s, sizeof(s));
+  (void)snprintf(out, cap, "transfer_to_%s", s);
+}
+
+/* The function name of the agent used as the tool T: its name, or the
+ * agent's name in snake case. */
+void run_tool_agent_name(const struct agent_tool *t, char *out, size_t cap) {
+  if (t->name) {
+    (void)snprintf(out, cap, "%s", t->name);
+    return;
+  }
+  snake(t->agent->name, out, cap);
+}
+
+/* The agent of A's handoff tool NAME, or NULL when NAME is none. */
+const struct agent *run_find_handoff(const struct agent *a, const char *name) {
+  for (size_t i = 0; i < a->nhandoffs; i++) {
+    char hn[160];
+    handoff_name(a->handoffs[i], hn, sizeof(hn));
+    if (strcmp(hn, name) == 0)
+      return a->handoffs[i];
+  }
+  return NULL;
+}
+
+/* The function tool that runs the agent used as tool T (new; NULL on
+ * OOM). */
+static json_t *agent_tool_json(const struct agent_tool *t) {
+  char name[128];
+  run_tool_agent_name(t, name, sizeof(name));
+  char desc[512];
+  (void)snprintf(desc, sizeof(desc), "%s",
+                 t->description ? t->description
+                                : (t->agent->instructions
+                                       ? "Runs the agent on the given input "
+                                         "and returns its answer."
+                                       : "Runs the agent on the given input."));
+  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}",
+                   "type", "function", "name", name, "description", desc,
+                   "parameters", "type", "object", "properties", "input",
+                   "type", "string", "required", "input",
+                   "additionalProperties", 0, "strict", 1);
+}
+
+/* The function tool that hands off to agent H (new; NULL on OOM). */
+static json_t *handoff_json(const struct agent *h) {
+  char name[160];
+  handoff_name(h, name, sizeof(name));
+  char desc[512];
+  (void)snprintf(desc, sizeof(desc),
+                 "Handoff to the %s agent to handle the request.", h->name);
+  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:[], s:b}, s:b}", "type",
+                   "function", "name", name, "description", desc, "parameters",
+                   "type", "object", "properties", "required",
+                   "additionalProperties", 0, "strict", 1);
+}
+
+/* A's tools for API (new; NULL on OOM): its agents used as tools, its
+ * handoffs, then the sandbox tools of its capabilities. */
+static json_t *build_tools(const struct agent *a, enum model_api api) {
+  _cleanup_json_ json_t *tools = json_array();
+  if (!tools)
+    return NULL;
+  for (size_t i = 0; i < a->ntools; i++)
+    if (json_array_append_new(tools, agent_tool_json(&a->tools[i])) < 0)
+      return NULL;
+  for (size_t i = 0; i < a->nhandoffs; i++)
+    if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
+      return NULL;
+  _cleanup_json_ json_t *caps = tools_definitions(
+      run_has_cap(a, AGENT_CAP_FILESYSTEM), run_has_cap(a, AGENT_CAP_SHELL),
+      model_api_features(api)->hosted_tools);
+  if (!caps || json_array_extend(tools, caps) < 0)
+    return NULL;
+  return TAKE_PTR(tools);
+}
+
+/* The input for the next call: everything before the last compaction
+ * item is dropped (the server summarized it). New reference; NULL on OOM. */
+static json_t *turn_input(json_t *items) {
+  size_t last = 0;
+  bool found = false;
+  size_t i;
+  json_t *x;
+  json_array_foreach(items, i, x) {
+    const char *t = json_string_value(json_object_get(x, "type"));
+    if (t && strcmp(t, "compaction") == 0) {
+      last = i;
+      found = true;
+    }
+  }
+  if (!found)
+    return json_incref(items);
+  _cleanup_json_ json_t *out = json_array();
+  for (i = last; out && i < json_array_size(items); i++)
+    if (json_array_append(out, json_array_get(items, i)) < 0)
+      return NULL;
+  return TAKE_PTR(out);
+}
+
+/* The request of agent A's turn in RUN to API for MODEL. The agent's
+ * instructions are built at its first turn and kept; so are its tools,
+ * for as long as its API stays the same. */
+int run_request_build(struct run *run, const struct agent *a,
+                      enum model_api api, const char *model,
+                      struct turn_request *tr) {
+  memset(tr, 0, sizeof(*tr));
+  struct agent_state *st = &run->states[a->index];
+  const struct run_options *o = run->sh->o;
+  struct instructions_input ii = {
+      .base = a->base_instructions,
+      .agent = a->instructions,
+      .shell = run_has_cap(a, AGENT_CAP_SHELL),
+      .manifest = st->manifest,
+      .root = st->sb ? st->sb->root : "/workspace",
+      .cwd = o->cwd,
+  };
+  if (!st->instr && !(st->instr = instructions_build(&ii)))
+    return -ENOMEM;
+  if (!st->tools || st->tools_api != api) {
+    json_decref(st->tools);
+    st->tools = build_tools(a, api);
+    st->tools_api = api;
+    if (!st->tools)
+      return -ENOMEM;
+  }
+  tr->settings = settings_json(&a->model_settings);
+  tr->input = turn_input(run->items);
+  if (!tr->settings || !tr->input)
+    return -ENOMEM;
+  if (run_has_cap(a, AGENT_CAP_COMPACTION) &&
+      model_api_features(api)->compaction &&
+      !(tr->extra = json_pack("{s:[{s:s, s:I}]}", "context_management", "type",
+                              "compaction", "compact_threshold",
+                              (json_int_t)model_compaction_threshold(model))))
+    return -ENOMEM;
+  tr->req = (struct model_request){
+      .model = model,
+      .instructions = st->instr,
+      .input = tr->input,
+      .tools = st->tools,
+      .model_settings = tr->settings,
+      .output_schema = a->output_type,
+      .extra = tr->extra,
+  };
+  return 0;
+}
+
+/* Frees what run_request_build made for TR. */
+void run_request_clear(struct turn_request *tr) {
+  json_decref(tr->settings);
+  json_decref(tr->input);
+  json_decref(tr->extra);
+  memset(tr, 0, sizeof(*tr));
+}

@@ -1,0 +1,224 @@
+/* Private to the runner (controller/run/): the state of a run and the
+ * steps its files share. runner.c sets a run up and tears it down (the
+ * root run and the runs nested in tool calls), turn.c is the turn loop,
+ * request.c builds what a turn asks the model, clients.c holds the model
+ * clients, calls.c runs a response's tool calls, decisions.c decides on
+ * the calls that need approval, run_state.c keeps the run state and its
+ * journal, and sandboxes.c the run's sandboxes.
+ *
+ * Functions that fail return a negative errno and, where they take one,
+ * fill E with a message for a person. */
+#ifndef SBX_RUN_INTERNAL_H
+#define SBX_RUN_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "controller/config/agent.h"
+#include "controller/model/model.h"
+#include "controller/run/runner.h"
+#include "controller/state/state.h"
+#include "controller/telemetry/events.h"
+#include "controller/tools/tools.h"
+#include "shared/errors.h"
+
+struct trace_span;
+
+#define RUNNER_MAX_CLIENTS 8
+
+struct shared;
+
+/* One model client of a run: for one API and base URL. */
+struct client_slot {
+  enum model_api api;
+  char *base_url; /* NULL: the default */
+  struct model_client *client;
+  struct shared *sh;
+  pthread_mutex_t call_mu;   /* one call at a time, as in model.c; guards: */
+  struct events_where where; /* the call in flight, for its text deltas */
+};
+
+/* What one run shares with the runs nested in it. */
+struct shared {
+  const struct run_options *o;
+  struct client_slot clients[RUNNER_MAX_CLIENTS];
+  size_t nclients;
+  pthread_mutex_t mu; /* clients */
+  struct events *ev;  /* --stream, or NULL */
+  char run_id[33];
+  json_t *rs;         /* the run state (root run only), or NULL */
+  char rs_path[4200]; /* where it is written */
+  size_t rs_items;    /* conversation items already in the journal */
+  int rs_jfd;         /* the journal, open for appending, or -1 */
+  bool rs_written;    /* the state file exists */
+  int64_t rs_seq;     /* saves so far: the state file and checkpoints say */
+};
+
+/* Per agent of one run: its sandbox, manifest and tools. */
+struct agent_state {
+  struct sandbox *sb;
+  struct manifest *manifest;
+  struct toolbox tb;
+  bool ready;
+  bool borrowed;                    /* --sandbox: not ours to close */
+  char record_id[STATE_ID_LEN + 1]; /* recorded in the state dir, or "" */
+  /* Built at the first turn and the same for every turn after. */
+  char *instr;
+  json_t *tools; /* for tools_api */
+  enum model_api tools_api;
+};
+
+struct run {
+  struct shared *sh;
+  struct agent_state states[AGENT_MAX_AGENTS];
+  json_t *items;
+  struct run_result *res;
+  unsigned depth;
+  int first_turn;               /* a resumed run goes on from its saved turn */
+  struct trace_span *span;      /* sbx.run */
+  struct trace_span *turn_span; /* sbx.turn of the turn in progress */
+  int turn;
+};
+
+/* One tool call of a response. */
+struct call_job {
+  struct run *run;
+  const struct agent *agent;
+  json_t *item;   /* borrowed: function_call or apply_patch_call */
+  json_t *output; /* new: the output item */
+  struct sbx_error err;
+  int rc;
+  struct tool_ctx tc; /* the sbx.tool_call span; the tool's failure */
+  pthread_t thread;
+  bool started;
+  bool skip; /* answered without running (a rejected call) */
+};
+
+/* Whether agent A has capability C. */
+static inline bool run_has_cap(const struct agent *a, enum agent_capability c) {
+  for (size_t i = 0; i < a->ncapabilities; i++)
+    if (a->capabilities[i] == c)
+      return true;
+  return false;
+}
+
+/* Adds U to SUM. */
+static inline void run_usage_add(struct model_usage *sum,
+                                 const struct model_usage *u) {
+  sum->input_tokens += u->input_tokens;
+  sum->output_tokens += u->output_tokens;
+  sum->total_tokens += u->total_tokens;
+  sum->reasoning_tokens += u->reasoning_tokens;
+  sum->cached_tokens += u->cached_tokens;
+}
+
+/* ---- runner.c ------------------------------------------------------ */
+
+/* Sets U as SP's usage attributes. */
+void run_trace_usage(struct trace_span *sp, const struct model_usage *u);
+/* Runs the agent T for the tool call J, as a run nested in J's, under J's
+ * span; its answer goes to *OUT (new); failures to j->err. */
+int run_nested(struct call_job *j, const struct agent_tool *t,
+               const char *input, char **out);
+
+/* ---- turn.c -------------------------------------------------------- */
+
+/* Runs RUN's turns from agent START until a final output (0), a pause
+ * (RUNNER_PAUSED) or an error; at most MAX_TURNS in all. */
+int run_loop(struct run *run, const struct agent *start, int64_t max_turns,
+             struct sbx_error *e);
+
+/* ---- request.c ----------------------------------------------------- */
+
+/* What one turn asks the model: the request, and what it borrows. */
+struct turn_request {
+  struct model_request req;
+  json_t *settings; /* new */
+  json_t *input;    /* new */
+  json_t *extra;    /* new, or NULL */
+};
+
+/* The request of agent A's turn in RUN to API for MODEL. The agent's
+ * instructions and tools are built at its first turn and kept. */
+int run_request_build(struct run *run, const struct agent *a,
+                      enum model_api api, const char *model,
+                      struct turn_request *tr);
+void run_request_clear(struct turn_request *tr);
+/* The function name of the agent used as the tool T. */
+void run_tool_agent_name(const struct agent_tool *t, char *out, size_t cap);
+/* The agent of A's handoff tool NAME, or NULL when NAME is none. */
+const struct agent *run_find_handoff(const struct agent *a, const char *name);
+
+/* ---- clients.c ----------------------------------------------------- */
+
+/* The model API agent A talks to. */
+enum model_api run_agent_api(const struct agent *a);
+/* The model for agent A: --model, the agent's, $OPENAI_DEFAULT_MODEL, or
+ * the default. */
+const char *run_model_for(const struct run_options *o, const struct agent *a);
+/* The client for A's API and base URL, made on first use. */
+int run_get_client(struct shared *sh, const struct agent *a,
+                   struct client_slot **out, struct sbx_error *e);
+/* One model call in an sbx.model_call span under the turn's. */
+int run_call_model(struct run *run, struct client_slot *c,
+                   const struct agent *a, const struct model_request *req,
+                   struct model_response *resp, struct sbx_error *e);
+/* Frees SH's clients. */
+void run_clients_free(struct shared *sh);
+
+/* ---- calls.c ------------------------------------------------------- */
+
+/* The tool name and the arguments text of the call ITEM (a function_call
+ * or apply_patch_call, whose arguments are its operation's JSON, new in
+ * *OWNED). -ENOMEM. */
+int run_call_args(json_t *item, const char **tool, const char **args,
+                  char **owned);
+/* Runs the N calls of JOBS that are not skipped, at most
+ * RUNNER_MAX_PARALLEL at once; each ends with its output or its rc. */
+void run_calls(struct call_job *jobs, size_t n);
+
+/* ---- decisions.c --------------------------------------------------- */
+
+/* Decides on the N calls of JOBS that need a person, at W: an approved
+ * call runs, a rejected one is answered with the reason (skip), any other
+ * is asked on the terminal (--approve-ask) or counted in *AWAITING, for
+ * the run to pause. */
+int run_decide_calls(struct run *run, const struct agent *a,
+                     const struct events_where *w, struct call_job *jobs,
+                     size_t n, size_t *awaiting);
+
+/* ---- run_state.c --------------------------------------------------- */
+
+/* Starts a new run state under the state dir. */
+int run_state_begin(struct run *run, struct sbx_error *e);
+/* Loads the run state at o->resume_path: conversation, agent, turn,
+ * usage, pending calls, and re-attaches the recorded sandboxes. */
+int run_state_resume(struct run *run, const struct agent **start,
+                     struct sbx_error *e);
+/* Saves the root run's state with A as the current agent, STATUS and the
+ * calls still to run (PENDING, borrowed); a no-op without a state dir. */
+int run_state_save(struct run *run, const struct agent *a, const char *status,
+                   json_t *pending);
+/* Ends the state of a run that returned R: closes the journal and, unless
+ * the run paused, removes its files; sets res->state_path. */
+void run_state_end(struct run *run, int r);
+
+/* ---- sandboxes.c --------------------------------------------------- */
+
+/* The name of the run's backend. */
+const char *run_backend_name(const struct run_options *o);
+/* Gets A's sandbox ready on first use. */
+int run_ensure_sandbox(struct run *run, const struct agent *a,
+                       struct sbx_error *e);
+/* Re-attaches agent IDX's sandbox, recorded under RECORD_ID, with the
+ * exec sessions TOOLS (toolbox_save's) that were running in it. */
+int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
+                         json_t *tools, struct sbx_error *e);
+/* Closes the run's sandboxes; with PAUSE, recorded sandboxes are left
+ * running for the resumed run. */
+void run_close_sandboxes(struct run *run, bool pause);
+
+#endif

@@ -1,0 +1,380 @@
+/* The run state: with a state dir, the root run's state is saved after
+ * every step, so that a paused or crashed run can be resumed. It is a
+ * state file replaced whole when the run starts, pauses or finishes, and
+ * beside it a journal that grows by the new conversation items and a
+ * checkpoint line per step. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "controller/run/run_internal.h"
+#include "shared/buf.h"
+#include "shared/cleanup.h"
+#include "shared/fileio.h"
+#include "shared/log.h"
+
+/* The members of the run state that change as a run goes; a checkpoint
+ * line in the journal carries these. */
+static const char *const rs_progress_keys[] = {
+    "seq",     "status", "agent",     "turn",         "items_count",
+    "pending", "usage",  "sandboxes", "final_output",
+};
+
+/* The journal's line for a checkpoint: an object with this one member,
+ * which no conversation item has. */
+#define RS_CHECKPOINT "sbx.checkpoint"
+
+#define JOURNAL_PATH_MAX 4300
+
+/* The journal's path beside the state file PATH. */
+static void journal_path(const char *path, char out[JOURNAL_PATH_MAX]) {
+  (void)snprintf(out, JOURNAL_PATH_MAX, "%s.items", path);
+}
+
+/* Appends LEN bytes of TEXT to the journal, opening it the first time. */
+static int rs_append(struct shared *sh, const char *text, size_t len) {
+  if (sh->rs_jfd < 0) {
+    char jpath[JOURNAL_PATH_MAX];
+    journal_path(sh->rs_path, jpath);
+    sh->rs_jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (sh->rs_jfd < 0) {
+      int r = -errno;
+      log_warn("cannot write the run journal \"%s\": %m", jpath);
+      return r;
+    }
+  }
+  /* One write: a kill leaves at most a partial last line, which a resume
+   * ignores. */
+  return sbx_write_all(sh->rs_jfd, text, len);
+}
+
+/* The members of the run state that change as the run goes, as they are
+ * now (new; NULL on OOM): a save's sequence number, STATUS, agent A, the
+ * turn, the conversation's length, the calls PENDING, usage, and each
+ * recorded sandbox's record and running exec sessions. */
+static json_t *progress(struct run *run, const struct agent *a,
+                        const char *status, json_t *pending) {
+  struct shared *sh = run->sh;
+  const struct model_usage *u = &run->res->usage;
+  json_t *sbs = json_object();
+  for (size_t i = 0; sbs && i < AGENT_MAX_AGENTS; i++) {
+    struct agent_state *st = &run->states[i];
+    if (!st->record_id[0] || !st->ready)
+      continue;
+    char key[16];
+    (void)snprintf(key, sizeof(key), "%zu", i);
+    if (json_object_set_new(sbs, key,
+                            json_pack("{s:s, s:o}", "record", st->record_id,
+                                      "tools", toolbox_save(&st->tb))) < 0) {
+      json_decref(sbs);
+      return NULL;
+    }
+  }
+  return json_pack(
+      "{s:I, s:s, s:I, s:i, s:I, s:O?, s:{s:I, s:I, s:I, s:I, s:I, s:i}, s:o, "
+      "s:s*}",
+      "seq", (json_int_t)++sh->rs_seq, "status", status, "agent",
+      (json_int_t)a->index, "turn", run->turn, "items_count",
+      (json_int_t)json_array_size(run->items), "pending", pending, "usage",
+      "input_tokens", (json_int_t)u->input_tokens, "output_tokens",
+      (json_int_t)u->output_tokens, "total_tokens", (json_int_t)u->total_tokens,
+      "reasoning_tokens", (json_int_t)u->reasoning_tokens, "cached_tokens",
+      (json_int_t)u->cached_tokens, "turns", run->res->turns, "sandboxes", sbs,
+      "final_output", run->res->final_output);
+}
+
+/* Appends to J the journal lines of a save: the conversation items not
+ * yet in the journal, then with CHECKPOINT a checkpoint line with the
+ * run state's progress members. */
+static int journal_lines(struct shared *sh, json_t *items, bool checkpoint,
+                         struct sbx_buf *j) {
+  int r = 0;
+  for (size_t i = sh->rs_items; i < json_array_size(items) && r == 0; i++) {
+    _cleanup_free_ char *line =
+        json_dumps(json_array_get(items, i), JSON_COMPACT | JSON_ENSURE_ASCII);
+    r = line ? sbx_buf_printf(j, "%s\n", line) : -ENOMEM;
+  }
+  if (r < 0 || !checkpoint)
+    return r;
+  json_t *body = json_object();
+  _cleanup_json_ json_t *cp = json_pack("{s:o}", RS_CHECKPOINT, body);
+  if (!cp)
+    return -ENOMEM;
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(rs_progress_keys); i++) {
+    json_t *v = json_object_get(sh->rs, rs_progress_keys[i]);
+    if (v && json_object_set(body, rs_progress_keys[i], v) < 0)
+      return -ENOMEM;
+  }
+  _cleanup_free_ char *line = json_dumps(cp, JSON_COMPACT | JSON_ENSURE_ASCII);
+  return line ? sbx_buf_printf(j, "%s\n", line) : -ENOMEM;
+}
+
+/* Saves the root run's state: the conversation, the current agent, the
+ * calls of the last response still to run (PENDING, the response's output
+ * items), usage, and each sandbox's record and running exec sessions. A
+ * no-op without a state dir.
+ *
+ * The conversation goes to an append-only journal beside the state file,
+ * one item a line, so a save costs the new items, not the whole run. A
+ * save while the run goes on ("running") appends a checkpoint line with
+ * the rest of what changed, in the same write as its items; the state file
+ * itself is replaced (temp file and rename) only when the run starts,
+ * pauses or finishes, so that other processes (sbx approve) read it whole.
+ * Both carry a sequence number; a resume takes the newer. */
+int run_state_save(struct run *run, const struct agent *a, const char *status,
+                   json_t *pending) {
+  struct shared *sh = run->sh;
+  if (!sh->rs || run->depth != 0)
+    return 0;
+  _cleanup_json_ json_t *now = progress(run, a, status, pending);
+  if (!now || json_object_update(sh->rs, now) < 0)
+    return -ENOMEM;
+  bool checkpoint = sh->rs_written && strcmp(status, "running") == 0;
+  _cleanup_buf_ struct sbx_buf j;
+  sbx_buf_init(&j, 4096);
+  int r = journal_lines(sh, run->items, checkpoint, &j);
+  if (r == 0 && j.len)
+    r = rs_append(sh, j.data, j.len);
+  if (r < 0) {
+    log_warn("cannot write the run journal of \"%s\": %s", sh->rs_path,
+             strerror(-r));
+    return r;
+  }
+  sh->rs_items = json_array_size(run->items);
+  if (checkpoint)
+    return 0;
+  _cleanup_free_ char *text = json_dumps(sh->rs, JSON_COMPACT);
+  if (!text)
+    return -ENOMEM;
+  r = sbx_write_file_replace(sh->rs_path, text, strlen(text), 0600);
+  if (r < 0)
+    log_warn("cannot write the run state \"%s\": %s", sh->rs_path,
+             strerror(-r));
+  else
+    sh->rs_written = true;
+  return r;
+}
+
+/* Starts a new run state under the state dir. */
+int run_state_begin(struct run *run, struct sbx_error *e) {
+  struct shared *sh = run->sh;
+  const struct run_options *o = sh->o;
+  char dir[4200];
+  int n = snprintf(dir, sizeof(dir), "%s/runs", o->state_dir);
+  if (n < 0 || (size_t)n >= sizeof(dir))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
+                         "state directory path too long");
+  int r = state_dir_ensure(o->state_dir, e);
+  if (r < 0)
+    return r;
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %s", dir,
+                         strerror(errno));
+  n = snprintf(sh->rs_path, sizeof(sh->rs_path), "%s/%s.json", dir, sh->run_id);
+  if (n < 0 || (size_t)n >= sizeof(sh->rs_path))
+    return -ENAMETOOLONG;
+  char abs[4096];
+  const char *path = o->agents->agents[0]->path;
+  if (!realpath(path, abs))
+    (void)snprintf(abs, sizeof(abs), "%s", path);
+  char created[32];
+  state_now(created);
+  sh->rs =
+      json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:{}}", "version", 1, "run_id",
+                sh->run_id, "agent_path", abs, "prompt", o->prompt,
+                "created_at", created, "status", "running", "decisions");
+  return sh->rs ? 0 : -ENOMEM;
+}
+
+/* Reads the journal of the run state RS saved at PATH: the conversation
+ * into *ITEMS (new reference), and RS brought up to the newest checkpoint
+ * that is newer than the state file. Then cuts the journal after what
+ * counts: a kill can leave items without their checkpoint, or half a line.
+ * Fails (-EINVAL) when items the state counts are missing. */
+static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
+  *items_out = NULL;
+  json_int_t seq = json_integer_value(json_object_get(rs, "seq"));
+  json_t *cnt = json_object_get(rs, "items_count");
+  if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
+    return -EINVAL;
+  size_t want = (size_t)json_integer_value(cnt);
+  char jpath[JOURNAL_PATH_MAX];
+  journal_path(path, jpath);
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  int r = sbx_read_file(jpath, 1u << 30, &text, &len);
+  if (r < 0)
+    return r;
+  _cleanup_json_ json_t *items = json_array();
+  _cleanup_json_ json_t *best = NULL; /* the newest good checkpoint */
+  size_t best_end = 0, want_end = 0;
+  bool have_want = false;
+  for (char *p = text, *end = text + len; items && p < end;) {
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl)
+      break;
+    json_error_t je;
+    json_t *it = json_loadb(p, (size_t)(nl - p), 0, &je);
+    if (!json_is_object(it)) {
+      json_decref(it);
+      break;
+    }
+    size_t line_end = (size_t)(nl + 1 - text);
+    p = nl + 1;
+    json_t *cp = json_object_get(it, RS_CHECKPOINT);
+    if (cp) {
+      json_t *cs = json_object_get(cp, "seq");
+      json_t *cn = json_object_get(cp, "items_count");
+      /* Its items come before it, in the same write. */
+      if (json_is_object(cp) && json_is_integer(cs) &&
+          json_integer_value(cs) > seq && json_is_integer(cn) &&
+          (size_t)json_integer_value(cn) == json_array_size(items) &&
+          (!best || json_integer_value(cs) >
+                        json_integer_value(json_object_get(best, "seq")))) {
+        json_decref(best);
+        best = json_incref(cp);
+        best_end = line_end;
+      }
+      json_decref(it);
+      continue;
+    }
+    if (json_array_append_new(items, it) < 0)
+      return -ENOMEM;
+    if (json_array_size(items) == want && !have_want) {
+      have_want = true;
+      want_end = line_end;
+    }
+  }
+  if (!items)
+    return -ENOMEM;
+  size_t cut = want_end;
+  if (best) {
+    if (json_object_update(rs, best) < 0)
+      return -ENOMEM;
+    want = (size_t)json_integer_value(json_object_get(best, "items_count"));
+    cut = best_end;
+  } else if (!have_want) {
+    return -EINVAL;
+  }
+  /* Removing an array's last item cannot fail. */
+  while (json_array_size(items) > want)
+    (void)json_array_remove(items, json_array_size(items) - 1);
+  if (truncate(jpath, (off_t)cut) < 0)
+    return -errno;
+  *items_out = TAKE_PTR(items);
+  return 0;
+}
+
+/* Loads the run state at o->resume_path: conversation, agent, turn,
+ * usage, pending calls, and re-attaches the recorded sandboxes. */
+int run_state_resume(struct run *run, const struct agent **start,
+                     struct sbx_error *e) {
+  struct shared *sh = run->sh;
+  const struct run_options *o = sh->o;
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  int r = sbx_read_file(o->resume_path, 256u << 20, &text, &len);
+  if (r < 0) {
+    run->res->config_error = true;
+    return sbx_error_set(e, SBX_OK, -r, "cannot read run state \"%s\": %s",
+                         o->resume_path, strerror(-r));
+  }
+  json_error_t je;
+  json_t *rs = json_loadb(text, len, 0, &je);
+  json_t *items = NULL;
+  if (json_is_object(rs))
+    (void)rs_load_journal(o->resume_path, rs, &items);
+  json_t *agent = json_object_get(rs, "agent");
+  const char *id = json_string_value(json_object_get(rs, "run_id"));
+  const char *status = json_string_value(json_object_get(rs, "status"));
+  if (!json_is_object(rs) || !json_is_integer(json_object_get(rs, "version")) ||
+      json_integer_value(json_object_get(rs, "version")) != 1 || !id ||
+      strlen(id) != 32 || !json_is_array(items) || !json_is_integer(agent) ||
+      json_integer_value(agent) < 0 ||
+      (size_t)json_integer_value(agent) >= o->agents->n || !status) {
+    json_decref(items);
+    json_decref(rs);
+    run->res->config_error = true;
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "\"%s\" is not a run state sbx can resume",
+                         o->resume_path);
+  }
+  if (strcmp(status, "finished") == 0) {
+    json_decref(items);
+    json_decref(rs);
+    run->res->config_error = true;
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
+                         "run %s already finished; nothing to resume", id);
+  }
+  sh->rs = rs;
+  memcpy(sh->run_id, id, 33);
+  (void)snprintf(sh->rs_path, sizeof(sh->rs_path), "%s", o->resume_path);
+  run->items = items;
+  sh->rs_items = json_array_size(items);
+  sh->rs_written = true;
+  sh->rs_seq = json_integer_value(json_object_get(rs, "seq"));
+  *start = o->agents->agents[json_integer_value(agent)];
+  json_t *turn = json_object_get(rs, "turn");
+  run->first_turn = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
+  if (run->first_turn < 1)
+    run->first_turn = 1;
+  /* The pending calls belong to the saved turn; a turn that finished
+   * starts the next one. */
+  json_t *pending = json_object_get(rs, "pending");
+  if (!(json_is_array(pending) && json_array_size(pending) > 0) &&
+      json_array_size(items) > 1)
+    run->first_turn++;
+  json_t *u = json_object_get(rs, "usage");
+  struct model_usage *mu = &run->res->usage;
+  mu->input_tokens = json_integer_value(json_object_get(u, "input_tokens"));
+  mu->output_tokens = json_integer_value(json_object_get(u, "output_tokens"));
+  mu->total_tokens = json_integer_value(json_object_get(u, "total_tokens"));
+  mu->reasoning_tokens =
+      json_integer_value(json_object_get(u, "reasoning_tokens"));
+  mu->cached_tokens = json_integer_value(json_object_get(u, "cached_tokens"));
+  run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
+  /* Re-attach each agent's recorded sandbox. */
+  const char *key;
+  json_t *sbj;
+  json_object_foreach(json_object_get(rs, "sandboxes"), key, sbj) {
+    char *end = NULL;
+    unsigned long idx = strtoul(key, &end, 10);
+    const char *rid = json_string_value(json_object_get(sbj, "record"));
+    if (!end || *end || idx >= o->agents->n || !rid)
+      continue;
+    r = run_reattach_sandbox(run, idx, rid, json_object_get(sbj, "tools"), e);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+/* Ends the state of a run that returned R: closes the journal and, unless
+ * the run paused, removes the state file and journal; res->state_path
+ * says where the state of a paused run is. */
+void run_state_end(struct run *run, int r) {
+  struct shared *sh = run->sh;
+  struct run_result *res = run->res;
+  if (sh->rs_jfd >= 0)
+    (void)close(sh->rs_jfd);
+  sh->rs_jfd = -1;
+  if (sh->rs) {
+    (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh->rs_path);
+    /* Only a paused run (or a killed one, which never gets here) leaves
+     * its state behind: a finished or failed run has closed its
+     * sandboxes, so there is nothing to resume. */
+    if (r != RUNNER_PAUSED) {
+      (void)unlink(sh->rs_path);
+      char jpath[JOURNAL_PATH_MAX];
+      journal_path(sh->rs_path, jpath);
+      (void)unlink(jpath);
+      res->state_path[0] = '\0';
+    }
+  }
+  json_decref(sh->rs);
+  sh->rs = NULL;
+}
