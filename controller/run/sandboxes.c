@@ -85,8 +85,8 @@ static int run_agent_sandbox(const struct run_options *o, const struct agent *a,
         r = lifecycle_create(&lo, *m, true, tok, logp, sb, &le);
       if (r == 0) {
         state_now(created);
-        r = lifecycle_save(persist_dir, record_id, *sb, *m, lo.bo.ports, lo.bo.nports,
-                           created, (long)getpid(), &le);
+        r = lifecycle_save(persist_dir, record_id, *sb, *m, lo.bo.ports,
+                           lo.bo.nports, created, (long)getpid(), &le);
         if (r < 0) {
           struct sbx_error ce = {0};
           (void)(*sb)->backend->close(*sb, &ce);
