@@ -1,9 +1,25 @@
 /* The context windows of known models, for compaction: the threshold the
  * runner asks the server to compact at is 0.9 of the window. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "controller/model/model.h"
+
+/* Cuts a "-YYYY-MM-DD" suffix off NAME ("gpt-4o-2024-08-06"); false when
+ * it has none. */
+static bool cut_date(char *name) {
+  static const char shape[] = "-dddd-dd-dd";
+  size_t n = strlen(name), k = sizeof(shape) - 1;
+  if (n <= k)
+    return false;
+  char *s = name + n - k;
+  for (size_t i = 0; i < k; i++)
+    if (shape[i] == '-' ? s[i] != '-' : s[i] < '0' || s[i] > '9')
+      return false;
+  *s = '\0';
+  return true;
+}
 
 long long model_compaction_threshold(const char *model) {
   static const struct {
@@ -65,11 +81,7 @@ long long model_compaction_threshold(const char *model) {
       if (strcmp(table[i].name, name) == 0)
         return table[i].window * 9 / 10;
     /* Then without a -YYYY-MM-DD suffix. */
-    size_t n = strlen(name);
-    if (n > 11 && name[n - 11] == '-' && name[n - 8] == '-' &&
-        name[n - 5] == '-')
-      name[n - 11] = '\0';
-    else
+    if (!cut_date(name))
       break;
   }
   return 240000;

@@ -1151,5 +1151,10 @@ Test(model, compaction_threshold_is_nine_tenths_of_the_window) {
                "the provider prefix and case are ignored");
   cr_expect_eq(model_compaction_threshold("o3"), 180000);
   cr_expect_eq(model_compaction_threshold("some-local-model"), 240000);
+  /* A dated snapshot has its model's window. */
+  cr_expect_eq(model_compaction_threshold("gpt-5-2025-08-07"), 360000);
+  cr_expect_eq(model_compaction_threshold("gpt-4o-2024-08-06"), 115200);
+  cr_expect_eq(model_compaction_threshold("gpt-4o-2024-08-0x"), 240000);
+  cr_expect_eq(model_compaction_threshold("-2024-08-06"), 240000);
   cr_expect_eq(model_compaction_threshold(NULL), 240000);
 }
