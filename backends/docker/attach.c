@@ -57,6 +57,31 @@ static int find_rundir(json_t *j, const char *id, char **out,
   return *out ? 0 : sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
 }
 
+/* The commands' environment of the container inspected as J: the values
+ * its env option gave (the names its DOCKER_LABEL_ENV label lists), as
+ * create_container set them. 0 or -ENOMEM. */
+static int restore_env(struct sandbox *s, json_t *j) {
+  const char *names = label_of(j, DOCKER_LABEL_ENV);
+  json_t *env = json_object_get(json_object_get(j, "Config"), "Env");
+  for (const char *p = names; p && *p;) {
+    size_t k = strcspn(p, ",");
+    size_t i;
+    json_t *kv;
+    json_array_foreach(env, i, kv) {
+      const char *v = json_string_value(kv);
+      if (!v || strncmp(v, p, k) != 0 || v[k] != '=')
+        continue;
+      _cleanup_free_ char *name = strndup(p, k);
+      int r = name ? sandbox_setenv(s, name, v + k + 1) : -ENOMEM;
+      if (r < 0)
+        return r;
+      break;
+    }
+    p += k + (p[k] == ',');
+  }
+  return 0;
+}
+
 int docker_resume(const struct backend_options *bo,
                   const struct docker_resume_args *a, struct sandbox **out,
                   struct sbx_error *e) {
@@ -135,6 +160,11 @@ int docker_resume(const struct backend_options *bo,
   r = find_rundir(j, d->container, &rundir, e);
   if (r < 0)
     goto fail;
+  r = restore_env(s, j);
+  if (r < 0) {
+    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+    goto fail;
+  }
   if (!running) {
     /* A stopped container: a handle without a client, to start again. */
     const char *root0 = label_of(j, DOCKER_LABEL_ROOT);

@@ -304,6 +304,25 @@ static json_t *string_array(const char *const *v, size_t n) {
   return a;
 }
 
+/* The names of O's env ("A,B"), for the label that lets a later attach
+ * give commands the same environment. New, or NULL when out of memory. */
+static char *env_names(const struct docker_options *o) {
+  size_t n = 1;
+  for (size_t i = 0; i < o->n_env; i++)
+    n += strcspn(o->env[i], "=") + 1;
+  char *s = malloc(n), *p = s;
+  for (size_t i = 0; s && i < o->n_env; i++) {
+    size_t k = strcspn(o->env[i], "=");
+    if (i)
+      *p++ = ',';
+    memcpy(p, o->env[i], k);
+    p += k;
+  }
+  if (s)
+    *p = '\0';
+  return s;
+}
+
 int docker_spec_json(const struct docker_options *o,
                      const struct docker_spec *sp, json_t **out,
                      struct sbx_error *e) {
@@ -340,6 +359,11 @@ int docker_spec_json(const struct docker_options *o,
       !put(labels, DOCKER_LABEL_MANAGED, json_string("true")) ||
       !put(labels, DOCKER_LABEL_ROOT, json_string(sp->root)))
     goto oom;
+  if (o->n_env) {
+    _cleanup_free_ char *names = env_names(o);
+    if (!names || !put(labels, DOCKER_LABEL_ENV, json_string(names)))
+      goto oom;
+  }
 
   if (!push(mounts, mount_json("bind", sp->rundir, DOCKER_RUN_DIR, false)))
     goto oom;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/registry.h"
+#include "controller/config/agent.h"
 #include "shared/cleanup.h"
 
 void cli_backend_flags_init(struct cli_backend_flags *f,
@@ -136,4 +137,101 @@ void cli_backend_flags_help(FILE *out) {
                      o->metavar ? " " : "", o->metavar ? o->metavar : "");
       fprintf(out, "  %-20s %s: %s\n", lhs, b->name, o->help);
     }
+}
+
+/* Whether A's run_config is none, or the same as FIRST's: the other
+ * agents' sandboxes use the starting agent's backend and options, so a
+ * run_config of theirs that says otherwise would not apply. */
+static bool same_run_config(const struct agent *a, const struct agent *first) {
+  if (!a->run_backend && !a->run_options)
+    return true;
+  return backend_find(a->run_backend) == backend_find(first->run_backend) &&
+         (a->run_options ? first->run_options &&
+                               json_equal(a->run_options, first->run_options)
+                         : !first->run_options);
+}
+
+/* Checks the run_config of every agent of SET but the first, which
+ * cli_backend_choose applies: against its backend, and against the
+ * first's. */
+static int check_other_agents(const struct agent_set *set,
+                              struct sbx_error *e) {
+  const struct agent *first = set->agents[0];
+  for (size_t i = 1; i < set->n; i++) {
+    const struct agent *a = set->agents[i];
+    const struct backend *b = backend_find(a->run_backend);
+    void *own = NULL;
+    struct sbx_error pe = {0};
+    if (b &&
+        backend_options_parse(b, a->run_options, "run_config", &own, &pe) < 0)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s: %s", a->path,
+                           pe.msg);
+    backend_options_free(b, own);
+    if (b && !same_run_config(a, first))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "%s: its run_config differs from the starting "
+                           "agent's (%s): every sandbox of a run uses the "
+                           "starting agent's backend and options",
+                           a->path, first->path);
+  }
+  return 0;
+}
+
+/* The backend of AGENT's run_config ("" for none), or the message saying
+ * it names none of ours. */
+static int run_config_backend(const struct agent *a, const struct backend **b,
+                              struct sbx_error *e) {
+  *b = backend_find(a->run_backend);
+  if (*b)
+    return 0;
+  char names[256];
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                       "%s: \"run_config.backend\" must be %s", a->path,
+                       backend_names(names, sizeof(names), "\"", " or "));
+}
+
+int cli_backend_choose(const struct cli_backend_flags *f, const char *name,
+                       const struct agent_set *agents,
+                       const struct backend **out, void **own,
+                       struct sbx_error *e) {
+  *own = NULL;
+  char names[256];
+  const struct backend *b = backend_find(name);
+  if (!b)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "unknown backend \"%s\" (available: %s)", name,
+                         backend_names(names, sizeof(names), "", ", "));
+  const struct agent *first = agents ? agents->agents[0] : NULL;
+  json_t *run_config = NULL;
+  for (size_t i = 0; agents && i < agents->n; i++) {
+    const struct backend *ab = NULL;
+    int r = run_config_backend(agents->agents[i], &ab, e);
+    if (r < 0)
+      return r;
+    if (i == 0 && !name)
+      b = ab;
+  }
+  if (agents) {
+    int r = check_other_agents(agents, e);
+    if (r < 0)
+      return r;
+    run_config = first->run_options;
+  }
+  if (run_config && b != backend_find(first->run_backend))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--backend %s replaces the run_config of %s, whose "
+                         "options are backend %s's",
+                         b->name, first->path,
+                         backend_find(first->run_backend)->name);
+  struct sbx_error oe = {0};
+  int r = cli_backend_options(f, b, run_config, "run_config", own, &oe);
+  if (r < 0) {
+    /* A flag's refusal names the flag; the file's names the file. */
+    bool file = run_config && !cli_backend_flags_any(f);
+    return sbx_error_set(e, oe.code ? oe.code : SBX_INTERNAL, -r, "%s%s%s",
+                         file ? first->path : "", file ? ": " : "",
+                         oe.msg[0] ? oe.msg : "out of memory");
+  }
+  *out = b;
+  return 0;
 }

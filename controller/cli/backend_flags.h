@@ -48,6 +48,20 @@ int cli_backend_options(const struct cli_backend_flags *f,
                         const struct backend *b, json_t *run_config,
                         const char *where, void **own, struct sbx_error *e);
 
+struct agent_set;
+
+/* The backend of a command (*OUT) and its own options (*OWN, new; free
+ * with backend_options_free): the backend NAME (--backend; NULL: the
+ * starting agent's run_config, else the default) with F's flags laid over
+ * that agent's run_config options. AGENTS may be NULL (no agent file). The
+ * other agents' run_config is checked too, and must be none or the
+ * starting agent's. -EINVAL with a message naming the flag, or the file
+ * and the key. */
+int cli_backend_choose(const struct cli_backend_flags *f, const char *name,
+                       const struct agent_set *agents,
+                       const struct backend **out, void **own,
+                       struct sbx_error *e);
+
 /* The help lines of --backend and every backend's flags. */
 void cli_backend_flags_help(FILE *out);
 

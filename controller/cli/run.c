@@ -362,7 +362,8 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
     fprintf(stderr, "sbx run: --record and --replay cannot be combined\n");
     return 2;
   }
-  /* A flag given replaces the agent file's run_config (checked later). */
+  /* A flag given replaces the agent file's run_config (choose_backend),
+   * but an unknown backend is refused before any file is read. */
   if (c->backend && !backend_find(c->backend)) {
     char names[256];
     fprintf(stderr, "sbx run: unknown backend \"%s\" (available: %s)\n",
@@ -372,49 +373,15 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
   return -1;
 }
 
-/* The backend of the run and its own options: --backend and the backend
- * flags replace the starting agent's run_config. The other agents'
- * run_config is checked too, against its own backend. -1, or the exit
- * code after saying why. */
+/* The backend of the run and its own options (backend_flags.h): -1, or
+ * the exit code after saying why. */
 static int choose_backend(struct run_cmd *c) {
   struct sbx_error e = {0};
-  for (size_t i = 0; i < c->agents->n; i++) {
-    const struct agent *a = c->agents->agents[i];
-    const struct backend *b = backend_find(a->run_backend);
-    if (!b) {
-      char names[256];
-      fprintf(stderr, "sbx: %s: \"run_config.backend\" must be %s\n", a->path,
-              backend_names(names, sizeof(names), "\"", " or "));
-      return 2;
-    }
-    void *own = NULL;
-    if (i > 0 &&
-        backend_options_parse(b, a->run_options, "run_config", &own, &e) < 0) {
-      fprintf(stderr, "sbx: %s: %s\n", a->path, e.msg);
-      return 2;
-    }
-    backend_options_free(b, own);
-  }
-  const struct agent *first = c->agents->agents[0];
-  const struct backend *b =
-      backend_find(c->backend ? c->backend : first->run_backend);
-  json_t *run_config = first->run_options;
-  if (run_config && b != backend_find(first->run_backend)) {
-    fprintf(stderr,
-            "sbx run: --backend %s replaces the run_config of %s, whose "
-            "options are backend %s's\n",
-            b->name, first->path, backend_find(first->run_backend)->name);
+  if (cli_backend_choose(&c->flags, c->backend, c->agents, &c->o.backend,
+                         &c->own, &e) < 0) {
+    fprintf(stderr, "sbx run: %s\n", e.msg[0] ? e.msg : strerror(ENOMEM));
     return 2;
   }
-  if (cli_backend_options(&c->flags, b, run_config, "run_config", &c->own, &e) <
-      0) {
-    if (run_config && !cli_backend_flags_any(&c->flags))
-      fprintf(stderr, "sbx: %s: %s\n", first->path, e.msg);
-    else
-      fprintf(stderr, "sbx run: %s\n", e.msg[0] ? e.msg : strerror(ENOMEM));
-    return 2;
-  }
-  c->o.backend = b;
   c->o.backend_opts.own = c->own;
   return -1;
 }

@@ -23,7 +23,8 @@ struct create_cmd {
   uint16_t ports[LIFECYCLE_MAX_PORTS];
   char base[4096]; /* local sources are relative to it */
   /* Owned. */
-  void *own; /* lo.backend's own options */
+  struct agent_set *agents; /* --agent's */
+  void *own;                /* lo.backend's own options */
   struct manifest *m;
 };
 
@@ -31,6 +32,7 @@ static void create_cmd_clear(struct create_cmd *x) {
   if (x->lo.backend)
     backend_options_free(x->lo.backend, x->own);
   manifest_free(x->m);
+  agent_set_free(x->agents);
 }
 
 enum {
@@ -103,8 +105,8 @@ static int take_option(struct create_cmd *x, int ch, const char *arg) {
   }
 }
 
-/* The command line and the backend's options: -1 when the sandbox can be
- * made, else the exit code. */
+/* The command line: -1 when the sandbox can be made, else the exit
+ * code. */
 static int parse_args(struct create_cmd *x, int argc, char **argv) {
   cli_backend_flags_init(&x->flags, create_opts);
   int ch;
@@ -117,13 +119,18 @@ static int parse_args(struct create_cmd *x, int argc, char **argv) {
   if (optind != argc)
     return cli_usage_error(x->c, "create", "unexpected argument \"%s\"",
                            argv[optind]);
-  x->lo.backend = backend_find(x->backend);
-  if (!x->lo.backend)
+  if (x->backend && !backend_find(x->backend))
     return cli_usage_error(x->c, "create", "unknown backend \"%s\"",
                            x->backend);
+  return -1;
+}
+
+/* The backend and its options: --backend and the backends' flags over
+ * --agent's run_config. -1, or the exit code after saying why. */
+static int choose_backend(struct create_cmd *x) {
   struct sbx_error e = {0};
-  if (cli_backend_options(&x->flags, x->lo.backend, NULL, NULL, &x->own, &e) <
-      0)
+  if (cli_backend_choose(&x->flags, x->backend, x->agents, &x->lo.backend,
+                         &x->own, &e) < 0)
     return cli_usage_error(x->c, "create", "%s",
                            e.msg[0] ? e.msg : strerror(ENOMEM));
   x->lo.bo.own = x->own;
@@ -135,11 +142,11 @@ static int parse_args(struct create_cmd *x, int argc, char **argv) {
  * local sources are relative to. -1, or the exit code after saying why. */
 static int load_manifest(struct create_cmd *x) {
   struct sbx_error e = {0};
-  struct agent_set *agents = NULL;
-  if (x->agent_path && agent_load(x->agent_path, &agents, &e) < 0) {
+  if (x->agent_path && agent_load(x->agent_path, &x->agents, &e) < 0) {
     fprintf(stderr, "%s: %s\n", x->c->prog, e.msg);
     return 2;
   }
+  const struct agent_set *agents = x->agents;
   int r = 0;
   if (x->manifest_path) {
     _cleanup_json_ json_t *j = NULL;
@@ -157,7 +164,6 @@ static int load_manifest(struct create_cmd *x) {
     r = j ? manifest_parse(j, "manifest", &x->m, &e) : -ENOMEM;
     (void)snprintf(x->base, sizeof(x->base), ".");
   }
-  agent_set_free(agents);
   if (r < 0) {
     fprintf(stderr, "%s: %s\n", x->c->prog, e.msg[0] ? e.msg : strerror(-r));
     return 2;
@@ -221,6 +227,9 @@ int cli_sandbox_create(struct cli_common *c, int argc, char **argv) {
   if (state_dir_resolve(c->state_dir, dir, sizeof(dir), &e) < 0)
     return cli_usage_error(c, "create", "%s", e.msg);
   k = load_manifest(&x);
+  if (k >= 0)
+    return k;
+  k = choose_backend(&x);
   if (k >= 0)
     return k;
   x.lo.mo.progress = progress_enabled(c->json);

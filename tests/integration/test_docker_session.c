@@ -237,6 +237,23 @@ Test(docker_session, run_config_options_reach_the_container) {
   cr_expect(dump && strstr(dump, "77"), "the pids limit: %s", dump);
   free(dump);
   json_decref(reqs);
+  /* sbx sandbox create --agent makes the sandbox the agent would run in. */
+  const char *create[] = {"create", "--agent", ap, "--json", NULL};
+  sbx(&r, create);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  json_t *j = json_loads(r.out, 0, NULL);
+  cr_expect_str_eq(json_string_value(json_object_get(j, "backend")), "docker");
+  char id[64];
+  (void)snprintf(id, sizeof(id), "%s",
+                 json_string_value(json_object_get(j, "id")));
+  json_decref(j);
+  sbx_run_free(&r);
+  const char *env[] = {
+      "exec", id, "--", "sh", "-c", "echo \"[$SBX_FROM_RUN_CONFIG]\"", NULL};
+  sbx(&r, env);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "[yes it is]\n");
+  sbx_run_free(&r);
 }
 
 /* --expose on the docker backend publishes the port on the host's

@@ -520,7 +520,7 @@ Test(run, usage_and_config_errors_exit_2) {
  * run uses, before any sandbox exists; each refusal names the flag, or the
  * file and the key. */
 Test(run, backend_flags_and_run_config_are_checked) {
-  char a[256], b[256], c[256], d[256], h[256], pok[256];
+  char a[256], b[256], c[256], d[256], h[256], h2[256], pok[256];
   (void)snprintf(pok, sizeof(pok), "%s", agent("ok.json", "{\"name\": \"A\"}"));
   (void)snprintf(a, sizeof(a), "%s",
                  agent("a.json", "{\"name\": \"A\", \"run_config\": "
@@ -540,6 +540,9 @@ Test(run, backend_flags_and_run_config_are_checked) {
   (void)snprintf(h, sizeof(h), "%s",
                  agent("h.json", "{\"name\": \"H\", \"handoffs\": "
                                  "[\"d.json\"]}"));
+  (void)snprintf(h2, sizeof(h2), "%s",
+                 agent("h2.json", "{\"name\": \"H\", \"handoffs\": "
+                                  "[\"c.json\"]}"));
   struct {
     const char *args[8];
     const char *want;
@@ -561,9 +564,12 @@ Test(run, backend_flags_and_run_config_are_checked) {
        "--backend local replaces the run_config of"},
       {{"run", d, "p", NULL},
        "d.json: \"run_config.cpus\" must be a number (got a string)"},
-      /* Another agent's run_config is checked too. */
+      /* Another agent's run_config is checked too, and must be the
+       * starting agent's: it would not apply. */
       {{"run", h, "p", NULL},
        "d.json: \"run_config.cpus\" must be a number (got a string)"},
+      {{"run", h2, "p", NULL},
+       "c.json: its run_config differs from the starting agent's"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     struct sbx_run_out r;
