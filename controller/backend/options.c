@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "controller/backend/backend.h"
+#include "shared/json.h"
 
 static const char *type_name(enum backend_option_type t) {
   static const char *const names[] = {
@@ -33,27 +34,6 @@ static bool of_type(enum backend_option_type t, json_t *v) {
     return json_is_array(v) || json_is_object(v);
   }
   return false;
-}
-
-static const char *json_kind(json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "?";
 }
 
 const struct backend_option *backend_option_find(const struct backend *b,
@@ -85,7 +65,7 @@ int backend_options_check(const struct backend *b, json_t *obj,
     if (!of_type(o->type, v))
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                            "\"%s%s%s\" must be %s (got %s)", where, dot, k,
-                           type_name(o->type), json_kind(v));
+                           type_name(o->type), sbx_json_kind(v, false));
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "controller/config/agent_internal.h"
 #include "shared/cleanup.h"
+#include "shared/json.h"
 
 #define USER_NAME_MAX 32
 
@@ -56,31 +57,10 @@ static void key_path(char k[KEY_MAX], const char *fmt, ...) {
   va_end(ap);
 }
 
-static const char *type_name(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "object";
-  case JSON_ARRAY:
-    return "array";
-  case JSON_STRING:
-    return "string";
-  case JSON_INTEGER:
-    return "integer";
-  case JSON_REAL:
-    return "number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "boolean";
-  case JSON_NULL:
-    return "null";
-  }
-  return "unknown";
-}
-
 static int wrong_type(const struct agent_ctx *c, const char *key,
                       const char *expected, const json_t *v) {
   return agent_invalid(c, "\"%s\" must be %s (got %s)", key, expected,
-                       type_name(v));
+                       sbx_json_kind(v, false));
 }
 
 static int unknown_key(const struct agent_ctx *c, const char *key) {
@@ -696,7 +676,7 @@ int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root) {
   if (!json_is_object(root))
     return agent_invalid(c,
                          "an agent definition must be a JSON object (got %s)",
-                         type_name(root));
+                         sbx_json_kind(root, false));
   json_object_foreach(root, key, v) {
     const struct field *f = NULL;
     for (size_t i = 0; i < SBX_ARRAY_SIZE(agent_fields) && !f; i++)

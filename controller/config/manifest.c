@@ -12,6 +12,7 @@
 
 #include "controller/config/manifest_internal.h"
 #include "shared/cleanup.h"
+#include "shared/json.h"
 #include "shared/path.h"
 
 struct manifest *manifest_free(struct manifest *m) {
@@ -47,31 +48,11 @@ struct manifest *manifest_free(struct manifest *m) {
   return NULL;
 }
 
-static const char *json_type_name(json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "an array";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-    return "an integer";
-  case JSON_REAL:
-    return "a number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  default:
-    return "null";
-  }
-}
-
 int manifest_type_error(struct sbx_error *e, const char *where, const char *key,
                         const char *want, json_t *got) {
   return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                        "%s: \"%s\" must be %s, not %s", where, key, want,
-                       json_type_name(got));
+                       sbx_json_kind(got, true));
 }
 
 int manifest_invalid(struct sbx_error *e, const char *fmt, ...) {
@@ -122,7 +103,7 @@ int manifest_parse(json_t *j, const char *where, struct manifest **out,
                    struct sbx_error *e) {
   if (!json_is_object(j))
     return manifest_invalid(e, "%s: a manifest must be an object, not %s",
-                            where, json_type_name(j));
+                            where, sbx_json_kind(j, true));
   struct manifest *m = calloc(1, sizeof(*m));
   if (!m)
     return -ENOMEM;

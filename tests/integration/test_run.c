@@ -563,11 +563,11 @@ Test(run, backend_flags_and_run_config_are_checked) {
       {{"run", "--backend", "local", c, "p", NULL},
        "--backend local replaces the run_config of"},
       {{"run", d, "p", NULL},
-       "d.json: \"run_config.cpus\" must be a number (got a string)"},
+       "d.json: \"run_config.cpus\" must be a number (got string)"},
       /* Another agent's run_config is checked too, and must be the
        * starting agent's: it would not apply. */
       {{"run", h, "p", NULL},
-       "d.json: \"run_config.cpus\" must be a number (got a string)"},
+       "d.json: \"run_config.cpus\" must be a number (got string)"},
       {{"run", h2, "p", NULL},
        "c.json: its run_config differs from the starting agent's"},
   };

@@ -99,8 +99,8 @@ Test(docker_options, refusals_name_the_option) {
       {"{\"imgae\": \"x\"}", "run_config",
        "\"run_config.imgae\": backend docker has no such option"},
       {"{\"image\": 5}", "run_config",
-       "\"run_config.image\" must be a string (got an integer)"},
-      {"{\"cpus\": \"2\"}", NULL, "\"cpus\" must be a number (got a string)"},
+       "\"run_config.image\" must be a string (got integer)"},
+      {"{\"cpus\": \"2\"}", NULL, "\"cpus\" must be a number (got string)"},
       {"{\"sandboxd\": \"always\"}", "run_config",
        "run_config: sandboxd \"always\": expected \"auto\", \"baked\" or "
        "\"inject\""},
@@ -138,7 +138,7 @@ Test(docker_options, refusals_name_the_option) {
       {"{\"root\": \"/\"}", NULL, "root \"/\" must be an absolute path"},
       {"{\"image\": \"a b\"}", NULL, "image \"a b\" is not an image reference"},
       {"{\"never_pull\": 1}", NULL,
-       "\"never_pull\" must be true or false (got an integer)"},
+       "\"never_pull\" must be true or false (got integer)"},
   };
   for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
     char msg[600];

@@ -62,17 +62,17 @@ Test(backend_options, unknown_keys_and_wrong_types_name_the_key) {
   cr_expect_str_eq(check("{\"nmae\": \"x\"}", NULL),
                    "\"nmae\": backend test has no such option");
   cr_expect_str_eq(check("{\"count\": \"3\"}", "run_config"),
-                   "\"run_config.count\" must be an integer (got a string)");
+                   "\"run_config.count\" must be an integer (got string)");
   cr_expect_str_eq(check("{\"count\": 1.5}", NULL),
-                   "\"count\" must be an integer (got a number)");
+                   "\"count\" must be an integer (got number)");
   cr_expect_str_eq(check("{\"share\": true}", NULL),
-                   "\"share\" must be a number (got a boolean)");
+                   "\"share\" must be a number (got boolean)");
   cr_expect_str_eq(check("{\"quiet\": 1}", NULL),
-                   "\"quiet\" must be true or false (got an integer)");
+                   "\"quiet\" must be true or false (got integer)");
   cr_expect_str_eq(check("{\"name\": null}", NULL),
                    "\"name\" must be a string (got null)");
   cr_expect_str_eq(check("{\"extra\": \"x\"}", NULL),
-                   "\"extra\" must be an array or an object (got a string)");
+                   "\"extra\" must be an array or an object (got string)");
   cr_expect_str_eq(check("[1]", NULL),
                    "the options of backend test must be an object");
 }
