@@ -1,5 +1,25 @@
-/* File RPCs. Every path goes through resolve.h; all are blocking (they run
- * on the worker pool). */
+/* File RPCs: stat, read, write, list, mkdir, remove, rename, chmod, chown and
+ * exists. All are blocking (they run on the worker pool).
+ *
+ * Every client path is checked by sbxd_locate and opened beneath the
+ * workspace root or its grant with openat2 (RESOLVE_BENEATH |
+ * RESOLVE_NO_MAGICLINKS), so neither ".." nor a symlink leads outside.
+ * Operations on the leaf that must not follow it work on the parent
+ * directory's fd with the *at() calls; the leaf is then a single component
+ * (never "." or "..") and AT_SYMLINK_NOFOLLOW / O_NOFOLLOW keep it from being
+ * followed. Recursive walks go from directory fd to directory fd, opening
+ * each child with O_NOFOLLOW, so they never leave the tree either.
+ *
+ * Symlinks at the leaf:
+ *   stat, exists          report the link itself (lstat)
+ *   read, list            follow it (openat2 keeps the target beneath)
+ *   write                 refused unless atomic (the rename replaces the link)
+ *   mkdir -p              an existing link to a directory counts as one
+ *   remove, rename, chown act on the link itself
+ *   chmod                 refused (a link has no mode of its own); skipped
+ *                         when recursive
+ * Symlinks met while recursing (list, remove, chmod, chown) are never
+ * followed. */
 #ifndef SANDBOXD_FILES_H
 #define SANDBOXD_FILES_H
 
@@ -27,9 +47,6 @@ int rpc_file_exists(struct rpc_call *c);
  * -ERR. WHAT names the operation ("cannot remove") or is NULL. */
 int files_fail_path(struct rpc_call *c, int err, const char *what,
                     const char *path);
-/* The same into E. */
-int files_fail_path_e(struct sbx_error *e, int err, const char *what,
-                      const char *path);
 /* rm -r of the directory NAME in DIR_FD, never following a symbolic link,
  * at most FILES_MAX_DEPTH levels deep; PATH names it in errors. 0 or -errno. */
 int files_remove_tree(int dir_fd, const char *name, const char *path,
