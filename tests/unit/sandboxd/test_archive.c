@@ -1681,7 +1681,7 @@ Test(archive, handles_are_bounded_and_expire) {
   h.d.limits.max_archives = 2;
   archive_table_free(h.d.archives);
   cr_assert_eq(archive_table_new(&h.d, &h.d.archives), 0);
-  uint64_t a, b, c;
+  uint64_t a = 0, b = 0, c = 0; /* 0: no transfer */
   struct outcome o = {0};
   cr_assert_eq(
       import_start("d1", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO, &a, &o),
