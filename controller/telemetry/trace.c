@@ -691,6 +691,8 @@ static void set_value(struct trace_span *s, const char *key, json_t *value) {
   json_array_foreach(s->attrs, i, a) {
     const char *k = json_string_value(json_object_get(a, "key"));
     if (k && strcmp(k, key) == 0) {
+      /* Replacing a key of an object we made: on OOM the old value stays
+       * and the new one is freed, as a dropped attribute would be. */
       (void)json_object_set_new(a, "value", value);
       return;
     }
