@@ -30,8 +30,8 @@
 #define DOCKER_LABEL_SESSION "sbx.session"
 #define DOCKER_LABEL_MANAGED "sbx.managed"
 #define DOCKER_LABEL_ROOT "sbx.root"
-#define DOCKER_LABEL_ENV "sbx.env" /* the env option's names, comma-separated  \
-                                    */
+/* The env option's names, comma-separated, for commands after an attach. */
+#define DOCKER_LABEL_ENV "sbx.env"
 
 extern const struct backend backend_docker;
 

@@ -3,8 +3,8 @@
  * them), and a sandbox session as the controller sees it: a connected
  * sandboxd client, the workspace root, the environment for commands, and
  * the backend that created it. Nothing here names a particular backend. */
-#ifndef SBX_SANDBOX_H
-#define SBX_SANDBOX_H
+#ifndef SBX_BACKEND_H
+#define SBX_BACKEND_H
 
 #include <jansson.h>
 #include <stdbool.h>

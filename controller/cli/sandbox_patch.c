@@ -57,7 +57,7 @@ int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
     return cli_usage_error(c, "apply-patch",
                            "expected ID (and the patch on "
                            "stdin)");
-  struct sbx_buf b;
+  _cleanup_buf_ struct sbx_buf b = {0};
   sbx_buf_init(&b, CLI_PATCH_MAX);
   char chunk[65536];
   for (;;) {
@@ -65,34 +65,27 @@ int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      sbx_buf_free(&b);
       fprintf(stderr, "%s: cannot read stdin: %s\n", c->prog, strerror(errno));
       return 1;
     }
     if (n == 0)
       break;
-    if (sbx_buf_append(&b, chunk, (size_t)n) < 0) {
-      sbx_buf_free(&b);
+    if (sbx_buf_append(&b, chunk, (size_t)n) < 0)
       return cli_usage_error(c, "apply-patch",
                              "the patch is larger than %u MiB",
                              CLI_PATCH_MAX >> 20);
-    }
   }
-  if (b.len == 0 || sbx_buf_append(&b, "", 1) < 0) {
-    sbx_buf_free(&b);
+  if (b.len == 0 || sbx_buf_append(&b, "", 1) < 0)
     return cli_usage_error(c, "apply-patch", "no patch on stdin");
-  }
   struct lifecycle_record rec;
   struct sandbox *sb = NULL;
   struct sbx_error e = {0};
   int k = cli_attach_for(c, "apply-patch", argv[optind], &rec, &sb);
-  if (k) {
-    sbx_buf_free(&b);
+  if (k)
     return k;
-  }
   Sbx__V1__Response *resp = NULL;
   int r = sbx_patch_apply(sb->client, b.data, dir, false, &resp, &e);
-  sbx_buf_free(&b);
+  sbx_buf_free(&b); /* now: a patch may be 64 MiB */
   int code = 0;
   if (r < 0)
     code = cli_fail(c, &e, r);

@@ -60,6 +60,56 @@ static json_t *session_state(const struct sandbox *sb,
   return TAKE_PTR(st);
 }
 
+/* Snapshots the attached SB (recorded as REC) by SPEC, traced as
+ * sandbox.snapshot when OTEL_EXPORTER_OTLP_* asks for it, and prints its
+ * session state; then prunes old local snapshots. The exit status. */
+static int save_attached(struct cli_common *c, const struct snapshot_spec *spec,
+                         struct sandbox *sb,
+                         const struct lifecycle_record *rec) {
+  struct trace_options to = {0};
+  trace_options_from_env(&to);
+  struct tracer *tracer = NULL;
+  struct sbx_error te = {0};
+  if (trace_new(&to, &tracer, &te) < 0)
+    log_warn("tracing is off: %s", te.msg);
+  struct trace_span *sp = trace_start(tracer, TRACE_SANDBOX_SNAPSHOT);
+  trace_set_str(sp, "sandbox.session_id", sb->session_id);
+  trace_set_str(sp, "sandbox.backend", sb->backend->name);
+  trace_set_str(sp, "sandbox.snapshot.type", snapshot_type_name(spec->type));
+  /* Ephemeral entries and mounts stay out of the snapshot. */
+  json_t *skip = json_object_get(rec->rec, "snapshot_excludes");
+  size_t nskip = json_array_size(skip);
+  _cleanup_free_ const char **excludes = calloc(nskip + 1, sizeof(char *));
+  for (size_t i = 0; excludes && i < nskip; i++)
+    excludes[i] = json_string_value(json_array_get(skip, i));
+  _cleanup_(snapshot_record_clear) struct snapshot_record snap = {0};
+  struct sbx_error e = {0};
+  int r = snapshot_save(
+      spec, sb, sb->session_id, excludes && nskip ? excludes : NULL, &snap,
+      progress_enabled(c->json) ? progress_snapshot : NULL, NULL, &e);
+  if (r < 0)
+    trace_set_error(sp, "%s", e.msg);
+  else
+    trace_set_int(sp, "sandbox.snapshot.bytes", (int64_t)snap.size);
+  trace_end(sp);
+  (void)trace_free(tracer);
+  if (r < 0)
+    return cli_fail(c, &e, r);
+  _cleanup_json_ json_t *st = session_state(sb, rec, &snap);
+  if (cli_print_json(c, st))
+    return 1;
+  if (spec->type == SNAPSHOT_LOCAL) {
+    /* Local snapshots older than 30 days go, as the SDK prunes its own. */
+    _cleanup_free_ char *base = NULL;
+    unsigned removed = 0;
+    struct sbx_error pe = {0};
+    if (spec->base_dir || snapshot_default_base_dir(&base, &pe) == 0)
+      (void)snapshot_prune(spec->base_dir ? spec->base_dir : base, 0, &removed,
+                           &pe);
+  }
+  return 0;
+}
+
 /* sbx sandbox save ID: snapshots the workspace and prints the session
  * state (the SDK's fields; no token, no host paths, no credentials). */
 int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
@@ -102,54 +152,30 @@ int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
     fprintf(stderr, "%s: %s\n", c->prog, e.msg);
     return k;
   }
-  /* Traced as sandbox.snapshot when OTEL_EXPORTER_OTLP_* asks for it. */
-  struct trace_options to = {0};
-  trace_options_from_env(&to);
-  struct tracer *tracer = NULL;
-  struct sbx_error te = {0};
-  if (trace_new(&to, &tracer, &te) < 0)
-    log_warn("tracing is off: %s", te.msg);
-  struct trace_span *sp = trace_start(tracer, TRACE_SANDBOX_SNAPSHOT);
-  trace_set_str(sp, "sandbox.session_id", sb->session_id);
-  trace_set_str(sp, "sandbox.backend", sb->backend->name);
-  trace_set_str(sp, "sandbox.snapshot.type", snapshot_type_name(spec.type));
-  /* Ephemeral entries and mounts stay out of the snapshot. */
-  json_t *skip = json_object_get(rec.rec, "snapshot_excludes");
-  size_t nskip = json_array_size(skip);
-  _cleanup_free_ const char **excludes = calloc(nskip + 1, sizeof(char *));
-  for (size_t i = 0; excludes && i < nskip; i++)
-    excludes[i] = json_string_value(json_array_get(skip, i));
-  struct snapshot_record snap = {0};
-  int r = snapshot_save(
-      &spec, sb, sb->session_id, excludes && nskip ? excludes : NULL, &snap,
-      progress_enabled(c->json) ? progress_snapshot : NULL, NULL, &e);
-  if (r < 0)
-    trace_set_error(sp, "%s", e.msg);
+  return cli_detach_done(sb, &rec, save_attached(c, &spec, sb, &rec));
+}
+
+/* The live sandbox SBID of session SID, when it proves its identity: our
+ * token (Hello through the state dir's token file) and the same session
+ * id. True with its id in ID_OUT; else false with WHY saying why not. */
+static bool live_session(const char *state_dir, const char *sbid,
+                         const char *sid, char id_out[STATE_ID_LEN + 1],
+                         char *why, size_t whysz) {
+  struct lifecycle_record rec;
+  struct sandbox *sb = NULL;
+  struct sbx_error le = {0};
+  if (cli_attach(state_dir, sbid, &rec, &sb, &le) != 0) {
+    (void)snprintf(why, whysz, "%s", le.msg);
+    return false;
+  }
+  bool same = strcmp(sb->session_id, sid) == 0;
+  if (same)
+    (void)snprintf(id_out, STATE_ID_LEN + 1, "%s", rec.id);
   else
-    trace_set_int(sp, "sandbox.snapshot.bytes", (int64_t)snap.size);
-  trace_end(sp);
-  (void)trace_free(tracer);
-  if (r < 0) {
-    sb->backend->detach(sb);
-    lifecycle_record_clear(&rec);
-    return cli_fail(c, &e, r);
-  }
-  _cleanup_json_ json_t *st = session_state(sb, &rec, &snap);
-  if (cli_print_json(c, st)) {
-    snapshot_record_clear(&snap);
-    return cli_detach_done(sb, &rec, 1);
-  }
-  snapshot_record_clear(&snap);
-  if (spec.type == SNAPSHOT_LOCAL) {
-    /* Local snapshots older than 30 days go, as the SDK prunes its own. */
-    _cleanup_free_ char *base = NULL;
-    unsigned removed = 0;
-    struct sbx_error pe = {0};
-    if (spec.base_dir || snapshot_default_base_dir(&base, &pe) == 0)
-      (void)snapshot_prune(spec.base_dir ? spec.base_dir : base, 0, &removed,
-                           &pe);
-  }
-  return cli_detach_done(sb, &rec, 0);
+    (void)snprintf(why, whysz, "sandbox %s holds another session", rec.id);
+  sb->backend->detach(sb);
+  lifecycle_record_clear(&rec);
+  return same;
 }
 
 int cli_session_resume(const char *state_dir, const char *path,
@@ -169,28 +195,10 @@ int cli_session_resume(const char *state_dir, const char *path,
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "\"%s\" is not a session state", path);
   char why_live[600] = "no sandbox id in the state";
-  /* 1. The live sandbox, when it proves its identity: our token (Hello
-   * through the state dir's token file) and the same session id. */
-  if (sbid) {
-    struct lifecycle_record rec;
-    struct sandbox *sb = NULL;
-    struct sbx_error le = {0};
-    if (cli_attach(state_dir, sbid, &rec, &sb, &le) == 0) {
-      bool same = strcmp(sb->session_id, sid) == 0;
-      if (same)
-        (void)snprintf(id_out, STATE_ID_LEN + 1, "%s", rec.id);
-      else
-        (void)snprintf(why_live, sizeof(why_live),
-                       "sandbox %s holds another session", rec.id);
-      sb->backend->detach(sb);
-      lifecycle_record_clear(&rec);
-      if (same) {
-        *reconnected = true;
-        return 0;
-      }
-    } else {
-      (void)snprintf(why_live, sizeof(why_live), "%s", le.msg);
-    }
+  if (sbid &&
+      live_session(state_dir, sbid, sid, id_out, why_live, sizeof(why_live))) {
+    *reconnected = true;
+    return 0;
   }
   /* 2. A new sandbox from the trusted manifest, with the snapshot. */
   struct snapshot_record snap = {0};

@@ -28,8 +28,8 @@ int agent_invalid(const struct agent_ctx *c, const char *fmt, ...)
 int agent_nomem(const struct agent_ctx *c);
 
 /* Reads the agent object ROOT of file C into A (zeroed but for its path
- * and identity), from the defaults: every key known and checked. References (handoffs, tools) are kept as paths for the loader
- * to follow. */
+ * and identity), from the defaults: every key known and checked. References
+ * (handoffs, tools) are kept as paths for the loader to follow. */
 int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root);
 
 #endif

@@ -341,7 +341,8 @@ Test(docker, reserved_labels_refused_before_anything_is_created) {
     struct docker_label l[] = {{"team", "a"}, {reserved[i], "x"}};
     o.docker.labels = l;
     o.docker.n_labels = 2;
-    cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -EINVAL, "%s", reserved[i]);
+    cr_expect_eq(backend_docker.create(&o.b, NULL, &s, &e), -EINVAL, "%s",
+                 reserved[i]);
     cr_expect_neq(strstr(e.msg, "is reserved"), NULL, "%s", e.msg);
     cr_expect_null(s);
   }

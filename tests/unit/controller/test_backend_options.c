@@ -24,8 +24,8 @@ static const struct backend_option test_options[] = {
 static const struct backend test_backend = {
     .name = "test",
     .options = test_options,
-    .features = BACKEND_LOCAL_BIND | BACKEND_READ_ONLY_BIND |
-                BACKEND_HOST_PATH_GRANTS,
+    .features =
+        BACKEND_LOCAL_BIND | BACKEND_READ_ONLY_BIND | BACKEND_HOST_PATH_GRANTS,
 };
 
 static json_t *load(const char *text) {
@@ -101,8 +101,9 @@ Test(backend_options, flag_text_becomes_the_value_of_the_type) {
       {"count", "-7", "-7"},
       {"count", "4x", "--count \"4x\": expected an integer"},
       {"count", "", "--count \"\": expected an integer"},
-      {"count", "99999999999999999999", "--count \"99999999999999999999\": "
-                                        "expected an integer"},
+      {"count", "99999999999999999999",
+       "--count \"99999999999999999999\": "
+       "expected an integer"},
       {"share", "0.25", "0.25"},
       {"share", "1e400", "--share \"1e400\": expected a number"},
       {"share", "nan", "--share \"nan\": expected a number"},
