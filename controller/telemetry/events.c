@@ -9,8 +9,8 @@
 
 #include "shared/buf.h"
 #include "shared/clock.h"
+#include "shared/json.h"
 #include "shared/log.h"
-#include "shared/utf8.h"
 
 struct events {
   FILE *out; /* borrowed */
@@ -96,15 +96,7 @@ void events_emit(struct events *ev, const char *type, json_t *fields) {
 static json_t *str_n(const char *s, size_t len) {
   if (!s)
     return json_null();
-  json_t *j = json_stringn(s, len);
-  if (j)
-    return j;
-  struct sbx_buf b;
-  sbx_buf_init(&b, len * 3 + 16);
-  if (sbx_utf8_sanitize(s, len, &b) == 0)
-    j = json_stringn(b.data ? b.data : "", b.len);
-  sbx_buf_free(&b);
-  return j;
+  return sbx_json_stringn_utf8(s, len);
 }
 
 static json_t *str(const char *s) {

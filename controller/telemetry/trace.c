@@ -16,9 +16,9 @@
 #include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/encode.h"
+#include "shared/json.h"
 #include "shared/log.h"
 #include "shared/rand.h"
-#include "shared/utf8.h"
 
 #define TRACE_MAX_RESPONSE (64u << 10)
 #define TRACE_MAX_URL 2048
@@ -716,15 +716,7 @@ static json_t *bounded_string(const char *s) {
     while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
       n--;
   }
-  json_t *j = json_stringn(s, n);
-  if (j)
-    return j;
-  struct sbx_buf b;
-  sbx_buf_init(&b, n * 3 + 16);
-  if (sbx_utf8_sanitize(s, n, &b) == 0)
-    j = json_stringn(b.data ? b.data : "", b.len);
-  sbx_buf_free(&b);
-  return j;
+  return sbx_json_stringn_utf8(s, n);
 }
 
 void trace_set_str(struct trace_span *s, const char *key, const char *value) {
