@@ -64,23 +64,26 @@ static char *save(const char *id) {
   return path;
 }
 
-Test(docker_session, runs_attach_to_a_developer_owned_container) {
-  char *id = create();
-  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
-  char ap[256];
-  (void)snprintf(ap, sizeof(ap), "%s", a);
+/* Runs "sbx ARGS..." against a model that calls exec_command with CMD
+ * once and then answers "ok"; the run must succeed. Returns the second
+ * request's input as JSON text (new), where CMD's output is; *OUT (when
+ * given) gets sbx's stdout (new). */
+static char *run_one_command(const char *cmd, const char *const *args,
+                             char **out) {
+  json_t *script = json_pack("[{s:[{s:s, s:s, s:{s:s}}]}, {s:s}]", "tool_calls",
+                             "name", "exec_command", "call_id", "c",
+                             "arguments", "cmd", cmd, "text", "ok");
+  char *text = json_dumps(script, JSON_COMPACT);
+  json_decref(script);
+  cr_assert_not_null(text);
   struct test_model_server srv;
-  test_model_server_start(
-      &srv,
-      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
-      "\"arguments\": {\"cmd\": \"cat notes.txt; ls /sys/class/net\"}}]}, "
-      "{\"text\": \"ok\"}]",
-      NULL);
+  test_model_server_start(&srv, text, NULL);
+  free(text);
   struct sbx_run_out r;
-  const char *run[] = {"run", "--state-dir", sdir, "--sandbox", id,
-                       ap,    "read",        NULL};
-  sbx_run(&r, srv.base_url, run);
+  sbx_run(&r, srv.base_url, args);
   cr_expect_eq(r.status, 0, "%s", r.err);
+  if (out)
+    *out = strdup(r.out);
   sbx_run_free(&r);
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
@@ -88,10 +91,23 @@ Test(docker_session, runs_attach_to_a_developer_owned_container) {
       json_dumps(json_object_get(
                      json_object_get(json_array_get(reqs, 1), "body"), "input"),
                  0);
-  cr_expect(dump && strstr(dump, "Output:\\nhello\\nmore\\nlo\\n"),
+  json_decref(reqs);
+  cr_assert_not_null(dump);
+  return dump;
+}
+
+Test(docker_session, runs_attach_to_a_developer_owned_container) {
+  char *id = create();
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  const char *run[] = {"run", "--state-dir", sdir, "--sandbox", id,
+                       ap,    "read",        NULL};
+  char *dump = run_one_command("cat notes.txt; ls /sys/class/net", run, NULL);
+  cr_expect(strstr(dump, "Output:\\nhello\\nmore\\nlo\\n"),
             "the container's workspace, network none: %s", dump);
   free(dump);
-  json_decref(reqs);
+  struct sbx_run_out r;
   /* A second process sees it running. */
   const char *info[] = {"--json", "info", id, NULL};
   sbx(&r, info);
@@ -170,27 +186,14 @@ Test(docker_session, agent_run_config_selects_the_backend) {
       "\"network_mode\": \"none\"}}");
   char ap[256];
   (void)snprintf(ap, sizeof(ap), "%s", a);
-  struct test_model_server srv;
-  test_model_server_start(
-      &srv,
-      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
-      "\"arguments\": {\"cmd\": \"ls /sys/class/net\"}}]}, {\"text\": \"ok\"}]",
-      NULL);
-  struct sbx_run_out r;
   const char *run[] = {"run", "--state-dir", sdir, "--stream", ap, "x", NULL};
-  sbx_run(&r, srv.base_url, run);
-  cr_expect_eq(r.status, 0, "%s", r.err);
-  cr_expect(strstr(r.out, "\"backend\":\"docker\"") != NULL, "%s", r.out);
-  sbx_run_free(&r);
-  json_t *reqs = test_model_server_requests(&srv);
-  test_model_server_stop(&srv);
-  char *dump =
-      json_dumps(json_object_get(
-                     json_object_get(json_array_get(reqs, 1), "body"), "input"),
-                 0);
-  cr_expect(dump && strstr(dump, "Output:\\nlo\\n"), "%s", dump);
+  char *out = NULL;
+  char *dump = run_one_command("ls /sys/class/net", run, &out);
+  cr_expect(strstr(out, "\"backend\":\"docker\"") != NULL, "%s", out);
+  free(out);
+  cr_expect(strstr(dump, "Output:\\nlo\\n"), "%s", dump);
   free(dump);
-  json_decref(reqs);
+  struct sbx_run_out r;
   /* A bad run_config is a configuration error naming the key. */
   const char *b = test_write_file(
       dir, "b.json",
@@ -214,29 +217,15 @@ Test(docker_session, run_config_options_reach_the_container) {
       "\"pids_limit\": 77, \"labels\": {\"team\": \"t1\"}}}");
   char ap[256];
   (void)snprintf(ap, sizeof(ap), "%s", a);
-  struct test_model_server srv;
-  test_model_server_start(
-      &srv,
-      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c\", "
-      "\"arguments\": {\"cmd\": \"echo \\\"[$SBX_FROM_RUN_CONFIG]\\\"; "
-      "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max "
-      "2>/dev/null\"}}]}, {\"text\": \"ok\"}]",
-      NULL);
-  struct sbx_run_out r;
   const char *run[] = {"run", "--state-dir", sdir, ap, "x", NULL};
-  sbx_run(&r, srv.base_url, run);
-  cr_expect_eq(r.status, 0, "%s", r.err);
-  sbx_run_free(&r);
-  json_t *reqs = test_model_server_requests(&srv);
-  test_model_server_stop(&srv);
-  char *dump =
-      json_dumps(json_object_get(
-                     json_object_get(json_array_get(reqs, 1), "body"), "input"),
-                 0);
-  cr_expect(dump && strstr(dump, "[yes it is]"), "%s", dump);
-  cr_expect(dump && strstr(dump, "77"), "the pids limit: %s", dump);
+  char *dump = run_one_command(
+      "echo \"[$SBX_FROM_RUN_CONFIG]\"; cat /sys/fs/cgroup/pids/pids.max "
+      "/sys/fs/cgroup/pids.max 2>/dev/null",
+      run, NULL);
+  cr_expect(strstr(dump, "[yes it is]"), "%s", dump);
+  cr_expect(strstr(dump, "77"), "the pids limit: %s", dump);
   free(dump);
-  json_decref(reqs);
+  struct sbx_run_out r;
   /* sbx sandbox create --agent makes the sandbox the agent would run in. */
   const char *create[] = {"create", "--agent", ap, "--json", NULL};
   sbx(&r, create);
