@@ -83,6 +83,19 @@ EOF
   fi
 }
 
+# The docker backend asks Podman for a user namespace of its own per
+# container (userns "auto"): Podman takes those ranges from the subordinate
+# ids of the user "containers", which a fresh host does not have. The range
+# is the one podman's documentation suggests: the upper half of the 32-bit
+# ids, clear of any host account.
+write_subids() {
+  local f
+  for f in /etc/subuid /etc/subgid; do
+    grep -q '^containers:' "$f" 2>/dev/null ||
+      echo "containers:2147483647:2147483648" >>"$f"
+  done
+}
+
 start_service() {
   if service_pid >/dev/null && ping_engine; then
     return 0
@@ -168,6 +181,7 @@ start)
     bash "$src/scripts/install-deps.sh" --containers
   [ "$(id -u)" -eq 0 ] || die "the engine runs rootful: run as root"
   write_conf
+  write_subids
   start_service
   build_images
   echo "$host"

@@ -14,10 +14,11 @@
 #include "shared/fileio.h"
 
 /* The host side of the container's runtime directory, from the mounts in
- * its inspection; it must be a directory of ours that nobody else may
- * enter, or the socket in it is not to be trusted. */
-static int find_rundir(json_t *j, const char *id, char **out,
-                       struct sbx_error *e) {
+ * its inspection; it must be a directory of ours (or handed to D's
+ * sandboxd) that nobody else may enter, or the socket in it is not to be
+ * trusted. */
+static int find_rundir(json_t *j, const struct docker *d, const char *id,
+                       char **out, struct sbx_error *e) {
   json_t *mounts = json_object_get(j, "Mounts");
   size_t i;
   json_t *m;
@@ -33,14 +34,8 @@ static int find_rundir(json_t *j, const char *id, char **out,
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
                          "container %.12s has no sbx runtime directory at %s",
                          id, DOCKER_RUN_DIR);
-  /* Ours: owned by us, or by the numeric user the container runs as (the
-   * directory was handed to it at creation). */
-  uid_t owner = geteuid();
-  const char *user =
-      json_string_value(json_object_get(json_object_get(j, "Config"), "User"));
-  char *end = NULL;
-  unsigned long uid = user && *user ? strtoul(user, &end, 10) : 0;
-  bool numeric_user = user && *user && end && (*end == '\0' || *end == ':');
+  /* Ours: owned by us, or by the host uid the container's sandboxd runs as
+   * (the directory was handed to it at creation). */
   struct stat st;
   if (lstat(src, &st) < 0)
     return sbx_error_set(e, SBX_UNAVAILABLE, errno,
@@ -48,7 +43,7 @@ static int find_rundir(json_t *j, const char *id, char **out,
                          "gone: %m",
                          src, id);
   if (!S_ISDIR(st.st_mode) || (st.st_mode & 077) ||
-      (st.st_uid != owner && !(numeric_user && st.st_uid == (uid_t)uid)))
+      (st.st_uid != geteuid() && st.st_uid != d->sd_uid))
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
                          "the runtime directory \"%s\" of container %.12s is "
                          "not a private directory of ours",
@@ -157,8 +152,17 @@ int docker_resume(const struct backend_options *bo,
                       d->container, a->session_id, status ? status : "?");
     goto fail;
   }
-  r = find_rundir(j, d->container, &rundir, e);
-  if (r < 0)
+  struct engine_facts facts;
+  /* A user sbx did not set (the image's, by name) is not one it handed
+   * the directory to: then sandboxd's are root's ids. */
+  const char *user =
+      json_string_value(json_object_get(json_object_get(j, "Config"), "User"));
+  if (user && (*user < '0' || *user > '9'))
+    user = NULL;
+  if ((r = probe_engine(d->en, &facts, e)) < 0 ||
+      (r = sandboxd_host_ids(d->en, &facts, d->container, user, &d->sd_uid,
+                             &d->sd_gid, e)) < 0 ||
+      (r = find_rundir(j, d, d->container, &rundir, e)) < 0)
     goto fail;
   r = restore_env(s, j);
   if (r < 0) {
@@ -178,7 +182,9 @@ int docker_resume(const struct backend_options *bo,
     return 0;
   }
   char sock[PATH_MAX];
-  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", rundir);
+  r = rundir_socket(rundir, sock, sizeof(sock), e);
+  if (r < 0)
+    goto fail;
   r = connect_sandboxd(
       s, d, sock, bo && bo->ready_timeout_ms ? bo->ready_timeout_ms : 10000, e);
   if (r < 0) {
@@ -279,23 +285,25 @@ int docker_stop(struct sandbox *s, struct sbx_error *e) {
   return docker_engine_json(d->en, &req, NULL, e);
 }
 
-/* Starts a stopped container again and connects to its sandboxd. */
+/* Starts a stopped container again (with its token written anew: it was
+ * deleted once sandboxd had read it) and connects to its sandboxd. */
 int docker_start(struct sandbox *s, struct sbx_error *e) {
   if (s->client)
     return 0;
   struct docker *d = s->priv;
-  char sock[PATH_MAX];
-  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", d->rundir);
-  (void)unlink(sock); /* the stopped sandboxd's, gone stale */
   char path[512];
-  int r = container_path(d->container, "/start", path, sizeof(path), e);
+  /* sandboxd reads its token again; its old socket has gone stale. */
+  int r = rundir_reset(d, e);
+  if (r == 0)
+    r = container_path(d->container, "/start", path, sizeof(path), e);
   if (r < 0)
     return r;
   struct docker_request req = {.method = "POST", .path = path};
   r = docker_engine_json(d->en, &req, NULL, e);
-  if (r < 0)
-    return r;
-  r = wait_socket(d, sock, "the container's image", 10000, e);
+  char sock[PATH_MAX];
+  if (r == 0)
+    r = rundir_wait_ready(d, "the container's image", 10000, sock, sizeof(sock),
+                          e);
   if (r < 0)
     return r;
   return connect_sandboxd(s, d, sock, 10000, e);

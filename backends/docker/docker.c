@@ -1,17 +1,16 @@
 /* The docker backend: one container per sandbox session, made through the
  * Docker Engine API, with sandboxd as its entrypoint (baked into the image
  * or sbx's static build bind-mounted read-only), reached over ipc:// through
- * a bind-mounted 0700 host runtime directory. */
+ * a bind-mounted 0700 host runtime directory (rundir.c), confined as
+ * docker.h says (options.c, userns.c). */
 #include "backends/docker/docker.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,8 +21,6 @@
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/rand.h"
-
-#define LOG_TAIL_MAX 400
 
 struct docker *docker_of(const struct sandbox *s) {
   return s && s->backend == &backend_docker ? s->priv : NULL;
@@ -114,8 +111,8 @@ const char *label_of(json_t *inspect, const char *key) {
 
 /* The last lines the container wrote (stdout and stderr), flattened into
  * OUT for an error message; "" when there are none or they cannot be had. */
-static void container_log_tail(struct docker_engine *en, const char *id,
-                               char *out, size_t size) {
+void container_log_tail(struct docker_engine *en, const char *id, char *out,
+                        size_t size) {
   out[0] = '\0';
   char path[512];
   if (container_path(id, "/logs?stdout=1&stderr=1&tail=10", path, sizeof(path),
@@ -222,8 +219,7 @@ void docker_detach(struct sandbox *s) {
 }
 
 /* Fails with what the container said when it is no longer running. */
-static int check_running(struct docker *d, const char *image,
-                         struct sbx_error *e) {
+int check_running(struct docker *d, const char *image, struct sbx_error *e) {
   _cleanup_json_ json_t *j = NULL;
   int r = inspect_container(d->en, d->container, &j, e);
   if (r < 0)
@@ -241,39 +237,6 @@ static int check_running(struct docker *d, const char *image,
       image, status ? status : "not running",
       (long long)json_integer_value(json_object_get(st, "ExitCode")),
       tail[0] ? ": " : "", tail);
-}
-
-/* Waits for sandboxd's socket to appear in the runtime directory, with a
- * bounded backoff, watching that the container still runs. */
-int wait_socket(struct docker *d, const char *sock, const char *image,
-                unsigned timeout_ms, struct sbx_error *e) {
-  uint64_t start = sbx_now_ms();
-  uint64_t next_check = start + 100;
-  unsigned delay_us = 250;
-  for (;;) {
-    struct stat st;
-    if (lstat(sock, &st) == 0 && S_ISSOCK(st.st_mode))
-      return 0;
-    uint64_t now = sbx_now_ms();
-    if (now >= next_check) {
-      int r = check_running(d, image, e);
-      if (r < 0)
-        return r;
-      next_check = now + 250;
-    }
-    if (now - start >= timeout_ms) {
-      char tail[LOG_TAIL_MAX + 64];
-      container_log_tail(d->en, d->container, tail, sizeof(tail));
-      return sbx_error_set(e, SBX_TIMED_OUT, ETIMEDOUT,
-                           "sandboxd in container %.12s did not become ready "
-                           "in %u ms%s%s",
-                           d->container, timeout_ms,
-                           tail[0] ? "; its output: " : "", tail);
-    }
-    sleep_us(delay_us);
-    if (delay_us < 10000)
-      delay_us *= 2;
-  }
 }
 
 /* Connects S's client to the sandboxd behind SOCK and checks with Hello,
@@ -364,82 +327,80 @@ int record_ports(struct docker *d, json_t *j, struct sbx_error *e) {
   return 0;
 }
 
-static char *make_rundir(void) {
-  const char *base = getenv("TMPDIR");
-  if (!base || !*base || strlen(base) > 60)
-    base = "/tmp";
+/* How a container is made: its description and what its sandboxd needs
+ * between its creation and its start. */
+struct making {
+  json_t *spec; /* borrowed; its UsernsMode is dropped on a fallback */
+  const struct engine_facts *facts;
+  const char *user;   /* the user option, or NULL */
+  bool published;     /* it publishes ports */
+  bool may_fall_back; /* made without a user namespace when refused one */
+};
+
+/* Creates the container from M's spec. When the engine refuses its user
+ * namespace for want of subordinate ids, it is made without one for the
+ * default userns, and the error says how to give it one for "auto". */
+static int create_one(struct docker *d, const char *session_id,
+                      struct making *m, struct sbx_error *e) {
   char path[128];
-  int n = snprintf(path, sizeof(path), "%s/sbx-docker-XXXXXX", base);
-  if (n < 0 || (size_t)n >= sizeof(path) || !mkdtemp(path))
-    return NULL;
-  return strdup(path);
+  (void)snprintf(path, sizeof(path), "/containers/create?name=sbx-%s",
+                 session_id);
+  struct docker_request req = {.method = "POST", .path = path, .body = m->spec};
+  _cleanup_json_ json_t *created = NULL;
+  json_t *host = json_object_get(m->spec, "HostConfig");
+  int r = docker_engine_json(d->en, &req, &created, e);
+  if (r < 0 && json_object_get(host, "UsernsMode") && userns_refused(e)) {
+    if (!m->may_fall_back)
+      return userns_error(e);
+    log_debug("docker: the engine gives no user namespace (%s); making the "
+              "container without one",
+              e->msg);
+    m->may_fall_back = false;
+    if (json_object_del(host, "UsernsMode") < 0)
+      return sbx_error_set(e, SBX_INTERNAL, EINVAL, "no UsernsMode to drop");
+    sbx_error_clear(e);
+    r = docker_engine_json(d->en, &req, &created, e);
+  }
+  if (r < 0)
+    return r;
+  const char *id = json_string_value(json_object_get(created, "Id"));
+  if (!id || !*id)
+    return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                         "the container engine created a container "
+                         "without an Id");
+  free(d->container);
+  d->container = strdup(id);
+  return d->container ? 0
+                      : sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
 }
 
-/* Writes the token file (0400) into the runtime directory and hands both
- * to USER ("uid[:gid]") when the container runs as someone else. */
-static int write_token(struct docker *d, const char *user,
-                       struct sbx_error *e) {
-  char path[PATH_MAX];
-  (void)snprintf(path, sizeof(path), "%s/token", d->rundir);
-  _cleanup_close_ int fd =
-      open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
-  if (fd < 0)
-    return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m", path);
-  size_t len = strlen(d->token);
-  if (write(fd, d->token, len) != (ssize_t)len)
-    return sbx_error_set(e, SBX_OK, errno ? errno : EIO,
-                         "cannot write \"%s\": %m", path);
-  if (!user)
-    return 0;
-  char *end = NULL;
-  unsigned long uid = strtoul(user, &end, 10);
-  unsigned long gid =
-      *end == ':' ? strtoul(end + 1, NULL, 10) : (unsigned long)-1;
-  if (uid == geteuid())
-    return 0;
-  if (fchown(fd, (uid_t)uid, (gid_t)gid) < 0 ||
-      chown(d->rundir, (uid_t)uid, (gid_t)gid) < 0)
-    return sbx_error_set(e, SBX_PERMISSION_DENIED, errno,
-                         "cannot hand the runtime directory to user \"%s\" "
-                         "(sandboxd runs as it): %m",
-                         user);
-  return 0;
-}
-
-/* Creates the container from SPEC and starts it. With published ports a
+/* Creates the container, hands the runtime directory with the token to the
+ * host ids its sandboxd runs as, and starts it. With published ports a
  * start can fail with "address already in use": Podman picks a free host
  * port when it creates the container and binds it only at the start, and
  * another process may take it in between. Such a container is removed and
  * made again, at most three times. */
 static int create_and_start(struct docker *d, const char *session_id,
-                            json_t *spec, bool published, struct sbx_error *e) {
+                            struct making *m, struct sbx_error *e) {
   for (int attempt = 1;; attempt++) {
+    int r = create_one(d, session_id, m, e);
+    if (r == 0)
+      r = sandboxd_host_ids(d->en, m->facts, d->container, m->user, &d->sd_uid,
+                            &d->sd_gid, e);
+    if (r == 0)
+      r = rundir_prepare(d, e);
     char path[128];
-    (void)snprintf(path, sizeof(path), "/containers/create?name=sbx-%s",
-                   session_id);
-    struct docker_request req = {.method = "POST", .path = path, .body = spec};
-    _cleanup_json_ json_t *created = NULL;
-    int r = docker_engine_json(d->en, &req, &created, e);
-    if (r < 0)
-      return r;
-    const char *id = json_string_value(json_object_get(created, "Id"));
-    if (!id || !*id)
-      return sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                           "the container engine created a container "
-                           "without an Id");
-    free(d->container);
-    d->container = strdup(id);
-    if (!d->container)
-      return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-    r = container_path(id, "/start", path, sizeof(path), e);
+    if (r == 0)
+      r = container_path(d->container, "/start", path, sizeof(path), e);
     if (r < 0)
       return r;
     struct docker_request start = {.method = "POST", .path = path};
     r = docker_engine_json(d->en, &start, NULL, e);
-    if (r == 0 || !published || attempt == 3 || !e ||
+    if (r == 0 || !m->published || attempt == 3 || !e ||
         !strstr(e->msg, "address already in use"))
       return r;
-    log_debug("docker: container %.12s: %s; making it again", id, e->msg);
+    log_debug("docker: container %.12s: %s; making it again", d->container,
+              e->msg);
     struct sbx_error ignored = {0};
     if (remove_container(d->en, d->container, &ignored) < 0)
       return r;
@@ -458,6 +419,36 @@ static void effective_options(const struct backend_options *bo,
     out->exposed_ports = bo->ports;
     out->n_exposed_ports = bo->nports;
   }
+}
+
+/* What S needs once its sandboxd answers: where its ports are published
+ * (each of O's must be), its workspace ROOT and its commands' env. */
+static int finish_sandbox(struct sandbox *s, struct docker *d,
+                          const struct docker_options *o, const char *root,
+                          struct sbx_error *e) {
+  if (o->n_exposed_ports) {
+    _cleanup_json_ json_t *j = NULL;
+    int r = inspect_container(d->en, d->container, &j, e);
+    if (r < 0 || (r = record_ports(d, j, e)) < 0)
+      return r;
+    for (size_t i = 0; i < o->n_exposed_ports; i++) {
+      struct docker_endpoint ep;
+      if (docker_exposed_port(s, o->exposed_ports[i], &ep, e) < 0)
+        return sbx_error_set(e, SBX_INTERNAL, EIO,
+                             "the container engine did not publish port %u",
+                             o->exposed_ports[i]);
+    }
+  }
+  s->root = strdup(root);
+  if (!s->root)
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  for (size_t i = 0; i < o->n_env; i++) {
+    const char *eq = strchr(o->env[i], '=');
+    _cleanup_free_ char *name = strndup(o->env[i], (size_t)(eq - o->env[i]));
+    if (!name || sandbox_setenv(s, name, eq + 1) < 0)
+      return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  }
+  return 0;
 }
 
 static int create_container(const struct backend_options *bo,
@@ -486,6 +477,10 @@ static int create_container(const struct backend_options *bo,
   _cleanup_free_ char *baked = NULL;
   _cleanup_free_ char *inject = NULL;
   _cleanup_json_ json_t *spec_json = NULL;
+  struct engine_facts facts;
+  struct making m = {
+      .user = o->user, .facts = &facts, .published = o->n_exposed_ports > 0};
+  const char *userns = NULL;
   r = docker_engine_open(o->host, &d->en, e);
   if (r < 0)
     goto fail;
@@ -493,6 +488,9 @@ static int create_container(const struct backend_options *bo,
     r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
     goto fail;
   }
+  if ((r = probe_engine(d->en, &facts, e)) < 0 ||
+      (r = choose_userns(&facts, o->userns, &userns, &m.may_fall_back, e)) < 0)
+    goto fail;
   r = prepare_image(d->en, image, o, &baked, e);
   if (r < 0)
     goto fail;
@@ -508,14 +506,7 @@ static int create_container(const struct backend_options *bo,
     r = sbx_error_set(e, SBX_INTERNAL, -r, "cannot get random bytes");
     goto fail;
   }
-  errno = 0;
-  d->rundir = make_rundir();
-  if (!d->rundir) {
-    r = sbx_error_set(e, SBX_OK, errno ? errno : ENOMEM,
-                      "cannot create a runtime directory: %m");
-    goto fail;
-  }
-  r = write_token(d, o->user, e);
+  r = rundir_make(d, e);
   if (r < 0)
     goto fail;
 
@@ -527,54 +518,29 @@ static int create_container(const struct backend_options *bo,
       .rundir = d->rundir,
       .root = root,
       .seccomp = bo && bo->seccomp ? bo->seccomp : "default",
+      .userns = userns,
+      /* Podman 4 makes a workspace the image lacks as the host's root,
+       * whom a user namespace cannot write; a volume it hands to the
+       * container's user. */
+      .workspace_volume = facts.podman && userns && strcmp(userns, "host"),
   };
   r = docker_spec_json(o, &sp, &spec_json, e);
   if (r < 0)
     goto fail;
-  r = create_and_start(d, s->session_id, spec_json, o->n_exposed_ports > 0, e);
+  m.spec = spec_json;
+  r = create_and_start(d, s->session_id, &m, e);
   if (r < 0)
     goto fail;
-
+  uint64_t start = sbx_now_ms();
   char sock[PATH_MAX];
-  (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", d->rundir);
-  uint64_t ready_start = sbx_now_ms();
-  r = wait_socket(d, sock, image, tmo, e);
+  r = rundir_wait_ready(d, image, tmo, sock, sizeof(sock), e);
   if (r < 0)
     goto fail;
-  uint64_t waited = sbx_now_ms() - ready_start;
+  uint64_t waited = sbx_now_ms() - start;
   r = connect_sandboxd(s, d, sock, waited < tmo ? tmo - (unsigned)waited : 0,
                        e);
-  if (r < 0)
+  if (r < 0 || (r = finish_sandbox(s, d, o, root, e)) < 0)
     goto fail;
-  if (o->n_exposed_ports) {
-    _cleanup_json_ json_t *j = NULL;
-    r = inspect_container(d->en, d->container, &j, e);
-    if (r < 0 || (r = record_ports(d, j, e)) < 0)
-      goto fail;
-    for (size_t i = 0; i < o->n_exposed_ports; i++) {
-      struct docker_endpoint ep;
-      r = docker_exposed_port(s, o->exposed_ports[i], &ep, e);
-      if (r < 0) {
-        r = sbx_error_set(e, SBX_INTERNAL, EIO,
-                          "the container engine did not publish port %u",
-                          o->exposed_ports[i]);
-        goto fail;
-      }
-    }
-  }
-  s->root = strdup(root);
-  if (!s->root) {
-    r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-    goto fail;
-  }
-  for (size_t i = 0; i < o->n_env; i++) {
-    const char *eq = strchr(o->env[i], '=');
-    _cleanup_free_ char *name = strndup(o->env[i], (size_t)(eq - o->env[i]));
-    if (!name || (r = sandbox_setenv(s, name, eq + 1)) < 0) {
-      r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-      goto fail;
-    }
-  }
   log_debug("docker sandbox %s: container %.12s of \"%s\"%s", s->session_id,
             d->container, image, inject ? " (sandboxd injected)" : "");
   *out = s;

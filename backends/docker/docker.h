@@ -3,11 +3,21 @@
  * container's entrypoint.
  *
  * The controller reaches sandboxd over ipc:// through a host runtime
- * directory (0700, owned by the controller) bind-mounted at DOCKER_RUN_DIR,
- * so it works with network_mode "none". The token is a file there (0400)
- * that sandboxd reads at start. The workspace lives inside the container
- * (not a host bind), so snapshots go through sandboxd. Containers carry the
- * labels sbx.session=<session id> and sbx.managed=true.
+ * directory (0700, the uid sandboxd runs as on the host) bind-mounted
+ * read-only at DOCKER_RUN_DIR, so it works with network_mode "none".
+ * sandboxd reads its token from a file there (0400) and listens in its one
+ * writable subdirectory, DOCKER_RUN_DIR/listen; once the socket appears the
+ * controller deletes the token and moves the socket up into the read-only
+ * part, where the workload can neither replace nor remove it (see
+ * rundir.c). The workspace lives inside the container (not a host bind), so
+ * snapshots go through sandboxd. Containers carry the labels
+ * sbx.session=<session id> and sbx.managed=true.
+ *
+ * Confinement (options.c, userns.c): a user namespace of its own where the
+ * engine offers one (option userns), every capability dropped but those a
+ * root workload needs in its own container, no-new-privileges, the
+ * engine's default seccomp profile, never privileged, and memory and
+ * process limits by default (DOCKER_DEFAULT_MEMORY, DOCKER_DEFAULT_PIDS).
  *
  * Beyond struct backend (backend_docker) and its options this header offers
  * what the session lifecycle needs: the published endpoint of an exposed
@@ -25,6 +35,8 @@
 #define DOCKER_DEFAULT_IMAGE "sbx-debian:latest"
 #define DOCKER_DEFAULT_ROOT "/workspace"
 #define DOCKER_RUN_DIR "/run/sbx"
+/* The subdirectory of DOCKER_RUN_DIR where sandboxd makes its socket. */
+#define DOCKER_LISTEN_DIR "listen"
 #define DOCKER_SANDBOXD_PATH "/usr/local/bin/sandboxd"
 #define DOCKER_IMAGE_LABEL "io.sbx.sandboxd"
 #define DOCKER_LABEL_SESSION "sbx.session"
@@ -43,6 +55,23 @@ enum docker_sandboxd_mode {
   DOCKER_SANDBOXD_BAKED,  /* the image has /usr/local/bin/sandboxd */
   DOCKER_SANDBOXD_INJECT, /* bind-mount sbx's static sandboxd read-only */
 };
+
+/* Whether the container gets a user namespace of its own (option userns). */
+enum docker_userns {
+  /* Podman's "auto" where it can give one (a rootful Podman with
+   * subordinate ids for the user "containers"), else the engine's default:
+   * none on Docker unless its daemon remaps (userns-remap), the user's own
+   * namespace on a rootless engine. */
+  DOCKER_USERNS_DEFAULT = 0,
+  DOCKER_USERNS_AUTO, /* required: an error where the engine has none */
+  DOCKER_USERNS_HOST, /* none: container root is the engine's root */
+};
+
+/* Limits a container gets unless its options say otherwise; the option
+ * DOCKER_NO_LIMIT (JSON: 0) lifts one. */
+#define DOCKER_DEFAULT_MEMORY (2ll << 30) /* 2 GiB */
+#define DOCKER_DEFAULT_PIDS 4096
+#define DOCKER_NO_LIMIT (-1)
 
 struct docker_label {
   const char *key; /* not "sbx" nor "sbx.*": those are sbx's own */
@@ -79,10 +108,13 @@ struct docker_options {
   size_t n_labels;
   const char *const *env; /* "NAME=value": the container's and commands' */
   size_t n_env;
-  const char *user;     /* NULL: the image's; else "uid" or "uid:gid" */
-  int64_t memory_bytes; /* 0: no limit */
-  double cpus;          /* 0: no limit */
-  int64_t pids_limit;   /* 0: no limit */
+  const char *user; /* NULL: the image's; else "uid" or "uid:gid" */
+  enum docker_userns userns;
+  /* 0: DOCKER_DEFAULT_MEMORY and DOCKER_DEFAULT_PIDS; DOCKER_NO_LIMIT:
+   * none. */
+  int64_t memory_bytes;
+  double cpus; /* 0: no limit */
+  int64_t pids_limit;
   const struct docker_mount *mounts;
   size_t n_mounts;
   bool read_only_rootfs; /* the workspace is then an anonymous volume */
@@ -99,7 +131,8 @@ void docker_options_merge(const struct docker_options *client,
 
 /* Checks O without contacting the engine: network_mode, exposed ports
  * (none with network_mode "none"), label keys (sbx.* reserved), env names,
- * user, limits and mounts. -EINVAL with a message naming the field. */
+ * user, userns, limits and mounts. -EINVAL with a message naming the
+ * field. */
 int docker_options_check(const struct docker_options *o, struct sbx_error *e);
 
 struct docker_endpoint {
@@ -128,7 +161,8 @@ struct docker_resume_args {
 
 /* Reconnects to a live container made by this backend for A's session:
  * its labels must say sbx.managed=true and sbx.session=A->session_id, it
- * must be running, its runtime directory must be ours (0700, our uid), and
+ * must be running, its runtime directory must be ours (0700, our uid or
+ * the host uid its sandboxd runs as), and
  * its sandboxd must accept A->token (Hello). Options in O other than the
  * engine endpoint are not applied: the container keeps its own.
  * Errors: -ENOENT the container is gone (restore from a snapshot), -ESRCH it

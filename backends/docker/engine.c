@@ -25,6 +25,7 @@ struct docker_engine {
   char *host;   /* as given */
   char *socket; /* its path */
   char version[16];
+  char libpod[16]; /* Podman's own API version; "" for Docker */
   char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -52,6 +53,10 @@ const char *docker_engine_host(const struct docker_engine *en) {
 
 const char *docker_engine_version(const struct docker_engine *en) {
   return en->version;
+}
+
+const char *docker_engine_libpod(const struct docker_engine *en) {
+  return en->libpod[0] ? en->libpod : NULL;
 }
 
 char *docker_engine_escape(const char *s, bool path) {
@@ -83,26 +88,35 @@ struct sink {
   bool keep_tail;
   bool too_big;
   char api_version[16]; /* the Api-Version header, when sent */
+  char libpod[16];      /* the Libpod-Api-Version header: Podman's */
 };
 
-/* Picks the Api-Version header out of the reply's headers. */
+/* Copies the value of header NAME ("name:", lower case) into OUT when the
+ * header line DATA (N bytes) is that header and the value fits. */
+static void header_value(const char *data, size_t n, const char *name,
+                         char out[16]) {
+  size_t nl = strlen(name);
+  if (n <= nl || strncasecmp(data, name, nl) != 0)
+    return;
+  const char *v = data + nl;
+  const char *end = data + n;
+  while (v < end && (*v == ' ' || *v == '\t'))
+    v++;
+  while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+    end--;
+  size_t len = (size_t)(end - v);
+  if (len < 16) {
+    memcpy(out, v, len);
+    out[len] = '\0';
+  }
+}
+
+/* Picks the API version headers out of the reply's headers. */
 static size_t on_header(char *data, size_t size, size_t nmemb, void *arg) {
   struct sink *k = arg;
   size_t n = size * nmemb;
-  static const char name[] = "api-version:";
-  if (n > sizeof(name) - 1 && strncasecmp(data, name, sizeof(name) - 1) == 0) {
-    const char *v = data + sizeof(name) - 1;
-    const char *end = data + n;
-    while (v < end && (*v == ' ' || *v == '\t'))
-      v++;
-    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
-      end--;
-    size_t len = (size_t)(end - v);
-    if (len < sizeof(k->api_version)) {
-      memcpy(k->api_version, v, len);
-      k->api_version[len] = '\0';
-    }
-  }
+  header_value(data, n, "api-version:", k->api_version);
+  header_value(data, n, "libpod-api-version:", k->libpod);
   return n;
 }
 
@@ -284,6 +298,8 @@ static int engine_send(struct docker_engine *en, const char *prefix,
     *status = 0;
   if (api_version)
     memcpy(api_version, k.api_version, sizeof(k.api_version));
+  if (k.libpod[0] && strspn(k.libpod, "0123456789.") == strlen(k.libpod))
+    memcpy(en->libpod, k.libpod, sizeof(en->libpod));
   return 0;
 }
 
@@ -294,8 +310,16 @@ static bool status_ok(long status) {
 int docker_engine_raw(struct docker_engine *en,
                       const struct docker_request *req, struct sbx_buf *body,
                       struct sbx_error *e) {
-  char prefix[24];
-  (void)snprintf(prefix, sizeof(prefix), "/v%s", en->version);
+  char prefix[40];
+  if (req->libpod && !en->libpod[0])
+    return sbx_error_set(e, SBX_NOT_SUPPORTED, ENOTSUP,
+                         "the container engine at %s is not Podman: it has "
+                         "no libpod API",
+                         en->host);
+  if (req->libpod)
+    (void)snprintf(prefix, sizeof(prefix), "/v%s/libpod", en->libpod);
+  else
+    (void)snprintf(prefix, sizeof(prefix), "/v%s", en->version);
   long status = 0;
   int r = engine_send(en, prefix, req, body, &status, NULL, e);
   if (r < 0)

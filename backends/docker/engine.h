@@ -46,6 +46,10 @@ struct docker_request {
   /* Keep only the reply's last max_bytes instead of failing past them: for
    * progress streams (a pull) whose end is what matters. */
   bool keep_tail;
+  /* Podman's own API (/v{libpod}/libpod/...) instead of Docker's: for what
+   * the compatible API leaves out. -ENOTSUP on an engine that is not
+   * Podman. */
+  bool libpod;
 };
 
 /* Connects to HOST ("unix:///path"; NULL: $DOCKER_HOST, else
@@ -59,6 +63,9 @@ struct docker_engine *docker_engine_free(struct docker_engine *en);
  * version ("1.41"); borrowed, valid while EN lives. */
 const char *docker_engine_host(const struct docker_engine *en);
 const char *docker_engine_version(const struct docker_engine *en);
+/* Podman's own API version ("4.3.1", its Libpod-Api-Version header), or
+ * NULL when the engine is not Podman. Borrowed. */
+const char *docker_engine_libpod(const struct docker_engine *en);
 
 /* Sends REQ. On success *OUT (when OUT is not NULL) is the reply parsed as
  * JSON (new), or NULL when the reply is empty. */

@@ -4,6 +4,7 @@
 #include "backends/docker/options.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ void docker_options_merge(const struct docker_options *client,
   TAKE_ARRAY(labels, n_labels);
   TAKE_ARRAY(env, n_env);
   TAKE(user);
+  TAKE(userns);
   TAKE(memory_bytes);
   TAKE(cpus);
   TAKE(pids_limit);
@@ -249,13 +251,17 @@ int docker_options_check(const struct docker_options *o, struct sbx_error *e) {
                            "(sandboxd's token file is handed to it)",
                            o->user);
   }
-  if (o->memory_bytes < 0)
+  if (o->userns != DOCKER_USERNS_DEFAULT && o->userns != DOCKER_USERNS_AUTO &&
+      o->userns != DOCKER_USERNS_HOST)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "unknown userns mode %d", (int)o->userns);
+  if (o->memory_bytes < 0 && o->memory_bytes != DOCKER_NO_LIMIT)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "memory must not be negative");
   if (o->cpus < 0 || !isfinite(o->cpus) || o->cpus > 4096)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "cpus must be a number from 0 (no limit) to 4096");
-  if (o->pids_limit < 0)
+  if (o->pids_limit < 0 && o->pids_limit != DOCKER_NO_LIMIT)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "pids_limit must not be negative");
   if (o->n_mounts && !o->mounts)
@@ -323,13 +329,55 @@ static char *env_names(const struct docker_options *o) {
   return s;
 }
 
+/* What a root workload needs inside its own container, and no more: files
+ * of any owner (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), its own processes
+ * (KILL), switching users as sandboxd's run_as, su and package scripts do
+ * (SETUID, SETGID), dropping capabilities from a child's bounding set as
+ * sandboxd does (SETPCAP), low ports (NET_BIND_SERVICE) and chroot, which
+ * package tools use (SYS_CHROOT). Left out of Podman's defaults: SETFCAP
+ * (file capabilities; no-new-privileges voids them anyway); of Docker's
+ * also MKNOD, NET_RAW and AUDIT_WRITE. */
+static const char *const kept_caps[] = {
+    "CHOWN",  "DAC_OVERRIDE", "FOWNER",           "FSETID",     "KILL",
+    "SETGID", "SETUID",       "NET_BIND_SERVICE", "SYS_CHROOT", "SETPCAP",
+};
+
+/* HostConfig's confinement and limits: the capabilities above, no
+ * privilege gained through exec (setuid binaries, file capabilities), the
+ * engine's default seccomp profile (nothing said), never privileged, the
+ * user namespace SP chose, and O's limits or the defaults. */
+static bool put_confinement(json_t *host, const struct docker_options *o,
+                            const struct docker_spec *sp) {
+  json_t *drop, *secopt;
+  int64_t mem = o->memory_bytes ? o->memory_bytes : DOCKER_DEFAULT_MEMORY;
+  int64_t pids = o->pids_limit ? o->pids_limit : DOCKER_DEFAULT_PIDS;
+  return put(host, "Privileged", json_false()) &&
+         put(host, "CapDrop", drop = json_array()) &&
+         push(drop, json_string("ALL")) &&
+         put(host, "CapAdd",
+             string_array(kept_caps, SBX_ARRAY_SIZE(kept_caps))) &&
+         put(host, "SecurityOpt", secopt = json_array()) &&
+         push(secopt, json_string("no-new-privileges")) &&
+         (!sp->userns || put(host, "UsernsMode", json_string(sp->userns))) &&
+         (mem == DOCKER_NO_LIMIT || put(host, "Memory", json_integer(mem))) &&
+         /* The engines read PidsLimit 0 as their own default; -1 is none. */
+         put(host, "PidsLimit", json_integer(pids)) &&
+         (o->cpus <= 0 || put(host, "NanoCpus",
+                              json_integer((json_int_t)(o->cpus * 1e9 + 0.5))));
+}
+
 int docker_spec_json(const struct docker_options *o,
                      const struct docker_spec *sp, json_t **out,
                      struct sbx_error *e) {
   *out = NULL;
-  char listen[64], token[64];
-  (void)snprintf(listen, sizeof(listen), "ipc://%s/sandboxd.sock",
-                 DOCKER_RUN_DIR);
+  char listen[64], token[64], listen_dir[PATH_MAX];
+  (void)snprintf(listen, sizeof(listen), "ipc://%s/%s/sandboxd.sock",
+                 DOCKER_RUN_DIR, DOCKER_LISTEN_DIR);
+  int n = snprintf(listen_dir, sizeof(listen_dir), "%s/%s", sp->rundir,
+                   DOCKER_LISTEN_DIR);
+  if (n < 0 || (size_t)n >= sizeof(listen_dir))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
+                         "runtime directory path is too long");
   (void)snprintf(token, sizeof(token), "%s/token", DOCKER_RUN_DIR);
   const char *cmd[] = {"--listen",     listen, "--root",    sp->root,
                        "--token-file", token,  "--seccomp", sp->seccomp};
@@ -365,13 +413,18 @@ int docker_spec_json(const struct docker_options *o,
       goto oom;
   }
 
-  if (!push(mounts, mount_json("bind", sp->rundir, DOCKER_RUN_DIR, false)))
+  /* Read-only but for the one directory sandboxd listens in (rundir.c). */
+  char listen_target[64];
+  (void)snprintf(listen_target, sizeof(listen_target), "%s/%s", DOCKER_RUN_DIR,
+                 DOCKER_LISTEN_DIR);
+  if (!push(mounts, mount_json("bind", sp->rundir, DOCKER_RUN_DIR, true)) ||
+      !push(mounts, mount_json("bind", listen_dir, listen_target, false)))
     goto oom;
   if (sp->inject &&
       !push(mounts, mount_json("bind", sp->inject, sp->sandboxd, true)))
     goto oom;
   /* A read-only root filesystem still needs a writable workspace. */
-  if (o->read_only_rootfs &&
+  if ((o->read_only_rootfs || sp->workspace_volume) &&
       !push(mounts, mount_json("volume", NULL, sp->root, false)))
     goto oom;
   for (size_t i = 0; i < o->n_mounts; i++) {
@@ -399,11 +452,7 @@ int docker_spec_json(const struct docker_options *o,
         goto oom;
     }
   }
-  if ((o->memory_bytes &&
-       !put(host, "Memory", json_integer(o->memory_bytes))) ||
-      (o->cpus > 0 && !put(host, "NanoCpus",
-                           json_integer((json_int_t)(o->cpus * 1e9 + 0.5)))) ||
-      (o->pids_limit && !put(host, "PidsLimit", json_integer(o->pids_limit))) ||
+  if (!put_confinement(host, o, sp) ||
       (o->read_only_rootfs && !put(host, "ReadonlyRootfs", json_true())))
     goto oom;
   *out = TAKE_PTR(c);
@@ -445,10 +494,17 @@ const struct backend_option docker_option_table[] = {
      "the user sandboxd runs as (default: the "
      "image's)",
      BACKEND_OPTION_STRING},
-    {"memory_bytes", NULL, "N", "memory limit in bytes (0: none)",
-     BACKEND_OPTION_INTEGER},
-    {"cpus", NULL, "N", "CPU limit in CPUs (0: none)", BACKEND_OPTION_NUMBER},
-    {"pids_limit", NULL, "N", "process limit (0: none)",
+    {"userns", NULL, "auto|host",
+     "auto: a user namespace of the container's own (Podman's, or Docker's "
+     "userns-remap; an error where the engine has none), in which host files "
+     "of bind mounts belong to nobody; host: none (default: auto where the "
+     "engine can, else none)",
+     BACKEND_OPTION_STRING},
+    {"memory_bytes", NULL, "N",
+     "memory limit in bytes (default: 2 GiB; 0: none)", BACKEND_OPTION_INTEGER},
+    {"cpus", NULL, "N", "CPU limit in CPUs (default and 0: none)",
+     BACKEND_OPTION_NUMBER},
+    {"pids_limit", NULL, "N", "process limit (default: 4096; 0: none)",
      BACKEND_OPTION_INTEGER},
     {"mounts", NULL, "[{type, source, target, read_only}]",
      "bind mounts and volumes", BACKEND_OPTION_JSON},
@@ -575,6 +631,37 @@ static int parse_mounts(struct docker_parsed *p, json_t *v, const char *where,
   return 0;
 }
 
+static int parse_userns(struct docker_parsed *p, const char *s,
+                        const char *where, struct sbx_error *e) {
+  static const struct {
+    const char *name;
+    enum docker_userns mode;
+  } modes[] = {
+      {"auto", DOCKER_USERNS_AUTO},
+      {"host", DOCKER_USERNS_HOST},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(modes); i++)
+    if (strcmp(s, modes[i].name) == 0) {
+      p->o.userns = modes[i].mode;
+      return 0;
+    }
+  return bad(e, where, "userns \"%.64s\": expected \"auto\" or \"host\"", s);
+}
+
+/* A limit KEY of OBJ into *OUT: absent leaves the default (0), 0 is
+ * DOCKER_NO_LIMIT, a negative one is refused. */
+static int parse_limit(json_t *obj, const char *key, const char *name,
+                       int64_t *out, const char *where, struct sbx_error *e) {
+  json_t *v = json_object_get(obj, key);
+  if (!v)
+    return 0;
+  json_int_t n = json_integer_value(v);
+  if (n < 0)
+    return bad(e, where, "%s must not be negative", name);
+  *out = n == 0 ? DOCKER_NO_LIMIT : (int64_t)n;
+  return 0;
+}
+
 static int parse_sandboxd_mode(struct docker_parsed *p, const char *s,
                                const char *where, struct sbx_error *e) {
   static const struct {
@@ -614,15 +701,18 @@ int docker_options_parse(json_t *obj, const char *where, void **out,
   o->root = str(obj, "root");
   o->network_mode = str(obj, "network_mode");
   o->user = str(obj, "user");
-  o->memory_bytes = json_integer_value(json_object_get(obj, "memory_bytes"));
   o->cpus = json_number_value(json_object_get(obj, "cpus"));
-  o->pids_limit = json_integer_value(json_object_get(obj, "pids_limit"));
   o->read_only_rootfs = json_is_true(json_object_get(obj, "read_only_rootfs"));
   o->never_pull = json_is_true(json_object_get(obj, "never_pull"));
   json_t *v;
-  int r = 0;
+  int r =
+      parse_limit(obj, "memory_bytes", "memory", &o->memory_bytes, where, e);
+  if (r == 0)
+    r = parse_limit(obj, "pids_limit", "pids_limit", &o->pids_limit, where, e);
   if (r == 0 && str(obj, "sandboxd"))
     r = parse_sandboxd_mode(p, str(obj, "sandboxd"), where, e);
+  if (r == 0 && str(obj, "userns"))
+    r = parse_userns(p, str(obj, "userns"), where, e);
   if (r == 0 && (v = json_object_get(obj, "labels")))
     r = parse_labels(p, v, where, e);
   if (r == 0 && (v = json_object_get(obj, "env")))

@@ -14,9 +14,13 @@ struct docker_spec {
   const char *image;
   const char *sandboxd; /* its path inside the container */
   const char *inject;   /* host path of the static sandboxd to bind, or NULL */
-  const char *rundir;   /* host runtime directory, mounted at DOCKER_RUN_DIR */
-  const char *root;     /* the workspace inside the container */
-  const char *seccomp;  /* sandboxd's --seccomp */
+  /* The host runtime directory, mounted read-only at DOCKER_RUN_DIR but for
+   * its DOCKER_LISTEN_DIR, which is read-write. */
+  const char *rundir;
+  const char *root;      /* the workspace inside the container */
+  const char *seccomp;   /* sandboxd's --seccomp */
+  const char *userns;    /* HostConfig.UsernsMode, or NULL: the engine's */
+  bool workspace_volume; /* the workspace is an anonymous volume */
 };
 
 /* The create body for O (already checked) and SP. *OUT is new. */

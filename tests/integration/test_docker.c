@@ -19,6 +19,7 @@
 #include "backends/docker/docker.h"
 #include "backends/docker/engine.h"
 #include "shared/buf.h"
+#include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/rand.h"
 #include "tests/support/httpget.h"
@@ -72,11 +73,13 @@ static void close_sandbox(struct sandbox *s) {
 }
 
 /* Runs ARGV (or, when ARGV is NULL, CMD under /bin/sh -c) in S with S's
- * environment and collects stdout and stderr into *OUT (new); returns the
- * exit code, or -1 when it did not end within 20 s. */
-static int run_in(struct sandbox *s, const char *const *argv, const char *cmd,
-                  char **out) {
+ * environment, as RUN_AS when it is not NULL, and collects stdout and
+ * stderr into *OUT (new); returns the exit code, or -1 when it did not end
+ * within 20 s. */
+static int run_as(struct sandbox *s, const char *run_as,
+                  const char *const *argv, const char *cmd, char **out) {
   Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.run_as = (char *)(run_as ? run_as : "");
   size_t argc = 0;
   while (argv && argv[argc])
     argc++;
@@ -136,6 +139,11 @@ static int run_in(struct sandbox *s, const char *const *argv, const char *cmd,
   return code;
 }
 
+static int run_in(struct sandbox *s, const char *const *argv, const char *cmd,
+                  char **out) {
+  return run_as(s, NULL, argv, cmd, out);
+}
+
 static int sh(struct sandbox *s, const char *cmd, char **out) {
   return run_in(s, NULL, cmd, out);
 }
@@ -187,8 +195,8 @@ Test(docker, create_exec_close) {
   cr_expect_str_eq(out, "hello from 12\n/workspace\ngit version\n");
   free(out);
 
-  /* The container is labelled, and its runtime directory and token are
-   * private to the controller. */
+  /* The container is labelled, its runtime directory is private to the
+   * controller, and the token in it was deleted once sandboxd read it. */
   const char *id = docker_container_id(s);
   cr_assert_not_null(id);
   char *cid = strdup(id);
@@ -206,8 +214,7 @@ Test(docker, create_exec_close) {
   cr_expect_eq(st.st_mode & 07777, 0700);
   char tok[300];
   (void)snprintf(tok, sizeof(tok), "%s/token", rundir);
-  cr_assert_eq(stat(tok, &st), 0);
-  cr_expect_eq(st.st_mode & 07777, 0400);
+  cr_expect_neq(stat(tok, &st), 0, "the token file outlived sandboxd's start");
   /* The token is nowhere in the commands' environment. */
   cr_expect_eq(sh(s, "env; cat /proc/1/cmdline | tr '\\0' ' '", &out), 0);
   cr_expect_null(strstr(out, docker_token(s)), "token leaked: %s", out);
@@ -444,6 +451,9 @@ Test(docker, resource_limits_visible_inside) {
 Test(docker, env_mounts_and_read_only_rootfs) {
   char host_dir[] = "/tmp/sbx-test-bind-XXXXXX";
   cr_assert_not_null(mkdtemp(host_dir));
+  /* The container's root is no one on the host (userns): it reads what
+   * anyone may. */
+  cr_assert_eq(chmod(host_dir, 0755), 0);
   char f[128];
   (void)snprintf(f, sizeof(f), "%s/hello.txt", host_dir);
   FILE *fp = fopen(f, "w");
@@ -504,6 +514,194 @@ Test(docker, runs_as_the_given_user) {
       sh(s, "id -u; id -g; touch /workspace/mine && echo writable", &out), 0,
       "%s", out);
   cr_expect_str_eq(out, "1234\n1234\nwritable\n");
+  free(out);
+  close_sandbox(s);
+}
+
+/* The engine's HostConfig of the container of S (new). */
+static json_t *host_config(struct sandbox *s) {
+  json_t *j = inspect(docker_container_id(s));
+  cr_assert_not_null(j);
+  json_t *h = json_incref(json_object_get(j, "HostConfig"));
+  json_decref(j);
+  cr_assert_not_null(h);
+  return h;
+}
+
+static bool has_string(json_t *arr, const char *v) {
+  size_t i;
+  json_t *x;
+  json_array_foreach(arr, i, x) {
+    if (json_is_string(x) && strcmp(json_string_value(x), v) == 0)
+      return true;
+  }
+  return false;
+}
+
+/* What sandboxd (the container's pid 1, as the engine made it) and a
+ * workload command are: root with the reduced capabilities (CHOWN,
+ * DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP,
+ * NET_BIND_SERVICE, SYS_CHROOT = 0x405fb), no new privileges, seccomp in
+ * filter mode. A command would have the last two from sandboxd's own
+ * filter anyway; pid 1 has them from the engine only. */
+#define CONFINED                                                               \
+  "CapEff:00000000000405fb\nCapBnd:00000000000405fb\n"                         \
+  "CapAmb:0000000000000000\nNoNewPrivs:1\nSeccomp:2\n"
+#define STATUS_OF(pid)                                                         \
+  "grep -E '^(CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/" pid           \
+  "/status | tr -d '\\t'"
+#define STATUS_CMD STATUS_OF("self")
+
+/* The first line of /proc/self/uid_map in S: inside, outside, count. */
+static void uid_map(struct sandbox *s, unsigned long m[3]) {
+  char *out = NULL;
+  cr_assert_eq(sh(s, "cat /proc/self/uid_map", &out), 0, "%s", out);
+  cr_assert_eq(sscanf(out, "%lu %lu %lu", &m[0], &m[1], &m[2]), 3, "%s", out);
+  free(out);
+}
+
+Test(docker, confined_by_default) {
+  char host_dir[] = "/tmp/sbx-test-userns-XXXXXX";
+  cr_assert_not_null(mkdtemp(host_dir));
+  cr_assert_eq(chmod(host_dir, 0777), 0); /* for whoever container root is */
+  struct opts o;
+  base_options(&o, IMAGE);
+  struct docker_mount m[] = {{"bind", host_dir, "/shared", false}};
+  o.docker.mounts = m;
+  o.docker.n_mounts = 1;
+  struct sandbox *s = create(&o);
+  char *out = NULL;
+  cr_expect_eq(sh(s, STATUS_CMD, &out), 0, "%s", out);
+  cr_expect_str_eq(out, CONFINED);
+  free(out);
+  cr_expect_eq(sh(s, STATUS_OF("1"), &out), 0, "%s", out);
+  cr_expect_str_eq(out, CONFINED, "sandboxd itself");
+  free(out);
+
+  /* Its own user namespace: root inside is an unprivileged uid outside,
+   * and owns on the host what it makes in a bind mount. */
+  unsigned long map[3];
+  uid_map(s, map);
+  cr_expect_eq(map[0], 0);
+  cr_expect_neq(map[1], 0, "container root is the host's root");
+  cr_expect_eq(map[2], 65536);
+  cr_expect_eq(sh(s, "id -u && touch /shared/made-inside", &out), 0, "%s", out);
+  cr_expect_str_eq(out, "0\n");
+  free(out);
+  char made[128];
+  (void)snprintf(made, sizeof(made), "%s/made-inside", host_dir);
+  struct stat st;
+  cr_assert_eq(stat(made, &st), 0, "%s", made);
+  cr_expect_eq(st.st_uid, (uid_t)map[1]);
+
+  /* The default limits, inside and as the engine has them. */
+  char *mem = first_of(s, "/sys/fs/cgroup/memory.max",
+                       "/sys/fs/cgroup/memory/memory.limit_in_bytes");
+  cr_expect_str_eq(mem, "2147483648\n");
+  char *pids =
+      first_of(s, "/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max");
+  cr_expect_str_eq(pids, "4096\n");
+  free(mem);
+  free(pids);
+  json_t *h = host_config(s);
+  cr_expect(json_is_false(json_object_get(h, "Privileged")));
+  cr_expect(has_string(json_object_get(h, "SecurityOpt"), "no-new-privileges"));
+  cr_expect_eq(json_integer_value(json_object_get(h, "Memory")), 2ll << 30);
+  cr_expect_eq(json_integer_value(json_object_get(h, "PidsLimit")), 4096);
+  json_decref(h);
+
+  /* run_as still switches users (useradd made this one), and a setuid
+   * binary gains its user nothing. */
+  Sbx__V1__User u = SBX__V1__USER__INIT;
+  u.name = "sbxtester";
+  Sbx__V1__User *up[] = {&u};
+  Sbx__V1__UsersEnsure ue = SBX__V1__USERS_ENSURE__INIT;
+  ue.users = up;
+  ue.n_users = 1;
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_users_ensure(s->client, &ue, &r, &e), 0, "%s", e.msg);
+  sbx_client_reply_free(r);
+  cr_assert_eq(
+      sh(s, "cp /usr/bin/id /tmp/suid-id && chmod 4755 /tmp/suid-id", &out), 0,
+      "%s", out);
+  free(out);
+  cr_expect_eq(run_as(s, "sbxtester", NULL,
+                      "id -un; /tmp/suid-id -u; " STATUS_CMD, &out),
+               0, "%s", out);
+  cr_expect(strncmp(out, "sbxtester\n", 10) == 0, "%s", out);
+  cr_expect(strncmp(out + 10, "0\n", 2) != 0,
+            "a setuid-root binary ran as root: %s", out);
+  cr_expect_neq(strstr(out, "NoNewPrivs:1\n"), NULL, "%s", out);
+  free(out);
+  close_sandbox(s);
+  unlink(made);
+  rmdir(host_dir);
+}
+
+Test(docker, userns_host_and_no_limits) {
+  struct opts o;
+  base_options(&o, IMAGE);
+  o.docker.userns = DOCKER_USERNS_HOST;
+  o.docker.memory_bytes = DOCKER_NO_LIMIT;
+  o.docker.pids_limit = DOCKER_NO_LIMIT;
+  struct sandbox *s = create(&o);
+  unsigned long map[3];
+  uid_map(s, map);
+  cr_expect(map[0] == 0 && map[1] == 0 && map[2] == 4294967295ul,
+            "not the host's ids: %lu %lu %lu", map[0], map[1], map[2]);
+  char *out = NULL;
+  cr_expect_eq(sh(s, STATUS_CMD, &out), 0, "%s", out);
+  cr_expect_str_eq(out, CONFINED, "capabilities do not depend on userns");
+  free(out);
+  char *mem = first_of(s, "/sys/fs/cgroup/memory.max",
+                       "/sys/fs/cgroup/memory/memory.limit_in_bytes");
+  cr_expect(strcmp(mem, "max\n") == 0 || strlen(mem) > 15, "memory: %s", mem);
+  char *pids =
+      first_of(s, "/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max");
+  cr_expect_str_eq(pids, "max\n");
+  free(mem);
+  free(pids);
+  close_sandbox(s);
+}
+
+/* What the workload tries on the runtime directory; each must fail. */
+#define TAMPER                                                                 \
+  "for c in 'mv /run/sbx/sandboxd.sock /run/sbx/moved' "                       \
+  "'rm -f /run/sbx/sandboxd.sock' 'ln -sf /tmp/evil /run/sbx/sandboxd.sock' "  \
+  "'chmod 0 /run/sbx/sandboxd.sock' 'touch /run/sbx/new' "                     \
+  "'umount -l /run/sbx' 'mount -o remount,rw /run/sbx' "                       \
+  "'mount -t tmpfs none /run/sbx'; do "                                        \
+  "$c 2>/dev/null && echo \"done: $c\"; done; "                                \
+  "test -S /run/sbx/sandboxd.sock && echo socket-kept; "                       \
+  "cat /run/sbx/token 2>/dev/null || echo no-token"
+
+Test(docker, runtime_directory_out_of_the_workloads_reach) {
+  struct opts o;
+  base_options(&o, IMAGE);
+  struct sandbox *s = create(&o);
+  char *out = NULL;
+  cr_expect_eq(sh(s, "ls -A /run/sbx; " TAMPER, &out), 0, "%s", out);
+  cr_expect_str_eq(out, "listen\nsandboxd.sock\nsocket-kept\nno-token\n");
+  free(out);
+  cr_expect_eq(sh(s, "echo still", &out), 0);
+  cr_expect_str_eq(out, "still\n");
+  free(out);
+
+  /* An impostor planted where sandboxd makes its socket is gone when the
+   * container starts again, and the token, written anew, is deleted. */
+  cr_expect_eq(sh(s,
+                  "ln -sf /etc/passwd /run/sbx/listen/sandboxd.sock && "
+                  "echo planted",
+                  &out),
+               0, "%s", out);
+  cr_expect_str_eq(out, "planted\n");
+  free(out);
+  struct sbx_error e = {0};
+  cr_assert_eq(backend_docker.stop(s, &e), 0, "%s", e.msg);
+  cr_assert_eq(backend_docker.start(s, &e), 0, "%s", e.msg);
+  cr_expect_eq(sh(s, TAMPER, &out), 0, "%s", out);
+  cr_expect_str_eq(out, "socket-kept\nno-token\n");
   free(out);
   close_sandbox(s);
 }
@@ -667,23 +865,23 @@ Test(docker, options_merge_run_over_client) {
 
 /* ---- a scripted engine ---- */
 
-/* Runs tests/support/fake_engine.py with ARGS (after the socket and log)
- * and tries to create a sandbox with a published port through it; the
- * requests it saw (new array) and the create's error in *E. */
-static json_t *create_through_fake(const char *busy, struct sbx_error *e) {
+/* Runs tests/support/fake_engine.py with FLAGS (after the socket and log;
+ * NULL-terminated) and tries to create a sandbox with a published port and
+ * USERNS through it; the requests it saw (new array) and the create's error
+ * in *E. */
+static json_t *create_through_fake(const char *const *flags,
+                                   enum docker_userns userns,
+                                   struct sbx_error *e) {
   char dir[] = "/tmp/sbx-fake-engine-XXXXXX";
   cr_assert_not_null(mkdtemp(dir));
   char sock[64], log[64], host[80];
   (void)snprintf(sock, sizeof(sock), "%s/engine.sock", dir);
   (void)snprintf(log, sizeof(log), "%s/requests.jsonl", dir);
   (void)snprintf(host, sizeof(host), "unix://%s", sock);
-  const char *argv[] = {"python3",
-                        SBX_SOURCE_DIR "/tests/support/fake_engine.py",
-                        sock,
-                        log,
-                        "--busy-starts",
-                        busy,
-                        NULL};
+  const char *argv[12] = {
+      "python3", SBX_SOURCE_DIR "/tests/support/fake_engine.py", sock, log};
+  for (size_t i = 0; flags[i] && i + 5 < SBX_ARRAY_SIZE(argv); i++)
+    argv[4 + i] = flags[i];
   pid_t pid = 0;
   test_pyserver_start(argv, "fake engine", &pid);
   struct opts o;
@@ -693,6 +891,7 @@ static json_t *create_through_fake(const char *busy, struct sbx_error *e) {
   o.docker.image = "fake:latest";
   o.docker.sandboxd_static = STATIC_SANDBOXD;
   o.docker.never_pull = true;
+  o.docker.userns = userns;
   const uint16_t ports[] = {8000};
   o.docker.exposed_ports = ports;
   o.docker.n_exposed_ports = 1;
@@ -723,7 +922,8 @@ static size_t count_requests(json_t *reqs, const char *method,
  * again (at most three times). */
 Test(docker_fake, start_that_finds_its_port_taken_makes_the_container_again) {
   struct sbx_error e = {0};
-  json_t *reqs = create_through_fake("1", &e);
+  const char *once[] = {"--busy-starts", "1", NULL};
+  json_t *reqs = create_through_fake(once, DOCKER_USERNS_DEFAULT, &e);
   cr_expect_eq(count_requests(reqs, "POST", "/containers/create"), 2);
   cr_expect_eq(count_requests(reqs, "POST", "/containers/c1/start"), 1);
   cr_expect_eq(count_requests(reqs, "DELETE", "/containers/c1"), 1,
@@ -736,10 +936,77 @@ Test(docker_fake, start_that_finds_its_port_taken_makes_the_container_again) {
 
   /* Taken every time: three attempts, then the engine's error. */
   e = (struct sbx_error){0};
-  reqs = create_through_fake("100", &e);
+  const char *always[] = {"--busy-starts", "100", NULL};
+  reqs = create_through_fake(always, DOCKER_USERNS_DEFAULT, &e);
   cr_expect_eq(count_requests(reqs, "POST", "/containers/create"), 3);
   cr_expect_eq(count_requests(reqs, "DELETE", "/containers/c1"), 1);
   cr_expect_eq(count_requests(reqs, "DELETE", "/containers/c2"), 1);
   cr_expect(strstr(e.msg, "address already in use") != NULL, "%s", e.msg);
+  json_decref(reqs);
+}
+
+/* The UsernsMode of the Nth create in REQS ("" when it had none). */
+static const char *create_userns(json_t *reqs, size_t n) {
+  size_t i, k = 0;
+  json_t *r;
+  json_array_foreach(reqs, i, r) {
+    if (strcmp(json_string_value(json_object_get(r, "path")),
+               "/containers/create") != 0)
+      continue;
+    if (k++ == n) {
+      const char *u = json_string_value(json_object_get(r, "userns"));
+      return u ? u : "";
+    }
+  }
+  return NULL;
+}
+
+/* A Podman without subordinate ids for "containers" refuses a user
+ * namespace: by default the container is made without one; asked for
+ * ("auto"), the error says how to set it up. Docker without userns-remap
+ * has none to give, which "auto" learns before anything is created. */
+Test(docker_fake, a_user_namespace_the_engine_cannot_give) {
+  const char *podman[] = {"--podman", "--no-subids", NULL};
+  struct sbx_error e = {0};
+  json_t *reqs = create_through_fake(podman, DOCKER_USERNS_DEFAULT, &e);
+  cr_expect_eq(count_requests(reqs, "POST", "/containers/create"), 2);
+  cr_expect_str_eq(create_userns(reqs, 0), "auto:size=65536");
+  cr_expect_str_eq(create_userns(reqs, 1), "");
+  cr_expect(strstr(e.msg, "stopped") != NULL, "%s", e.msg);
+  json_decref(reqs);
+
+  e = (struct sbx_error){0};
+  reqs = create_through_fake(podman, DOCKER_USERNS_AUTO, &e);
+  cr_expect_eq(count_requests(reqs, "POST", "/containers/create"), 1);
+  cr_expect_eq(e.err, ENOTSUP);
+  cr_expect(strstr(e.msg, "userns \"auto\"") && strstr(e.msg, "/etc/subuid") &&
+                strstr(e.msg, "enough available IDs"),
+            "%s", e.msg);
+  json_decref(reqs);
+
+  /* Podman with ids: asked for, "host" is said, the default is "auto". */
+  const char *ok[] = {"--podman", NULL};
+  e = (struct sbx_error){0};
+  reqs = create_through_fake(ok, DOCKER_USERNS_HOST, &e);
+  cr_expect_str_eq(create_userns(reqs, 0), "host");
+  json_decref(reqs);
+
+  const char *docker[] = {NULL};
+  e = (struct sbx_error){0};
+  reqs = create_through_fake(docker, DOCKER_USERNS_AUTO, &e);
+  cr_expect_eq(count_requests(reqs, "POST", "/containers/create"), 0);
+  cr_expect(strstr(e.msg, "--userns-remap") != NULL, "%s", e.msg);
+  json_decref(reqs);
+  e = (struct sbx_error){0};
+  reqs = create_through_fake(docker, DOCKER_USERNS_DEFAULT, &e);
+  cr_expect_str_eq(create_userns(reqs, 0), "", "Docker maps by its daemon");
+  json_decref(reqs);
+
+  /* A Docker daemon that remaps gives "auto" by itself. */
+  const char *remap[] = {"--remap", NULL};
+  e = (struct sbx_error){0};
+  reqs = create_through_fake(remap, DOCKER_USERNS_AUTO, &e);
+  cr_expect_str_eq(create_userns(reqs, 0), "");
+  cr_expect(strstr(e.msg, "stopped") != NULL, "%s", e.msg);
   json_decref(reqs);
 }

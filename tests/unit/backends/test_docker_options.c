@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/docker/docker.h"
+#include "backends/docker/options.h"
 #include "shared/cleanup.h"
 
 static json_t *load(const char *text) {
@@ -37,6 +38,7 @@ Test(docker_options, every_key_reaches_its_field) {
       "\"root\": \"/work\", \"network_mode\": \"none\", "
       "\"labels\": {\"team\": \"a\", \"tier\": \"b\"}, "
       "\"env\": {\"A\": \"1\", \"B_2\": \"x=y\"}, \"user\": \"1000:1000\", "
+      "\"userns\": \"host\", "
       "\"memory_bytes\": 67108864, \"cpus\": 1.5, \"pids_limit\": 99, "
       "\"mounts\": [{\"type\": \"bind\", \"source\": \"/srv\", \"target\": "
       "\"/srv\", \"read_only\": true}, {\"type\": \"volume\", \"target\": "
@@ -56,6 +58,7 @@ Test(docker_options, every_key_reaches_its_field) {
   cr_expect_str_eq(o->env[0], "A=1");
   cr_expect_str_eq(o->env[1], "B_2=x=y");
   cr_expect_str_eq(o->user, "1000:1000");
+  cr_expect_eq(o->userns, DOCKER_USERNS_HOST);
   cr_expect_eq(o->memory_bytes, 64ll << 20);
   cr_expect_float_eq(o->cpus, 1.5, 1e-9);
   cr_expect_eq(o->pids_limit, 99);
@@ -133,6 +136,14 @@ Test(docker_options, refusals_name_the_option) {
       {"{\"user\": \"root\"}", NULL, "user \"root\": expected a numeric uid"},
       {"{\"memory_bytes\": -1}", NULL, "memory must not be negative"},
       {"{\"pids_limit\": -5}", NULL, "pids_limit must not be negative"},
+      {"{\"pids_limit\": -1}", NULL, "pids_limit must not be negative"},
+      {"{\"memory_bytes\": -1}", "run_config",
+       "run_config: memory must not be negative"},
+      {"{\"userns\": \"keep-id\"}", "run_config",
+       "run_config: userns \"keep-id\": expected \"auto\" or \"host\""},
+      {"{\"userns\": \"\"}", NULL,
+       "userns \"\": expected \"auto\" or \"host\""},
+      {"{\"userns\": true}", NULL, "\"userns\" must be a string (got"},
       {"{\"cpus\": 5000}", NULL,
        "cpus must be a number from 0 (no limit) to 4096"},
       {"{\"root\": \"/\"}", NULL, "root \"/\" must be an absolute path"},
@@ -164,5 +175,93 @@ Test(docker_options, the_table_gives_the_cli_its_flags) {
     keys++;
     cr_expect(o->help && *o->help, "%s has no help", o->key);
   }
-  cr_expect_eq(keys, 15);
+  cr_expect_eq(keys, 16);
+}
+
+/* A limit left out is the default; 0 lifts it; a number is kept. */
+Test(docker_options, limits_default_none_or_given) {
+  static const struct {
+    const char *text;
+    int64_t memory, pids;
+  } cases[] = {
+      {"{}", 0, 0},
+      {"{\"memory_bytes\": 0, \"pids_limit\": 0}", DOCKER_NO_LIMIT,
+       DOCKER_NO_LIMIT},
+      {"{\"memory_bytes\": 1073741824, \"pids_limit\": 64}", 1ll << 30, 64},
+  };
+  char msg[600];
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+    const struct docker_options *o =
+        parse(cases[i].text, NULL, msg, sizeof(msg));
+    cr_assert_not_null(o, "%s: %s", cases[i].text, msg);
+    cr_expect_eq(o->memory_bytes, cases[i].memory, "%s", cases[i].text);
+    cr_expect_eq(o->pids_limit, cases[i].pids, "%s", cases[i].text);
+    cr_expect_eq(o->userns, DOCKER_USERNS_DEFAULT);
+    backend_options_free(&backend_docker, (void *)o);
+  }
+}
+
+/* The container create body's HostConfig for O with SP's user namespace. */
+static json_t *host_config(const struct docker_options *o, const char *userns) {
+  struct docker_spec sp = {.session_id = "s",
+                           .image = "img",
+                           .sandboxd = "/usr/local/bin/sandboxd",
+                           .rundir = "/tmp/sbx-docker-x",
+                           .root = "/workspace",
+                           .seccomp = "default",
+                           .userns = userns};
+  json_t *j = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(docker_spec_json(o, &sp, &j, &e), 0, "%s", e.msg);
+  json_t *h = json_incref(json_object_get(j, "HostConfig"));
+  json_decref(j);
+  return h;
+}
+
+static char *dump(json_t *v) {
+  char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  cr_assert_not_null(s);
+  return s;
+}
+
+Test(docker_options, the_container_is_confined) {
+  struct docker_options o = {0};
+  _cleanup_json_ json_t *h = host_config(&o, "auto:size=65536");
+  _cleanup_free_ char *drop = dump(json_object_get(h, "CapDrop"));
+  _cleanup_free_ char *add = dump(json_object_get(h, "CapAdd"));
+  _cleanup_free_ char *sec = dump(json_object_get(h, "SecurityOpt"));
+  cr_expect_str_eq(drop, "[\"ALL\"]");
+  cr_expect_str_eq(add, "[\"CHOWN\",\"DAC_OVERRIDE\",\"FOWNER\",\"FSETID\","
+                        "\"KILL\",\"SETGID\",\"SETUID\",\"NET_BIND_SERVICE\","
+                        "\"SYS_CHROOT\",\"SETPCAP\"]");
+  /* no-new-privileges, and nothing that would replace the engine's
+   * seccomp profile. */
+  cr_expect_str_eq(sec, "[\"no-new-privileges\"]");
+  cr_expect(json_is_false(json_object_get(h, "Privileged")));
+  cr_expect_str_eq(json_string_value(json_object_get(h, "UsernsMode")),
+                   "auto:size=65536");
+  cr_expect_eq(json_integer_value(json_object_get(h, "Memory")), 2ll << 30);
+  cr_expect_eq(json_integer_value(json_object_get(h, "PidsLimit")), 4096);
+  cr_expect_null(json_object_get(h, "NanoCpus"));
+
+  /* The runtime directory is read-only but for where sandboxd listens. */
+  json_t *m = json_object_get(h, "Mounts");
+  cr_assert_geq(json_array_size(m), 2);
+  _cleanup_free_ char *m0 = dump(json_array_get(m, 0));
+  _cleanup_free_ char *m1 = dump(json_array_get(m, 1));
+  cr_expect_str_eq(m0, "{\"Type\":\"bind\",\"Source\":\"/tmp/sbx-docker-x\","
+                       "\"Target\":\"/run/sbx\",\"ReadOnly\":true}");
+  cr_expect_str_eq(m1, "{\"Type\":\"bind\",\"Source\":\"/tmp/sbx-docker-x/"
+                       "listen\",\"Target\":\"/run/sbx/listen\",\"ReadOnly\":"
+                       "false}");
+
+  /* No limit, and the engine's user namespace. */
+  o.memory_bytes = DOCKER_NO_LIMIT;
+  o.pids_limit = DOCKER_NO_LIMIT;
+  o.cpus = 1.5;
+  _cleanup_json_ json_t *h2 = host_config(&o, NULL);
+  cr_expect_null(json_object_get(h2, "Memory"));
+  cr_expect_eq(json_integer_value(json_object_get(h2, "PidsLimit")), -1);
+  cr_expect_eq(json_integer_value(json_object_get(h2, "NanoCpus")), 1500000000);
+  cr_expect_null(json_object_get(h2, "UsernsMode"));
 }
