@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sandboxd/daemon/daemon.h"
+#include "sandboxd/isolate/isolate.h"
 #include "sandboxd/rpc/version.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
@@ -46,7 +47,16 @@ static void usage(FILE *f) {
           "  --log-level LEVEL     error | warn | info | debug (default "
           "warn)\n"
           "  --version             print the version and exit\n"
-          "  --help                print this help and exit\n");
+          "  --help                print this help and exit\n"
+          "\n"
+          "Isolation (Linux namespaces, cgroups and pasta):\n");
+  for (size_t i = 0; i < isolate_nflags; i++) {
+    char flag[64];
+    (void)snprintf(flag, sizeof(flag), "%s%s%s", isolate_flags[i].name,
+                   isolate_flags[i].metavar ? " " : "",
+                   isolate_flags[i].metavar ? isolate_flags[i].metavar : "");
+    fprintf(f, "  --%-20s%s\n", flag, isolate_flags[i].help);
+  }
 }
 
 /* Parses a decimal unsigned number within [MIN, MAX]. */
@@ -80,9 +90,10 @@ enum {
   O_LOG,
   O_VERSION,
   O_HELP,
+  O_ISOLATE_FIRST = 512, /* + the index in isolate_flags */
 };
 
-static const struct option opts[] = {
+static const struct option base_opts[] = {
     {"listen", required_argument, NULL, O_LISTEN},
     {"root", required_argument, NULL, O_ROOT},
     {"token-file", required_argument, NULL, O_TOKEN_FILE},
@@ -100,8 +111,22 @@ static const struct option opts[] = {
     {"log-level", required_argument, NULL, O_LOG},
     {"version", no_argument, NULL, O_VERSION},
     {"help", no_argument, NULL, O_HELP},
-    {0},
 };
+
+/* The options getopt sees: the daemon's and isolation's. */
+static struct option opts[SBX_ARRAY_SIZE(base_opts) + 32];
+
+static void options_table(void) {
+  size_t n = 0;
+  for (; n < SBX_ARRAY_SIZE(base_opts); n++)
+    opts[n] = base_opts[n];
+  for (size_t i = 0; i < isolate_nflags && n + 1 < SBX_ARRAY_SIZE(opts); i++)
+    opts[n++] = (struct option){isolate_flags[i].name,
+                                isolate_flags[i].metavar ? required_argument
+                                                         : no_argument,
+                                NULL, O_ISOLATE_FIRST + (int)i};
+  opts[n] = (struct option){0};
+}
 
 /* The numeric options: their range, and what is said of a value outside
  * it, after the option and the value. */
@@ -160,8 +185,18 @@ static int parse_seccomp(const char *arg, enum sandboxd_seccomp *out) {
 /* Takes option OPT with its ARG (getopt's optarg) into O. Returns -1 to go
  * on, or the exit status: 0 after --version or --help, 2 for a usage
  * error (said on stderr). --log-level takes effect at once. */
-static int parse_option(int opt, const char *arg, struct daemon_options *o) {
+static int parse_option(int opt, const char *arg, struct daemon_options *o,
+                        struct isolate_options *io) {
   uint64_t v = 0;
+  if (opt >= O_ISOLATE_FIRST &&
+      (size_t)(opt - O_ISOLATE_FIRST) < isolate_nflags) {
+    struct sbx_error e = {0};
+    if (isolate_flag_parse((size_t)(opt - O_ISOLATE_FIRST), arg, io, &e) < 0) {
+      fprintf(stderr, "sandboxd: %s\n", e.msg);
+      return 2;
+    }
+    return -1;
+  }
   if (parse_numeric(opt, arg, &v) != 0)
     return 2;
   switch (opt) {
@@ -239,10 +274,12 @@ static int parse_option(int opt, const char *arg, struct daemon_options *o) {
 }
 
 /* Parses the command line into O: -1 to run, or the exit status. */
-static int parse_args(int argc, char **argv, struct daemon_options *o) {
+static int parse_args(int argc, char **argv, struct daemon_options *o,
+                      struct isolate_options *io) {
   int c;
+  options_table();
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    int rc = parse_option(c, optarg, o);
+    int rc = parse_option(c, optarg, o, io);
     if (rc >= 0)
       return rc;
   }
@@ -253,18 +290,83 @@ static int parse_args(int argc, char **argv, struct daemon_options *o) {
   return -1;
 }
 
+/* A copy of ARGV that lives as long as the process (never freed). */
+static char **copy_args(int argc, char **argv) {
+  char **a = calloc((size_t)argc + 1, sizeof(*a));
+  for (int i = 0; a && i < argc; i++)
+    if (!(a[i] = strdup(argv[i])))
+      return NULL;
+  return a;
+}
+
+/* Overwrites the command line as /proc/PID/cmdline shows it. */
+static void wipe_args(int argc, char **argv) {
+  char *end = argv[argc - 1] + strlen(argv[argc - 1]);
+  size_t n0 = strlen(argv[0]);
+  memset(argv[0], 0, (size_t)(end - argv[0]));
+  memcpy(argv[0], "sandboxd", n0 < 8 ? n0 : 8);
+}
+
+/* Isolates (isolate.h): 0 in the sandbox, with O rewritten; 1 in the
+ * supervisor once the sandbox has ended (*RC its exit code); or -errno. */
+static int enter_sandbox(const struct isolate_options *io,
+                         struct daemon_options *o, int *rc,
+                         struct sbx_error *e) {
+  if (o->tls_cert || o->tls_key || o->tls_ca)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--isolate does not take --tls-* files yet: serve "
+                         "on ipc://");
+  if (!o->root)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "--root is required");
+  struct isolate_daemon d = {
+      .listen = o->listen,
+      .root = o->root,
+      .grants = o->grants,
+      .ngrants = o->ngrants,
+      .token_file = o->token_file,
+      .token_fd = o->token_fd,
+      .ready_fd = o->ready_fd,
+      .dir_fd = -1,
+  };
+  int r = isolate_enter(io, &d, rc, e);
+  if (r != 0)
+    return r;
+  o->listen = d.listen;
+  o->root = d.root;
+  o->token_file = d.token_file;
+  o->token_fd = d.token_fd;
+  o->listen_dir_fd = d.dir_fd;
+  o->isolated = true;
+  return 0;
+}
+
 /* Parses the command line, then runs the daemon until it is told to stop;
  * exits 2 for a usage error (the daemon's INVALID_ARGUMENT too), 1 for
  * any other failure. */
 int main(int argc, char **argv) {
   struct daemon_options o;
+  struct isolate_options io;
   daemon_options_init(&o);
+  isolate_options_init(&io);
   sbx_log_set_program("sandboxd");
-  int rc = parse_args(argc, argv, &o);
+  /* The options point into a copy: an isolated sandbox's PID 1 wipes its
+   * command line (host paths) from the sandbox's view. */
+  char **args = copy_args(argc, argv);
+  if (!args) {
+    fprintf(stderr, "sandboxd: out of memory\n");
+    return 1;
+  }
+  int rc = parse_args(argc, args, &o, &io);
   if (rc >= 0)
     return rc;
   struct sbx_error e = {0};
-  int r = daemon_run(&o, &e);
+  int r = io.enabled ? enter_sandbox(&io, &o, &rc, &e) : 0;
+  if (r == 1)
+    return rc; /* the supervisor, when the sandbox has ended */
+  if (r == 0 && io.enabled)
+    wipe_args(argc, argv);
+  if (r == 0)
+    r = daemon_run(&o, &e);
   if (r < 0) {
     log_error("%s", e.msg[0] ? e.msg : strerror(-r));
     return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;

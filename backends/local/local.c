@@ -12,6 +12,11 @@
  * workspace to its source plus a grant of that source. */
 #include "backends/local/local.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <sys/socket.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,7 +37,10 @@
 #include "shared/log.h"
 #include "shared/rand.h"
 
+#include "backends/local/local_internal.h"
+
 #define LOCAL_MAX_GRANTS 64
+#define LOCAL_MAX_PORTS 32
 
 struct local {
   pid_t pid;                /* 0 when stopped */
@@ -48,6 +56,13 @@ struct local {
   char *log_path;                 /* detached */
   char *grants[LOCAL_MAX_GRANTS]; /* "PATH" or "PATH:ro" */
   size_t ngrants;
+  struct local_options opt;
+  char session_id[37];
+  char *inside_root;             /* where commands see the workspace */
+  char *binds[LOCAL_MAX_GRANTS]; /* isolated: "SRC:DST[:ro]" */
+  size_t nbinds;
+  uint16_t ports[LOCAL_MAX_PORTS], host_ports[LOCAL_MAX_PORTS];
+  size_t nports;
 };
 
 static void local_free(struct local *l) {
@@ -60,8 +75,11 @@ static void local_free(struct local *l) {
   free(l->seccomp);
   free(l->token_path);
   free(l->log_path);
+  free(l->inside_root);
   for (size_t i = 0; i < l->ngrants; i++)
     free(l->grants[i]);
+  for (size_t i = 0; i < l->nbinds; i++)
+    free(l->binds[i]);
   free(l);
 }
 
@@ -123,7 +141,7 @@ static bool wait_exit(struct local *l, unsigned timeout_ms) {
   }
 }
 
-static int local_stop(struct sandbox *s, struct sbx_error *e) {
+static int stop_sandboxd(struct sandbox *s, struct sbx_error *e) {
   struct local *l = s->priv;
   if (l && l->pid > 0) {
     if (alive(l)) {
@@ -151,7 +169,7 @@ static int local_close(struct sandbox *s, struct sbx_error *e) {
   if (!s)
     return 0;
   struct local *l = s->priv;
-  (void)local_stop(s, e);
+  (void)stop_sandboxd(s, e);
   int r = 0;
   if (l) {
     if (l->workspace && sandbox_rm_rf(l->workspace) < 0)
@@ -166,6 +184,18 @@ static int local_close(struct sandbox *s, struct sbx_error *e) {
   s->priv = NULL;
   sandbox_free(s);
   return r;
+}
+
+/* Stops a sandbox, keeping its workspace: refused for one whose
+ * workspace is in memory, which would be lost. */
+static int local_stop(struct sandbox *s, struct sbx_error *e) {
+  const struct local *l = s->priv;
+  if (l && l->opt.workspace_bytes && alive(l))
+    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                         "this sandbox keeps its workspace in memory "
+                         "(workspace_bytes): stopping it would lose it; save "
+                         "a snapshot (sbx sandbox save) and remove it instead");
+  return stop_sandboxd(s, e);
 }
 
 static void local_detach(struct sandbox *s) {
@@ -184,6 +214,115 @@ static char *make_temp_dir(const char *base, const char *prefix) {
   if (!mkdtemp(path))
     return NULL;
   return strdup(path);
+}
+
+/* sandboxd's command line for L, in STORE. */
+struct argv_store {
+  const char *argv[48 + 2 * (2 * LOCAL_MAX_GRANTS + LOCAL_MAX_PORTS)];
+  char num[8][64];
+  char fwd[LOCAL_MAX_PORTS][16];
+  char etc[PATH_MAX];
+};
+
+/* The host range in FILE (/etc/subuid or /etc/subgid) of user "sbx" or
+ * of the invoking user, as "BASE:COUNT" in OUT; false when none. */
+static bool sub_range(const char *file, char *out, size_t n) {
+  struct passwd *pw = getpwuid(geteuid());
+  _cleanup_fclose_ FILE *f = fopen(file, "re");
+  char line[256];
+  while (f && fgets(line, sizeof(line), f)) {
+    char *colon = strchr(line, ':');
+    if (!colon)
+      continue;
+    *colon = '\0';
+    unsigned long base, count;
+    if ((strcmp(line, "sbx") == 0 || (pw && strcmp(line, pw->pw_name) == 0)) &&
+        sscanf(colon + 1, "%lu:%lu", &base, &count) == 2 && count >= 1) {
+      (void)snprintf(out, n, "%lu:%lu", base, count < 65536 ? count : 65536);
+      return true;
+    }
+  }
+  return false;
+}
+
+static void isolation_argv(const struct local *l, struct argv_store *as,
+                           size_t *np) {
+  const char **argv = as->argv;
+  size_t n = *np;
+  argv[n++] = "--isolate";
+  argv[n++] = "--root-at";
+  argv[n++] = l->inside_root;
+  (void)snprintf(as->etc, sizeof(as->etc), "%s/etc", l->rundir);
+  argv[n++] = "--etc-dir";
+  argv[n++] = as->etc;
+  argv[n++] = "--network";
+  argv[n++] = l->opt.network ? "user" : "none";
+  (void)snprintf(as->num[0], sizeof(as->num[0]), "%llu",
+                 (unsigned long long)l->opt.memory_bytes);
+  (void)snprintf(as->num[1], sizeof(as->num[1]), "%llu",
+                 (unsigned long long)l->opt.pids);
+  (void)snprintf(as->num[2], sizeof(as->num[2]), "%g", l->opt.cpus);
+  (void)snprintf(as->num[3], sizeof(as->num[3]), "sbx-%s", l->session_id);
+  argv[n++] = "--memory-bytes";
+  argv[n++] = as->num[0];
+  argv[n++] = "--pids-limit";
+  argv[n++] = as->num[1];
+  argv[n++] = "--cpus";
+  argv[n++] = as->num[2];
+  argv[n++] = "--cgroup-name";
+  argv[n++] = as->num[3];
+  (void)snprintf(as->num[6], sizeof(as->num[6]), "%llu",
+                 (unsigned long long)l->opt.workspace_bytes);
+  argv[n++] = "--workspace-bytes";
+  argv[n++] = as->num[6];
+  if (geteuid() == 0 && sub_range("/etc/subuid", as->num[4], 64) &&
+      sub_range("/etc/subgid", as->num[5], 64)) {
+    argv[n++] = "--uid-map";
+    argv[n++] = as->num[4];
+    argv[n++] = "--gid-map";
+    argv[n++] = as->num[5];
+  }
+  for (size_t i = 0; i < l->nbinds; i++) {
+    argv[n++] = "--bind";
+    argv[n++] = l->binds[i];
+  }
+  for (size_t i = 0; i < l->nports; i++) {
+    (void)snprintf(as->fwd[i], sizeof(as->fwd[i]), "%u:%u",
+                   (unsigned)l->host_ports[i], (unsigned)l->ports[i]);
+    argv[n++] = "--forward";
+    argv[n++] = as->fwd[i];
+  }
+  *np = n;
+}
+
+static const char **sandboxd_argv(const struct local *l,
+                                  struct argv_store *as) {
+  const char **argv = as->argv;
+  size_t n = 0;
+  argv[n++] = l->sandboxd;
+  argv[n++] = "--listen";
+  argv[n++] = l->url;
+  argv[n++] = "--root";
+  argv[n++] = l->workspace;
+  if (l->detached) {
+    argv[n++] = "--token-file";
+    argv[n++] = l->token_path;
+  } else {
+    argv[n++] = "--token-fd";
+    argv[n++] = "3";
+  }
+  argv[n++] = "--ready-fd";
+  argv[n++] = "4";
+  argv[n++] = "--seccomp";
+  argv[n++] = l->seccomp;
+  for (size_t i = 0; i < l->ngrants; i++) {
+    argv[n++] = "--grant";
+    argv[n++] = l->grants[i];
+  }
+  if (l->opt.isolate)
+    isolation_argv(l, as, &n);
+  argv[n] = NULL;
+  return argv;
 }
 
 /* Starts sandboxd and waits for its ready line. TOKEN is passed by a pipe
@@ -214,29 +353,24 @@ static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
       goto out;
     }
   }
-  const char *argv[16 + 2 * LOCAL_MAX_GRANTS];
-  size_t n = 0;
-  argv[n++] = l->sandboxd;
-  argv[n++] = "--listen";
-  argv[n++] = l->url;
-  argv[n++] = "--root";
-  argv[n++] = l->workspace;
-  if (l->detached) {
-    argv[n++] = "--token-file";
-    argv[n++] = l->token_path;
-  } else {
-    argv[n++] = "--token-fd";
-    argv[n++] = "3";
+  struct argv_store as;
+  const char **argv = sandboxd_argv(l, &as);
+  /* Nothing of ours reaches the sandbox: no secret from our environment,
+   * only a PATH and the sanitizers' settings of a test build. */
+  const char *envp[8];
+  size_t ne = 0;
+  envp[ne++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:"
+               "/bin";
+  static const char *const pass[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS",
+                                     "LSAN_OPTIONS"};
+  char passed[3][512];
+  for (size_t i = 0; i < 3; i++) {
+    const char *v = getenv(pass[i]);
+    if (v && snprintf(passed[i], sizeof(passed[i]), "%s=%s", pass[i], v) <
+                 (int)sizeof(passed[i]))
+      envp[ne++] = passed[i];
   }
-  argv[n++] = "--ready-fd";
-  argv[n++] = "4";
-  argv[n++] = "--seccomp";
-  argv[n++] = l->seccomp;
-  for (size_t i = 0; i < l->ngrants; i++) {
-    argv[n++] = "--grant";
-    argv[n++] = l->grants[i];
-  }
-  argv[n] = NULL;
+  envp[ne] = NULL;
   pid_t parent = getpid();
   bool detached = l->detached;
   pid_t pid = fork();
@@ -264,7 +398,7 @@ static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
       (void)dup2(devnull, 0);
     if (detached && (dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0))
       _exit(127);
-    execv(argv[0], (char *const *)argv);
+    execve(argv[0], (char *const *)argv, (char *const *)envp);
     _exit(127);
   }
   l->pid = pid;
@@ -387,6 +521,86 @@ static int make_bind(const struct local *l, const struct sandbox_bind *b,
   return 0;
 }
 
+static int mkdir_in(const char *dir, const char *name, struct sbx_error *e) {
+  char p[PATH_MAX];
+  (void)snprintf(p, sizeof(p), "%s/%s", dir, name);
+  if (mkdir(p, 0700) < 0 && errno != EEXIST)
+    return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m", p);
+  return 0;
+}
+
+/* An isolated sandbox's local_bind: a bind mount at ROOT/PATH. */
+static int add_bind(struct local *l, const struct sandbox_bind *b,
+                    struct sbx_error *e) {
+  if (l->nbinds >= LOCAL_MAX_GRANTS)
+    return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "more than %d bind mounts", LOCAL_MAX_GRANTS);
+  if (strchr(b->source, ':') || strchr(b->path, ':'))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "local_bind \"%s\": a path with \":\" cannot be "
+                         "bound on backend local",
+                         b->path);
+  if (asprintf(&l->binds[l->nbinds], "%s:%s/%s%s", b->source, l->inside_root,
+               b->path, b->read_only ? ":ro" : "") < 0) {
+    l->binds[l->nbinds] = NULL;
+    return -ENOMEM;
+  }
+  l->nbinds++;
+  return 0;
+}
+
+/* A free TCP port on the host's 127.0.0.1, for a forward. */
+static int free_port(uint16_t *port, struct sbx_error *e) {
+  _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t n = sizeof(a);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &n) < 0)
+    return sbx_error_set(e, SBX_OK, errno, "cannot find a free port: %m");
+  *port = ntohs(a.sin_port);
+  return 0;
+}
+
+/* Takes the backend's options and the exposed ports into L. */
+static int take_options(struct local *l, const struct backend_options *o,
+                        const struct sandbox_spec *spec, struct sbx_error *e) {
+  if (o && o->own)
+    l->opt = *(const struct local_options *)o->own;
+  else
+    local_options_default(&l->opt);
+  if (!l->opt.isolate) {
+    for (size_t i = 0; i < spec->nbinds; i++)
+      if (spec->binds[i].read_only)
+        return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                             "entry \"%s\": isolation \"none\" cannot "
+                             "enforce a read-only local_bind mount (commands "
+                             "could still write); isolate, or set "
+                             "\"read_only\": false",
+                             spec->binds[i].path);
+    return 0;
+  }
+  const char *root = spec->root ? spec->root : "/workspace";
+  if (!(l->inside_root = strdup(root)))
+    return -ENOMEM;
+  size_t np = o ? o->nports : 0;
+  if (np > LOCAL_MAX_PORTS)
+    return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "more than %d exposed ports", LOCAL_MAX_PORTS);
+  if (np && !l->opt.network)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "network_mode \"none\" cannot be combined with "
+                         "exposed ports");
+  for (size_t i = 0; i < np; i++) {
+    l->ports[i] = o->ports[i];
+    int r = free_port(&l->host_ports[i], e);
+    if (r < 0)
+      return r;
+    l->nports++;
+  }
+  return 0;
+}
+
 /* A new sandbox with its (zeroed) local part, or NULL; *S gets it. */
 static struct local *local_new(struct sandbox **s) {
   struct sandbox *sb = calloc(1, sizeof(*sb));
@@ -434,12 +648,17 @@ static int local_create(const struct backend_options *o,
                         "more than %d grants and bind mounts",
                         LOCAL_MAX_GRANTS);
   }
+  if (r == 0)
+    r = take_options(l, o, spec, e);
   for (size_t i = 0; i < spec->nbinds && r == 0; i++) {
     r = check_host_dir("local_bind source", spec->binds[i].source, e);
-    if (r == 0 && add_grant(l, spec->binds[i].source, false) < 0)
-      r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                        "more than %d grants and bind mounts",
-                        LOCAL_MAX_GRANTS);
+    if (r == 0)
+      r = l->opt.isolate ? add_bind(l, &spec->binds[i], e)
+          : add_grant(l, spec->binds[i].source, false) < 0
+              ? sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                              "more than %d grants and bind mounts",
+                              LOCAL_MAX_GRANTS)
+              : 0;
   }
   if (r < 0)
     goto fail;
@@ -463,17 +682,25 @@ static int local_create(const struct backend_options *o,
                       "cannot create a workspace under \"%s\": %m", base);
     goto fail;
   }
-  s->root = strdup(l->workspace);
+  memcpy(l->session_id, s->session_id, sizeof(l->session_id));
+  s->root = strdup(l->opt.isolate ? l->inside_root : l->workspace);
   (void)snprintf(url, sizeof(url), "ipc://%s/sandboxd.sock", l->rundir);
   l->url = strdup(url);
   if (!s->root || !l->url) {
     r = -ENOMEM;
     goto fail;
   }
-  for (size_t i = 0; i < spec->nbinds && r == 0; i++)
+  for (size_t i = 0; !l->opt.isolate && i < spec->nbinds && r == 0; i++)
     r = make_bind(l, &spec->binds[i], e);
+  if (r == 0 && l->opt.isolate && mkdir_in(l->rundir, "etc", e) < 0)
+    r = -EIO;
   if (r < 0)
     goto fail;
+  if (!l->opt.isolate)
+    log_warn("sandbox %s is not isolated (isolation \"none\"): its commands "
+             "run as you on this host and can read your files, see your "
+             "processes and reach your network",
+             s->session_id);
   if (spec->detached && (r = sbx_write_file_atomic(l->token_path, token,
                                                    strlen(token), 0600)) < 0) {
     r = sbx_error_set(e, SBX_OK, -r, "cannot write the token file: %s",
@@ -496,6 +723,70 @@ fail:
   return r;
 }
 
+/* The isolation's fields of the record, into O. */
+static int save_isolation(const struct local *l, json_t *o) {
+  json_t *b = json_array(), *p = json_array();
+  for (size_t i = 0; b && i < l->nbinds; i++)
+    if (json_array_append_new(b, json_string(l->binds[i])) < 0)
+      break;
+  for (size_t i = 0; p && i < l->nports; i++)
+    if (json_array_append_new(
+            p, json_pack("[i,i]", l->ports[i], l->host_ports[i])) < 0)
+      break;
+  json_t *iso = json_pack(
+      "{s:s, s:b, s:I, s:I, s:I, s:f, s:s, s:o?, s:o?}", "root", l->inside_root,
+      "network", l->opt.network, "memory_bytes",
+      (json_int_t)l->opt.memory_bytes, "pids_limit", (json_int_t)l->opt.pids,
+      "workspace_bytes", (json_int_t)l->opt.workspace_bytes, "cpus",
+      l->opt.cpus, "session", l->session_id, "binds", b, "ports", p);
+  return iso ? json_object_set_new(o, "isolation", iso) : -ENOMEM;
+}
+
+/* Takes the isolation's fields of a record (ISO: NULL for isolation
+ * "none") into L. */
+static int attach_isolation(struct local *l, json_t *iso, struct sbx_error *e) {
+  if (!iso)
+    return 0;
+  json_t *root = json_object_get(iso, "root");
+  const char *sid = json_string_value(json_object_get(iso, "session"));
+  if (!json_is_string(root) || !sid || strlen(sid) >= sizeof(l->session_id))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the sandbox state has a bad \"isolation\"");
+  l->opt.isolate = true;
+  l->opt.network = json_is_true(json_object_get(iso, "network"));
+  l->opt.memory_bytes =
+      (uint64_t)json_integer_value(json_object_get(iso, "memory_bytes"));
+  l->opt.pids =
+      (uint64_t)json_integer_value(json_object_get(iso, "pids_limit"));
+  l->opt.cpus = json_number_value(json_object_get(iso, "cpus"));
+  l->opt.workspace_bytes =
+      (uint64_t)json_integer_value(json_object_get(iso, "workspace_bytes"));
+  memcpy(l->session_id, sid, strlen(sid) + 1);
+  if (!(l->inside_root = strdup(json_string_value(root))))
+    return -ENOMEM;
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(iso, "binds"), i, v) {
+    if (!json_is_string(v) || l->nbinds >= LOCAL_MAX_GRANTS)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "the sandbox state has bad binds");
+    if (!(l->binds[l->nbinds] = strdup(json_string_value(v))))
+      return -ENOMEM;
+    l->nbinds++;
+  }
+  json_array_foreach(json_object_get(iso, "ports"), i, v) {
+    json_int_t a = json_integer_value(json_array_get(v, 0));
+    json_int_t b = json_integer_value(json_array_get(v, 1));
+    if (l->nports >= LOCAL_MAX_PORTS || a < 1 || a > 65535 || b < 1 ||
+        b > 65535)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "the sandbox state has bad ports");
+    l->ports[l->nports] = (uint16_t)a;
+    l->host_ports[l->nports++] = (uint16_t)b;
+  }
+  return 0;
+}
+
 static int local_save(const struct sandbox *s, json_t *obj) {
   const struct local *l = s->priv;
   json_t *g = json_array();
@@ -510,8 +801,10 @@ static int local_save(const struct sandbox *s, json_t *obj) {
                 l->url, "workspace", l->workspace, "rundir", l->rundir,
                 "sandboxd", l->sandboxd, "seccomp", l->seccomp, "token_file",
                 l->token_path, "log_file", l->log_path, "grants", g);
-  if (!o)
+  if (!o || (l->opt.isolate && save_isolation(l, o) < 0)) {
+    json_decref(o);
     return -ENOMEM;
+  }
   return json_object_update(obj, o) < 0 ? (json_decref(o), -ENOMEM)
                                         : (json_decref(o), 0);
 }
@@ -556,10 +849,12 @@ static int local_attach(const struct backend_options *o, json_t *obj,
     }
     l->ngrants++;
   }
+  if ((r = attach_isolation(l, json_object_get(obj, "isolation"), e)) < 0)
+    goto fail;
   l->pid = (pid_t)json_integer_value(json_object_get(obj, "pid"));
   l->start =
       (unsigned long long)json_integer_value(json_object_get(obj, "pid_start"));
-  if (!(s->root = strdup(l->workspace))) {
+  if (!(s->root = strdup(l->opt.isolate ? l->inside_root : l->workspace))) {
     r = -ENOMEM;
     goto fail;
   }
@@ -612,7 +907,7 @@ static int local_start(struct sandbox *s, struct sbx_error *e) {
   s->client = sbx_client_free(s->client);
   int r = spawn_sandboxd(l, NULL, 10000, e);
   if (r < 0) {
-    (void)local_stop(s, NULL);
+    (void)stop_sandboxd(s, NULL);
     return r;
   }
   char token[SBX_TOKEN_HEX + 8];
@@ -630,20 +925,30 @@ static bool local_running(const struct sandbox *s) {
 static int local_resolve_port(const struct sandbox *s, unsigned port,
                               char *host, size_t hostsz, unsigned *host_port,
                               struct sbx_error *e) {
-  (void)s;
-  (void)e;
-  /* No forwarding: the sandbox's processes share the host's network. */
+  const struct local *l = s->priv;
   (void)snprintf(host, hostsz, "127.0.0.1");
-  *host_port = port;
-  return 0;
+  if (!l->opt.isolate) {
+    *host_port = port; /* the sandbox's processes share the host's network */
+    return 0;
+  }
+  for (size_t i = 0; i < l->nports; i++)
+    if (l->ports[i] == port) {
+      *host_port = l->host_ports[i];
+      return 0;
+    }
+  return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
+                       "port %u is not exposed by this sandbox", port);
 }
 
-/* No options of its own (the common ones are in struct backend_options);
- * local_bind mounts are symlinks to granted host directories, which
- * commands can write through. */
+/* Isolated, local_bind mounts are bind mounts (read-only ones too); with
+ * isolation "none" they are symlinks to granted host directories, which
+ * commands can write through, and read-only ones are refused. */
 const struct backend backend_local = {
     .name = "local",
-    .features = BACKEND_LOCAL_BIND,
+    .options = local_option_table,
+    .options_parse = local_options_parse,
+    .options_free = local_options_free,
+    .features = BACKEND_LOCAL_BIND | BACKEND_READ_ONLY_BIND,
     .create = local_create,
     .close = local_close,
     .save = local_save,

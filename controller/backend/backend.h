@@ -80,9 +80,12 @@ struct sandbox_grant {
 struct sandbox_bind {
   const char *path;   /* relative to the root */
   const char *source; /* absolute host directory */
+  bool read_only;     /* with BACKEND_READ_ONLY_BIND */
 };
 
 struct sandbox_spec {
+  const char *root; /* the manifest's root, where commands see the
+                     * workspace (NULL: the backend's default) */
   const struct sandbox_grant *grants;
   size_t ngrants;
   const struct sandbox_bind *binds;

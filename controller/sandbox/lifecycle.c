@@ -67,7 +67,8 @@ int lifecycle_create(const struct lifecycle_options *o,
       calloc(m->nentries + 1, sizeof(*binds));
   if (!grants || !binds)
     return -ENOMEM;
-  struct sandbox_spec spec = {.grants = grants,
+  struct sandbox_spec spec = {.root = m->root,
+                              .grants = grants,
                               .binds = binds,
                               .detached = detached,
                               .token_path = token_path,
@@ -77,8 +78,8 @@ int lifecycle_create(const struct lifecycle_options *o,
         (struct sandbox_grant){m->grants[i].path, m->grants[i].read_only};
   for (size_t i = 0; i < m->nentries; i++)
     if (m->entries[i].type == MANIFEST_MOUNT)
-      binds[spec.nbinds++] =
-          (struct sandbox_bind){m->entries[i].path, m->entries[i].source};
+      binds[spec.nbinds++] = (struct sandbox_bind){
+          m->entries[i].path, m->entries[i].source, m->entries[i].read_only};
   struct sandbox *sb = NULL;
   r = o->backend->create(&o->bo, &spec, &sb, e);
   if (r < 0)

@@ -31,6 +31,7 @@ void daemon_options_init(struct daemon_options *o) {
   memset(o, 0, sizeof(*o));
   o->token_fd = -1;
   o->ready_fd = -1;
+  o->listen_dir_fd = -1;
   sandboxd_limits_default(&o->limits);
 }
 
@@ -210,6 +211,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   struct sandboxd d = {0};
   d.limits = o->limits;
   d.seccomp = o->seccomp;
+  d.isolated = o->isolated;
   d.uid = geteuid();
   d.gid = getegid();
   d.is_root = d.uid == 0;
@@ -248,6 +250,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     return r;
   }
   d.server = srv;
+  if (o->listen_dir_fd >= 0)
+    close(o->listen_dir_fd); /* bound: the host's directory is not needed */
   log_info("sandboxd %s serving %s on %s", sandboxd_version(), d.root,
            o->listen);
   announce_ready(o->ready_fd, o->listen);

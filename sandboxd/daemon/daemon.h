@@ -22,6 +22,9 @@ struct daemon_options {
   size_t ngrants;
   enum sandboxd_seccomp seccomp;
   struct sandboxd_limits limits;
+  /* Isolated (isolate.h): commands get a reduced capability set. */
+  bool isolated;
+  int listen_dir_fd; /* -1, or an fd to close once listening */
 };
 
 void daemon_options_init(struct daemon_options *o);

@@ -552,6 +552,7 @@ int rpc_exec_start(struct rpc_call *c) {
       .ngroups = sp.user.ngroups,
       /* Inherited when this thread carries it already. */
       .seccomp = proc_thread_filter == t->seccomp ? NULL : t->seccomp,
+      .drop_caps = c->d->isolated,
   };
   pid_t pid = -1;
   int pidfd = -1;

@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -31,6 +33,7 @@ enum launch_step {
   STEP_GID,
   STEP_UID,
   STEP_FDS,
+  STEP_CAPS,
   STEP_SECCOMP,
   STEP_EXEC,
 };
@@ -45,6 +48,7 @@ static const char *const step_names[] = {
     [STEP_GID] = "setresgid",
     [STEP_UID] = "setresuid",
     [STEP_FDS] = "closing file descriptors",
+    [STEP_CAPS] = "dropping capabilities",
     [STEP_SECCOMP] = "seccomp filter",
     [STEP_EXEC] = "exec",
 };
@@ -102,6 +106,52 @@ CHILD static void child_close_fds(struct child_ctx *c) {
     (void)syscall(SYS_close, fd);
 }
 
+/* The capabilities an isolated sandbox's commands keep, as a container
+ * engine's default set: enough for root to own and chmod files, switch
+ * users and bind low ports inside; not mount, ptrace, module, raw I/O,
+ * network administration or anything else of CAP_SYS_ADMIN's. They act
+ * within the sandbox's user namespace only. */
+#define KEEP_CAPS                                                              \
+  ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) |   \
+   (1ull << CAP_FSETID) | (1ull << CAP_KILL) | (1ull << CAP_SETGID) |          \
+   (1ull << CAP_SETUID) | (1ull << CAP_SETPCAP) |                              \
+   (1ull << CAP_NET_BIND_SERVICE) | (1ull << CAP_SYS_CHROOT) |                 \
+   (1ull << CAP_AUDIT_WRITE))
+
+/* Drops every other capability from the bounding set (needs CAP_SETPCAP,
+ * so before the ids change). */
+CHILD static void child_drop_bounding(struct child_ctx *c) {
+  for (int cap = 0; cap < 64; cap++) {
+    if (KEEP_CAPS & (1ull << cap))
+      continue;
+    if (syscall(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+      if (errno == EINVAL)
+        break; /* past the kernel's last capability */
+      child_fail(c, STEP_CAPS, errno);
+    }
+  }
+}
+
+/* Limits the sets to what the bounding set kept, and forbids gaining
+ * privileges by exec (setuid files, file capabilities). */
+CHILD static void child_limit_caps(struct child_ctx *c) {
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+  struct __user_cap_data_struct d[2];
+  if (syscall(SYS_capget, &h, d) < 0)
+    child_fail(c, STEP_CAPS, errno);
+  for (int i = 0; i < 2; i++) {
+    uint32_t keep = (uint32_t)(KEEP_CAPS >> (32 * i));
+    d[i].effective &= keep;
+    d[i].permitted &= keep;
+    d[i].inheritable = 0;
+  }
+  if (syscall(SYS_capset, &h, d) < 0 ||
+      syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) <
+          0 ||
+      syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    child_fail(c, STEP_CAPS, errno);
+}
+
 CHILD static void child_exec(struct child_ctx *c) {
   const struct launch_plan *p = c->p;
   static const sigset_t empty;
@@ -141,6 +191,8 @@ CHILD static int child_main(void *arg) {
     child_fail(c, STEP_STDIO, errno);
   if (syscall(SYS_fchdir, p->cwd_fd) < 0)
     child_fail(c, STEP_CWD, errno);
+  if (p->drop_caps)
+    child_drop_bounding(c);
   if (p->set_ids) {
     if (syscall(SYS_setgroups, p->ngroups, p->groups) < 0)
       child_fail(c, STEP_GROUPS, errno);
@@ -149,6 +201,8 @@ CHILD static int child_main(void *arg) {
     if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
       child_fail(c, STEP_UID, errno);
   }
+  if (p->drop_caps)
+    child_limit_caps(c);
   child_reset_signals();
   child_close_fds(c);
   int r = seccomp_prog_load(p->seccomp);

@@ -38,6 +38,10 @@ struct launch_plan {
   const gid_t *groups;
   size_t ngroups;
   const struct seccomp_prog *seccomp; /* NULL: none */
+  /* Keep only the capabilities a container's root has (launch.c), with
+   * no way to gain more (bounding set, no_new_privs): an isolated
+   * sandbox's commands. */
+  bool drop_caps;
 };
 
 /* Starts the child described by P: its own process group (or session),

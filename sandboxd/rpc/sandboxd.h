@@ -48,6 +48,7 @@ struct sandboxd {
   size_t ngrants;
   struct sandboxd_limits limits;
   enum sandboxd_seccomp seccomp;
+  bool isolated; /* commands get a reduced capability set (launch.c) */
   uid_t uid; /* sandboxd's own identity */
   gid_t gid;
   bool is_root; /* may switch users, chown */

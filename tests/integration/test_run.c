@@ -549,8 +549,13 @@ Test(run, backend_flags_and_run_config_are_checked) {
   } cases[] = {
       {{"run", "--image", "x", pok, "p", NULL},
        "sbx run: --image needs --backend docker (this is backend local)"},
-      {{"run", "--network", "none", pok, "p", NULL},
-       "--network needs --backend docker"},
+      {{"run", "--network", "bridge", pok, "p", NULL},
+       "sbx run: --network \"bridge\": network_mode: expected \"none\""},
+      {{"run", "--isolation", "nonee", pok, "p", NULL},
+       "sbx run: --isolation \"nonee\": isolation: expected \"namespaces\" "
+       "or \"none\""},
+      {{"run", "--isolation", "none", "--network", "none", pok, "p", NULL},
+       "isolation: \"none\" cannot limit or cut off the network"},
       {{"run", "--backend", "docker", "--network", "host", pok, "p", NULL},
        "sbx run: --network \"host\": network_mode \"host\" is not "
        "supported"},
