@@ -1,0 +1,77 @@
+/* The escape suite on the local backend, isolated (the default): a hostile
+ * command inside reaches nothing of the host, the controller or another
+ * sandbox (tests/support/escape.c has the probes). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tests/support/escape.h"
+#include "tests/support/sbxrun.h"
+
+static struct escape_ctx ctx;
+static const char *const local_args[] = {NULL};
+
+static void setup(void) { escape_setup(&ctx, local_args, false); }
+static void teardown(void) { escape_teardown(&ctx); }
+
+TestSuite(escape, .init = setup, .fini = teardown, .timeout = 180);
+
+#define PROBE(name)                                                            \
+  Test(escape, name) {                                                         \
+    char *id = escape_create(&ctx, NULL);                                      \
+    escape_probe_##name(&ctx, id);                                             \
+    free(id);                                                                  \
+  }
+
+PROBE(secrets)
+PROBE(host_files)
+PROBE(writes)
+PROBE(neighbour)
+PROBE(processes)
+PROBE(loopback)
+PROBE(privileges)
+
+Test(escape, limits) {
+  escape_probe_limits(&ctx, (const char *const[]){"--pids-limit", "64",
+                                                  "--memory-bytes", "67108864",
+                                                  NULL});
+}
+
+/* A read-only grant is read-only for a shell too; a read-write one is
+ * written through. */
+Test(escape, read_only_grant_written_by_a_shell) {
+  char ro[128], rw[128], m[512];
+  (void)snprintf(ro, sizeof(ro), "%s/ro", ctx.dir);
+  (void)snprintf(rw, sizeof(rw), "%s/rw", ctx.dir);
+  cr_assert_eq(mkdir(ro, 0755), 0);
+  cr_assert_eq(mkdir(rw, 0755), 0);
+  test_write_file(ro, "keep.txt", "original\n");
+  (void)snprintf(m, sizeof(m),
+                 "{\"extra_path_grants\": [{\"path\": \"%s\", \"read_only\": "
+                 "true}, {\"path\": \"%s\"}]}",
+                 ro, rw);
+  char mp[256];
+  (void)snprintf(mp, sizeof(mp), "%s",
+                 test_write_file(ctx.dir, "grants.json", m));
+  char *id = escape_create(&ctx, (const char *const[]){"--manifest", mp, NULL});
+  char script[1024], *out = NULL;
+  (void)snprintf(script, sizeof(script),
+                 "echo changed > %s/keep.txt; echo x > %s/new.txt; rm -f "
+                 "%s/keep.txt; chmod 777 %s; cat %s/keep.txt; echo w > "
+                 "%s/w.txt",
+                 ro, ro, ro, ro, ro, rw);
+  cr_expect_eq(escape_sh(&ctx, id, script, &out), 0, "%s", out);
+  cr_expect(strstr(out, "original"), "%s", out);
+  free(out);
+  char p[256];
+  (void)snprintf(p, sizeof(p), "%s/new.txt", ro);
+  struct stat st;
+  cr_expect_neq(stat(p, &st), 0);
+  cr_expect_eq(stat(ro, &st), 0);
+  cr_expect_eq(st.st_mode & 0777, 0755);
+  (void)snprintf(p, sizeof(p), "%s/w.txt", rw);
+  cr_expect_eq(stat(p, &st), 0, "the read-write grant was written through");
+  free(id);
+}

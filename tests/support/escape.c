@@ -1,0 +1,292 @@
+#include "tests/support/escape.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/support/sbxrun.h"
+
+void escape_setup(struct escape_ctx *c, const char *const *create_args,
+                  bool docker) {
+  memset(c, 0, sizeof(*c));
+  (void)snprintf(c->dir, sizeof(c->dir), "/tmp/sbx-escape-XXXXXX");
+  cr_assert_not_null(mkdtemp(c->dir));
+  (void)snprintf(c->state, sizeof(c->state), "%s/state", c->dir);
+  char tmp[128];
+  (void)snprintf(tmp, sizeof(tmp), "%s/tmp", c->dir);
+  cr_assert_eq(mkdir(tmp, 0700), 0);
+  setenv("TMPDIR", tmp, 1);
+  (void)snprintf(c->secret, sizeof(c->secret), "sk-escape-%ld-%d",
+                 (long)time(NULL), (int)getpid());
+  setenv("SBX_ESCAPE_SECRET", c->secret, 1);
+  test_write_file(c->dir, "host-secret.txt", c->secret);
+  c->create_args = create_args;
+  c->docker = docker;
+}
+
+void escape_teardown(struct escape_ctx *c) {
+  sbx_sandbox_remove_all(c->state);
+  (void)test_rm_rf(c->dir);
+}
+
+char *escape_create(struct escape_ctx *c, const char *const *extra) {
+  const char *args[40] = {"create"};
+  size_t n = 1;
+  for (size_t i = 0; c->create_args && c->create_args[i] && n < 30; i++)
+    args[n++] = c->create_args[i];
+  for (size_t i = 0; extra && extra[i] && n < 39; i++)
+    args[n++] = extra[i];
+  args[n] = NULL;
+  return sbx_sandbox_line(c->state, args);
+}
+
+int escape_sh(struct escape_ctx *c, const char *id, const char *script,
+              char **out) {
+  struct sbx_run_out r;
+  const char *args[] = {"exec", id, "--", "sh", "-c", script, NULL};
+  sbx_sandbox_run(&r, c->state, args);
+  size_t n = strlen(r.out) + strlen(r.err) + 1;
+  *out = malloc(n);
+  cr_assert_not_null(*out);
+  (void)snprintf(*out, n, "%s%s", r.out, r.err);
+  int st = r.status;
+  sbx_run_free(&r);
+  return st;
+}
+
+/* Runs SCRIPT and asserts that what it printed holds none of NEEDLES. */
+static void expect_absent(struct escape_ctx *c, const char *id,
+                          const char *what, const char *script,
+                          const char *const *needles) {
+  char *out = NULL;
+  (void)escape_sh(c, id, script, &out);
+  for (size_t i = 0; needles[i]; i++)
+    cr_expect(!strstr(out, needles[i]), "%s: \"%s\" leaked: %.2000s", what,
+              needles[i], out);
+  free(out);
+}
+
+void escape_probe_secrets(struct escape_ctx *c, const char *id) {
+  const char *needles[] = {c->secret, "test-key", c->state, NULL};
+  /* Every process's environment, command line and open files, as any of
+   * the sandbox's users can read them. */
+  expect_absent(c, id, "environ/cmdline",
+                "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; "
+                "tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null",
+                needles);
+  expect_absent(c, id, "fds",
+                "for f in /proc/[0-9]*/fd/*; do readlink $f; done 2>/dev/null; "
+                "for f in /proc/[0-9]*/fd/*; do head -c 4096 $f; done "
+                "2>/dev/null </dev/null",
+                needles);
+  expect_absent(c, id, "maps", "cat /proc/[0-9]*/maps 2>/dev/null", needles);
+}
+
+void escape_probe_host_files(struct escape_ctx *c, const char *id) {
+  char script[512];
+  (void)snprintf(script, sizeof(script),
+                 "cat %s/host-secret.txt; ls -la %s %s; ls -A $HOME /root; "
+                 "cat /root/.bash_history /etc/shadow; find / -xdev -name "
+                 "host-secret.txt -printf 'FOUND:%%p\\n' 2>/dev/null",
+                 c->dir, c->dir, c->state);
+  const char *needles[] = {c->secret, "FOUND:", "sandboxes", NULL};
+  expect_absent(c, id, "host files", script, needles);
+  /* A canary in our home is not in the sandbox's. */
+  const char *home = getenv("HOME");
+  if (home && !c->docker) {
+    char canary[256];
+    (void)snprintf(canary, sizeof(canary), "%s/.sbx-escape-canary-%d", home,
+                   (int)getpid());
+    int fd = open(canary, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      close(fd);
+      const char *n2[] = {".sbx-escape-canary", NULL};
+      char s2[300];
+      (void)snprintf(s2, sizeof(s2), "ls -A %s $HOME 2>&1", home);
+      expect_absent(c, id, "home", s2, n2);
+      (void)unlink(canary);
+    }
+  }
+}
+
+void escape_probe_writes(struct escape_ctx *c, const char *id) {
+  char name[64];
+  (void)snprintf(name, sizeof(name), "sbx-escape-%d", (int)getpid());
+  char script[1024];
+  (void)snprintf(script, sizeof(script),
+                 "for d in / /etc /usr /usr/local/bin /usr/lib /var /opt %s "
+                 "%s; do echo x > $d/%s; done 2>/dev/null; true",
+                 c->dir, c->state, name);
+  char *out = NULL;
+  (void)escape_sh(c, id, script, &out);
+  free(out);
+  const char *dirs[] = {"",     "/etc", "/usr", "/usr/local/bin",
+                        "/usr/lib", "/var", "/opt", c->dir,
+                        c->state};
+  for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+    char p[512];
+    (void)snprintf(p, sizeof(p), "%s/%s", dirs[i], name);
+    struct stat st;
+    cr_expect_neq(lstat(p, &st), 0, "the sandbox wrote the host's %s", p);
+    (void)unlink(p);
+  }
+}
+
+/* The host workspace of sandbox ID, from its record; NULL when the
+ * backend keeps none on the host. New. */
+static char *host_workspace(struct escape_ctx *c, const char *id) {
+  struct sbx_run_out r;
+  const char *args[] = {"info", "--json", id, NULL};
+  sbx_sandbox_run(&r, c->state, args);
+  json_t *j = json_loads(r.out, 0, NULL);
+  sbx_run_free(&r);
+  const char *w =
+      json_string_value(json_object_get(json_object_get(j, "local"),
+                                        "workspace"));
+  char *s = w ? strdup(w) : NULL;
+  json_decref(j);
+  return s;
+}
+
+void escape_probe_neighbour(struct escape_ctx *c, const char *id) {
+  char *other = escape_create(c, NULL);
+  char *out = NULL;
+  cr_assert_eq(escape_sh(c, other, "echo neighbour-canary > canary-a.txt",
+                         &out),
+               0, "%s", out);
+  free(out);
+  char *ws = host_workspace(c, other);
+  char script[1024];
+  (void)snprintf(script, sizeof(script),
+                 "find / -xdev -name canary-a.txt 2>/dev/null; cat "
+                 "%s/canary-a.txt 2>/dev/null; ls /tmp",
+                 ws ? ws : "/nonexistent");
+  const char *needles[] = {"canary-a.txt", "neighbour-canary", NULL};
+  expect_absent(c, id, "neighbour", script, needles);
+  free(ws);
+  free(other);
+}
+
+void escape_probe_processes(struct escape_ctx *c, const char *id) {
+  char *out = NULL;
+  /* Few processes, none of the host's (ours is the test's own pid). */
+  char script[512];
+  (void)snprintf(script, sizeof(script),
+                 "ls -d /proc/[0-9]* | wc -l; kill -0 %d && echo "
+                 "SIGNALLED; kill -STOP %d && echo STOPPED; cat "
+                 "/proc/%d/maps >/dev/null && echo MAPS; cat /proc/1/environ "
+                 ">/dev/null 2>&1 && echo ENVIRON1; true",
+                 (int)getpid(), (int)getpid(), (int)getpid());
+  cr_expect_eq(escape_sh(c, id, script, &out), 0, "%s", out);
+  cr_expect_lt(atoi(out), 12, "the sandbox sees host processes: %s", out);
+  cr_expect(!strstr(out, "SIGNALLED") && !strstr(out, "STOPPED") &&
+                !strstr(out, "MAPS") && !strstr(out, "ENVIRON1"),
+            "%s", out);
+  free(out);
+  /* Tracing sandboxd (its PID 1, or the container's) is refused. */
+  cr_expect_neq(escape_sh(c, id,
+                          "command -v gdb >/dev/null && gdb -p 1 -batch -ex "
+                          "'info registers' 2>&1 | grep -q rip && exit 0; "
+                          "exec 3</proc/1/mem && exit 0; exit 1",
+                          &out),
+                0, "sandboxd was traced: %s", out);
+  free(out);
+}
+
+void escape_probe_loopback(struct escape_ctx *c, const char *id) {
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  cr_assert_geq(ls, 0);
+  int one = 1;
+  (void)setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_ANY)};
+  socklen_t al = sizeof(a);
+  cr_assert_eq(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+  cr_assert_eq(listen(ls, 16), 0);
+  cr_assert_eq(getsockname(ls, (struct sockaddr *)&a, &al), 0);
+  unsigned port = ntohs(a.sin_port);
+  /* 127.0.0.1, the gateway, every address the sandbox knows of. */
+  char script[1024];
+  (void)snprintf(
+      script, sizeof(script),
+      "for h in 127.0.0.1 localhost ::1 10.0.2.2 host.containers.internal "
+      "host.docker.internal $(ip -4 route 2>/dev/null | awk '/default/ "
+      "{print $3}') $(ip -o addr 2>/dev/null | awk '{print $4}' | cut -d/ "
+      "-f1); do timeout 2 bash -c \"echo hi > /dev/tcp/$h/%u\" "
+      "2>/dev/null && echo REACHED $h; done; true",
+      port);
+  char *out = NULL;
+  (void)escape_sh(c, id, script, &out);
+  cr_expect(!strstr(out, "REACHED"), "the host's listener was reached: %s",
+            out);
+  free(out);
+  struct pollfd p = {.fd = ls, .events = POLLIN};
+  cr_expect_eq(poll(&p, 1, 0), 0, "a connection reached the host's listener");
+  close(ls);
+}
+
+void escape_probe_privileges(struct escape_ctx *c, const char *id) {
+  char *out = NULL;
+  const struct {
+    const char *what, *script;
+  } denied[] = {
+      {"mount", "mount -t tmpfs none /mnt"},
+      {"remount", "mount -o remount,rw /usr"},
+      {"unshare -m", "unshare -m true"},
+      {"unshare -Ur + remount", "unshare -Urm sh -c 'mount -o remount,rw /usr "
+                                "&& touch /usr/sbx-escape'"},
+      {"pivot_root", "cd /tmp && mkdir -p n/o && pivot_root n n/o"},
+      {"sandboxd's root", "ls /proc/1/root/ >/dev/null"},
+      {"setuid gain", "cp /usr/bin/id /tmp/id && chmod u+s /tmp/id && "
+                      "(useradd escu 2>/dev/null; true) && su escu -s /bin/sh "
+                      "-c /tmp/id | grep -q euid=0"},
+      {"module", "grep -q . /proc/modules && modprobe dummy"},
+      {"raw disk", "head -c 1 /dev/vda >/dev/null || head -c 1 /dev/sda "
+                   ">/dev/null"},
+  };
+  for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++) {
+    cr_expect_neq(escape_sh(c, id, denied[i].script, &out), 0,
+                  "%s succeeded: %s", denied[i].what, out);
+    free(out);
+  }
+  struct stat st;
+  cr_expect_neq(stat("/usr/sbx-escape", &st), 0);
+}
+
+void escape_probe_limits(struct escape_ctx *c, const char *const *limit_args) {
+  char *id = escape_create(c, limit_args);
+  char *out = NULL;
+  /* A fork bomb: it hits the process limit and ends; the host's process
+   * count is not its business. */
+  int st = escape_sh(c, id,
+                     "i=0; while [ $i -lt 300 ]; do sleep 30 & i=$((i+1)); "
+                     "done 2>/dev/null; n=$(ls -d /proc/[0-9]* | wc -l); "
+                     "echo procs=$n; kill $(jobs -p) 2>/dev/null; true",
+                     &out);
+  cr_expect_eq(st, 0, "%s", out);
+  const char *p = strstr(out, "procs=");
+  cr_expect(p && atoi(p + 6) <= 70, "the process limit held: %s", out);
+  free(out);
+  /* A memory hog: killed inside the sandbox, which still answers. */
+  st = escape_sh(c, id,
+                 "python3 -c 'b=bytearray(512<<20); print(len(b))' || "
+                 "exit 137",
+                 &out);
+  cr_expect_neq(st, 0, "the memory hog was not stopped: %s", out);
+  free(out);
+  cr_expect_eq(escape_sh(c, id, "echo alive", &out), 0, "%s", out);
+  cr_expect(strstr(out, "alive"), "%s", out);
+  free(out);
+  free(id);
+}
