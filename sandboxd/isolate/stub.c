@@ -1,27 +1,5 @@
-#include "sandboxd/isolate/cgroup.h"
 #include "sandboxd/isolate/net.h"
 #include <errno.h>
-int cgroup_create(const char *name, const struct isolate_limits *l,
-                  struct cgroup **out, struct sbx_error *e) {
-  (void)name;
-  (void)l;
-  (void)e;
-  *out = NULL;
-  return 0;
-}
-int cgroup_add(struct cgroup *cg, pid_t pid, struct sbx_error *e) {
-  (void)cg;
-  (void)pid;
-  (void)e;
-  return 0;
-}
-int cgroup_kill(struct cgroup *cg) {
-  (void)cg;
-  return 0;
-}
-void cgroup_destroy(struct cgroup *cg) {
-  (void)cg;
-}
 int isolate_net_start(pid_t pid, const struct net_forward *fw, size_t nfw,
                       struct isolate_net **out, struct sbx_error *e) {
   (void)pid;
