@@ -13,8 +13,12 @@
 static struct escape_ctx ctx;
 static const char *const local_args[] = {NULL};
 
-static void setup(void) { escape_setup(&ctx, local_args, false); }
-static void teardown(void) { escape_teardown(&ctx); }
+static void setup(void) {
+  escape_setup(&ctx, local_args, false);
+}
+static void teardown(void) {
+  escape_teardown(&ctx);
+}
 
 TestSuite(escape, .init = setup, .fini = teardown, .timeout = 180);
 

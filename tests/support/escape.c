@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/support/sbxrun.h"
@@ -131,9 +131,8 @@ void escape_probe_writes(struct escape_ctx *c, const char *id) {
   char *out = NULL;
   (void)escape_sh(c, id, script, &out);
   free(out);
-  const char *dirs[] = {"",     "/etc", "/usr", "/usr/local/bin",
-                        "/usr/lib", "/var", "/opt", c->dir,
-                        c->state};
+  const char *dirs[] = {"",     "/etc", "/usr", "/usr/local/bin", "/usr/lib",
+                        "/var", "/opt", c->dir, c->state};
   for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
     char p[512];
     (void)snprintf(p, sizeof(p), "%s/%s", dirs[i], name);
@@ -151,9 +150,8 @@ static char *host_workspace(struct escape_ctx *c, const char *id) {
   sbx_sandbox_run(&r, c->state, args);
   json_t *j = json_loads(r.out, 0, NULL);
   sbx_run_free(&r);
-  const char *w =
-      json_string_value(json_object_get(json_object_get(j, "local"),
-                                        "workspace"));
+  const char *w = json_string_value(
+      json_object_get(json_object_get(j, "local"), "workspace"));
   char *s = w ? strdup(w) : NULL;
   json_decref(j);
   return s;
@@ -162,9 +160,9 @@ static char *host_workspace(struct escape_ctx *c, const char *id) {
 void escape_probe_neighbour(struct escape_ctx *c, const char *id) {
   char *other = escape_create(c, NULL);
   char *out = NULL;
-  cr_assert_eq(escape_sh(c, other, "echo neighbour-canary > canary-a.txt",
-                         &out),
-               0, "%s", out);
+  cr_assert_eq(
+      escape_sh(c, other, "echo neighbour-canary > canary-a.txt", &out), 0,
+      "%s", out);
   free(out);
   char *ws = host_workspace(c, other);
   char script[1024];
@@ -204,19 +202,23 @@ void escape_probe_processes(struct escape_ctx *c, const char *id) {
   free(out);
 }
 
-void escape_probe_loopback(struct escape_ctx *c, const char *id) {
+/* A listener on the host at ADDR (network order); its port in *PORT. */
+static int host_listener(uint32_t addr, unsigned *port) {
   int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   cr_assert_geq(ls, 0);
-  int one = 1;
-  (void)setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_ANY)};
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = addr};
   socklen_t al = sizeof(a);
   cr_assert_eq(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
   cr_assert_eq(listen(ls, 16), 0);
   cr_assert_eq(getsockname(ls, (struct sockaddr *)&a, &al), 0);
-  unsigned port = ntohs(a.sin_port);
-  /* 127.0.0.1, the gateway, every address the sandbox knows of. */
+  *port = ntohs(a.sin_port);
+  return ls;
+}
+
+/* Tries every address the sandbox knows of the host (127.0.0.1, the
+ * gateway, the engine's host names, its own addresses) at PORT. */
+static void try_reach(struct escape_ctx *c, const char *id, unsigned port,
+                      const char *what, int ls) {
   char script[1024];
   (void)snprintf(
       script, sizeof(script),
@@ -228,12 +230,26 @@ void escape_probe_loopback(struct escape_ctx *c, const char *id) {
       port);
   char *out = NULL;
   (void)escape_sh(c, id, script, &out);
-  cr_expect(!strstr(out, "REACHED"), "the host's listener was reached: %s",
-            out);
+  cr_expect(!strstr(out, "REACHED"),
+            "the host's listener on %s was reached: %s", what, out);
   free(out);
   struct pollfd p = {.fd = ls, .events = POLLIN};
-  cr_expect_eq(poll(&p, 1, 0), 0, "a connection reached the host's listener");
+  cr_expect_eq(poll(&p, 1, 0), 0, "a connection reached the host's %s", what);
+}
+
+void escape_probe_loopback(struct escape_ctx *c, const char *id) {
+  unsigned port;
+  int ls = host_listener(htonl(INADDR_LOOPBACK), &port);
+  try_reach(c, id, port, "127.0.0.1", ls);
   close(ls);
+  /* The local backend's user-mode network reaches no service of the host
+   * at all; a container engine's bridge reaches the host's own address
+   * by design (docs/security.md), so this one is the local backend's. */
+  if (!c->docker) {
+    ls = host_listener(htonl(INADDR_ANY), &port);
+    try_reach(c, id, port, "0.0.0.0", ls);
+    close(ls);
+  }
 }
 
 void escape_probe_privileges(struct escape_ctx *c, const char *id) {
@@ -267,22 +283,20 @@ void escape_probe_privileges(struct escape_ctx *c, const char *id) {
 void escape_probe_limits(struct escape_ctx *c, const char *const *limit_args) {
   char *id = escape_create(c, limit_args);
   char *out = NULL;
-  /* A fork bomb: it hits the process limit and ends; the host's process
-   * count is not its business. */
-  int st = escape_sh(c, id,
-                     "i=0; while [ $i -lt 300 ]; do sleep 30 & i=$((i+1)); "
-                     "done 2>/dev/null; n=$(ls -d /proc/[0-9]* | wc -l); "
-                     "echo procs=$n; kill $(jobs -p) 2>/dev/null; true",
-                     &out);
-  cr_expect_eq(st, 0, "%s", out);
-  const char *p = strstr(out, "procs=");
-  cr_expect(p && atoi(p + 6) <= 70, "the process limit held: %s", out);
+  /* A fork bomb: it hits the process limit and ends (the shell dies at
+   * its first failed fork, having noted how many it made). */
+  (void)escape_sh(c, id,
+                  "i=0; while [ $i -lt 300 ]; do sleep 3 & i=$((i+1)); echo "
+                  "$i > /tmp/forks; done 2>/dev/null",
+                  &out);
+  free(out);
+  sleep(4); /* the sleeps end; the sandbox can start processes again */
+  cr_expect_eq(escape_sh(c, id, "cat /tmp/forks", &out), 0, "%s", out);
+  cr_expect(atoi(out) > 0 && atoi(out) < 64, "the process limit held: %s", out);
   free(out);
   /* A memory hog: killed inside the sandbox, which still answers. */
-  st = escape_sh(c, id,
-                 "python3 -c 'b=bytearray(512<<20); print(len(b))' || "
-                 "exit 137",
-                 &out);
+  int st =
+      escape_sh(c, id, "python3 -c 'b=b\"x\"*(512<<20); print(len(b))'", &out);
   cr_expect_neq(st, 0, "the memory hog was not stopped: %s", out);
   free(out);
   cr_expect_eq(escape_sh(c, id, "echo alive", &out), 0, "%s", out);
