@@ -383,6 +383,8 @@ static int become_sandbox(const struct isolate_options *io,
               : 0;
   if (r == 0)
     r = rootfs_build(io, plan, ids_mapped, &e);
+  if (r == 0)
+    r = isolate_landlock(io, plan, d->dir_fd, &e);
   if (r < 0) {
     log_error("%s", e.msg[0] ? e.msg : strerror(-r));
     _exit(1);

@@ -121,4 +121,10 @@ int rootfs_build(const struct isolate_options *io,
                  const struct rootfs_plan *plan, bool ids_mapped,
                  struct sbx_error *e);
 
+/* After the pivot: fences writes to the sandbox's own places with
+ * Landlock (landlock.c), where the kernel has it. */
+int isolate_landlock(const struct isolate_options *io,
+                     const struct rootfs_plan *plan, int sock_dir_fd,
+                     struct sbx_error *e);
+
 #endif
