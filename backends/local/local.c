@@ -39,32 +39,6 @@
 
 #include "backends/local/local_internal.h"
 
-#define LOCAL_MAX_GRANTS 64
-#define LOCAL_MAX_PORTS 32
-
-struct local {
-  pid_t pid;                /* 0 when stopped */
-  unsigned long long start; /* the pid's start time, against pid reuse */
-  bool child;               /* ours to reap */
-  bool detached;
-  char *workspace; /* owned: removed at close */
-  char *rundir;    /* owned: holds the socket */
-  char *url;
-  char *sandboxd;
-  char *seccomp;
-  char *token_path;               /* detached */
-  char *log_path;                 /* detached */
-  char *grants[LOCAL_MAX_GRANTS]; /* "PATH" or "PATH:ro" */
-  size_t ngrants;
-  struct local_options opt;
-  char session_id[37];
-  char *inside_root;             /* where commands see the workspace */
-  char *binds[LOCAL_MAX_GRANTS]; /* isolated: "SRC:DST[:ro]" */
-  size_t nbinds;
-  uint16_t ports[LOCAL_MAX_PORTS], host_ports[LOCAL_MAX_PORTS];
-  size_t nports;
-};
-
 static void local_free(struct local *l) {
   if (!l)
     return;
@@ -216,113 +190,19 @@ static char *make_temp_dir(const char *base, const char *prefix) {
   return strdup(path);
 }
 
-/* sandboxd's command line for L, in STORE. */
-struct argv_store {
-  const char *argv[48 + 2 * (2 * LOCAL_MAX_GRANTS + LOCAL_MAX_PORTS)];
-  char num[8][64];
-  char fwd[LOCAL_MAX_PORTS][16];
-  char etc[PATH_MAX];
-};
-
-/* The host range in FILE (/etc/subuid or /etc/subgid) of user "sbx" or
- * of the invoking user, as "BASE:COUNT" in OUT; false when none. */
-static bool sub_range(const char *file, char *out, size_t n) {
-  struct passwd *pw = getpwuid(geteuid());
-  _cleanup_fclose_ FILE *f = fopen(file, "re");
-  char line[256];
-  while (f && fgets(line, sizeof(line), f)) {
-    char *colon = strchr(line, ':');
-    if (!colon)
-      continue;
-    *colon = '\0';
-    unsigned long base, count;
-    if ((strcmp(line, "sbx") == 0 || (pw && strcmp(line, pw->pw_name) == 0)) &&
-        sscanf(colon + 1, "%lu:%lu", &base, &count) == 2 && count >= 1) {
-      (void)snprintf(out, n, "%lu:%lu", base, count < 65536 ? count : 65536);
-      return true;
-    }
-  }
-  return false;
-}
-
-static void isolation_argv(const struct local *l, struct argv_store *as,
-                           size_t *np) {
-  const char **argv = as->argv;
-  size_t n = *np;
-  argv[n++] = "--isolate";
-  argv[n++] = "--root-at";
-  argv[n++] = l->inside_root;
-  (void)snprintf(as->etc, sizeof(as->etc), "%s/etc", l->rundir);
-  argv[n++] = "--etc-dir";
-  argv[n++] = as->etc;
-  argv[n++] = "--network";
-  argv[n++] = l->opt.network ? "user" : "none";
-  (void)snprintf(as->num[0], sizeof(as->num[0]), "%llu",
-                 (unsigned long long)l->opt.memory_bytes);
-  (void)snprintf(as->num[1], sizeof(as->num[1]), "%llu",
-                 (unsigned long long)l->opt.pids);
-  (void)snprintf(as->num[2], sizeof(as->num[2]), "%g", l->opt.cpus);
-  (void)snprintf(as->num[3], sizeof(as->num[3]), "sbx-%s", l->session_id);
-  argv[n++] = "--memory-bytes";
-  argv[n++] = as->num[0];
-  argv[n++] = "--pids-limit";
-  argv[n++] = as->num[1];
-  argv[n++] = "--cpus";
-  argv[n++] = as->num[2];
-  argv[n++] = "--cgroup-name";
-  argv[n++] = as->num[3];
-  (void)snprintf(as->num[6], sizeof(as->num[6]), "%llu",
-                 (unsigned long long)l->opt.workspace_bytes);
-  argv[n++] = "--workspace-bytes";
-  argv[n++] = as->num[6];
-  if (geteuid() == 0 && sub_range("/etc/subuid", as->num[4], 64) &&
-      sub_range("/etc/subgid", as->num[5], 64)) {
-    argv[n++] = "--uid-map";
-    argv[n++] = as->num[4];
-    argv[n++] = "--gid-map";
-    argv[n++] = as->num[5];
-  }
-  for (size_t i = 0; i < l->nbinds; i++) {
-    argv[n++] = "--bind";
-    argv[n++] = l->binds[i];
-  }
-  for (size_t i = 0; i < l->nports; i++) {
-    (void)snprintf(as->fwd[i], sizeof(as->fwd[i]), "%u:%u",
-                   (unsigned)l->host_ports[i], (unsigned)l->ports[i]);
-    argv[n++] = "--forward";
-    argv[n++] = as->fwd[i];
-  }
-  *np = n;
-}
-
-static const char **sandboxd_argv(const struct local *l,
-                                  struct argv_store *as) {
-  const char **argv = as->argv;
-  size_t n = 0;
-  argv[n++] = l->sandboxd;
-  argv[n++] = "--listen";
-  argv[n++] = l->url;
-  argv[n++] = "--root";
-  argv[n++] = l->workspace;
-  if (l->detached) {
-    argv[n++] = "--token-file";
-    argv[n++] = l->token_path;
-  } else {
-    argv[n++] = "--token-fd";
-    argv[n++] = "3";
-  }
-  argv[n++] = "--ready-fd";
-  argv[n++] = "4";
-  argv[n++] = "--seccomp";
-  argv[n++] = l->seccomp;
-  for (size_t i = 0; i < l->ngrants; i++) {
-    argv[n++] = "--grant";
-    argv[n++] = l->grants[i];
-  }
-  if (l->opt.isolate)
-    isolation_argv(l, as, &n);
-  argv[n] = NULL;
-  return argv;
+/* The last line of the log at PATH (what a failed sandboxd said), in BUF. */
+static const char *last_line(const char *path, char *buf, size_t n) {
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  off_t end = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+  off_t from = end > (off_t)n - 1 ? end - (off_t)n + 1 : 0;
+  ssize_t got = end > 0 ? pread(fd, buf, n - 1, from) : -1;
+  if (got <= 0)
+    return "it said nothing";
+  buf[got] = '\0';
+  while (got > 0 && buf[got - 1] == '\n')
+    buf[--got] = '\0';
+  char *nl = strrchr(buf, '\n');
+  return nl ? nl + 1 : buf;
 }
 
 /* Starts sandboxd and waits for its ready line. TOKEN is passed by a pipe
@@ -353,8 +233,8 @@ static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
       goto out;
     }
   }
-  struct argv_store as;
-  const char **argv = sandboxd_argv(l, &as);
+  struct local_argv as;
+  const char **argv = local_sandboxd_argv(l, &as);
   /* Nothing of ours reaches the sandbox: no secret from our environment,
    * only a PATH and the sanitizers' settings of a test build. */
   const char *envp[8];
@@ -420,8 +300,8 @@ static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
                         l->sandboxd, tmo);
     else if (l->detached)
       r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
-                        "sandboxd \"%s\" failed to start (see \"%s\")",
-                        l->sandboxd, l->log_path);
+                        "sandboxd \"%s\" failed to start: %s", l->sandboxd,
+                        last_line(l->log_path, line, sizeof(line)));
     else
       r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
                         "sandboxd \"%s\" failed to start (its error is "
