@@ -49,24 +49,47 @@ static int proc_write(pid_t pid, const char *file, const char *text,
   return 0;
 }
 
-/* The id ranges: given, the default range as root, else our own ids. */
+/* Whether ids BASE..BASE+COUNT-1 exist in our user namespace (FILE is
+ * /proc/self/uid_map or gid_map): as root on a host they do; as root in
+ * a container's namespace perhaps not. */
+static bool ids_exist(const char *file, uint32_t base, uint32_t count) {
+  _cleanup_fclose_ FILE *f = fopen(file, "re");
+  unsigned long in, out, n;
+  while (f && fscanf(f, "%lu %lu %lu", &in, &out, &n) == 3)
+    if (in <= base && (unsigned long)base + count <= in + n)
+      return true;
+  return false;
+}
+
+/* The id ranges: given; as root the default range where it exists; else
+ * our own ids alone. */
 static void id_ranges(const struct isolate_options *io, uint32_t ids[4]) {
-  bool root = geteuid() == 0;
+  bool range = geteuid() == 0 &&
+               ids_exist("/proc/self/uid_map", ISOLATE_DEFAULT_ID_BASE,
+                         ISOLATE_DEFAULT_ID_COUNT) &&
+               ids_exist("/proc/self/gid_map", ISOLATE_DEFAULT_ID_BASE,
+                         ISOLATE_DEFAULT_ID_COUNT);
   ids[0] = io->uid_count ? io->uid_base
-           : root        ? ISOLATE_DEFAULT_ID_BASE
+           : range       ? ISOLATE_DEFAULT_ID_BASE
                          : (uint32_t)geteuid();
-  ids[1] = io->uid_count ? io->uid_count : root ? ISOLATE_DEFAULT_ID_COUNT : 1;
+  ids[1] = io->uid_count ? io->uid_count : range ? ISOLATE_DEFAULT_ID_COUNT : 1;
   ids[2] = io->gid_count ? io->gid_base
-           : root        ? ISOLATE_DEFAULT_ID_BASE
+           : range       ? ISOLATE_DEFAULT_ID_BASE
                          : (uint32_t)getegid();
-  ids[3] = io->gid_count ? io->gid_count : root ? ISOLATE_DEFAULT_ID_COUNT : 1;
+  ids[3] = io->gid_count ? io->gid_count : range ? ISOLATE_DEFAULT_ID_COUNT : 1;
+}
+
+/* Whether the maps are our own ids alone (no CAP_SETUID needed). */
+static bool own_ids(const uint32_t ids[4]) {
+  return ids[1] == 1 && ids[3] == 1 && ids[0] == geteuid() &&
+         ids[2] == getegid();
 }
 
 static int write_maps(pid_t pid, const uint32_t ids[4], struct sbx_error *e) {
   char map[64];
-  /* Without CAP_SETGID on the host only our own group can be mapped, and
-   * only once setgroups is denied (user_namespaces(7)). */
-  if (geteuid() != 0 && proc_write(pid, "setgroups", "deny", e) < 0)
+  /* Without CAP_SETGID only our own group can be mapped, and only once
+   * setgroups is denied (user_namespaces(7)). */
+  if (own_ids(ids) && proc_write(pid, "setgroups", "deny", e) < 0)
     return -errno;
   (void)snprintf(map, sizeof(map), "0 %u %u\n", ids[0], ids[1]);
   int r = proc_write(pid, "uid_map", map, e);
@@ -78,7 +101,7 @@ static int write_maps(pid_t pid, const uint32_t ids[4], struct sbx_error *e) {
 
 /* Makes host directory PATH the sandbox root's, so that it can write it. */
 static int give(const char *path, const uint32_t ids[4], struct sbx_error *e) {
-  if (geteuid() != 0)
+  if (own_ids(ids))
     return 0; /* our own uid is the sandbox's root */
   if (chown(path, ids[0], ids[2]) < 0)
     return sbx_error_set(e, SBX_OK, errno,
@@ -321,7 +344,7 @@ static int supervise(pid_t child) {
  * sandbox. Returns 0 to serve; exits on failure. */
 static int become_sandbox(const struct isolate_options *io,
                           struct isolate_daemon *d, int go, bool ids_mapped,
-                          const char *sock_name) {
+                          bool may_setgroups, const char *sock_name) {
   struct sbx_error e = {0};
   (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
   static int trees[1 + 2 * ISOLATE_MAX_BINDS];
@@ -371,7 +394,7 @@ static int become_sandbox(const struct isolate_options *io,
   /* Become the sandbox's root (the host's first id of the range): until
    * now our host ids show inside as the overflow id. Supplementary groups
    * are dropped where the map allows setgroups (as root). */
-  if (setresgid(0, 0, 0) < 0 || (ids_mapped && setgroups(0, NULL) < 0) ||
+  if (setresgid(0, 0, 0) < 0 || (may_setgroups && setgroups(0, NULL) < 0) ||
       setresuid(0, 0, 0) < 0) {
     log_error("isolation: cannot become the sandbox's root: %m");
     _exit(1);
@@ -461,8 +484,8 @@ int isolate_enter(const struct isolate_options *io, struct isolate_daemon *d,
   }
   if (child == 0) {
     close(go[1]);
-    bool mapped = ids[1] > 5 && ids[3] > 5;
-    return become_sandbox(io, d, go[0], mapped, sock_name);
+    bool mapped = !own_ids(ids) && ids[1] > 65534 && ids[3] > 65534;
+    return become_sandbox(io, d, go[0], mapped, !own_ids(ids), sock_name);
   }
   close(go[0]);
   /* The clone has its own copies of the daemon's fds; ours would keep

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "tests/support/escape.h"
 #include "tests/support/sbxrun.h"
@@ -78,4 +79,45 @@ Test(escape, read_only_grant_written_by_a_shell) {
   (void)snprintf(p, sizeof(p), "%s/w.txt", rw);
   cr_expect_eq(stat(p, &st), 0, "the read-write grant was written through");
   free(id);
+}
+
+/* A host that cannot isolate gets an error naming what is missing, never a
+ * sandbox without isolation: here user namespaces are switched off in a
+ * namespace of the test's own (the limit is per user namespace). */
+Test(escape, a_host_that_cannot_isolate_is_told_why) {
+  char cmd[1024];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "unshare --user --map-root-user sh -c 'echo 0 > "
+                 "/proc/sys/user/max_user_namespaces && exec %s sandbox "
+                 "--state-dir %s create' 2>&1",
+                 test_sbx_path(), ctx.state);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  char out[2048] = "";
+  size_t n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, out);
+  cr_expect(strstr(out, "cannot create the sandbox's namespaces") &&
+                strstr(out, "max_user_namespaces") &&
+                strstr(out, "isolation \"none\""),
+            "%s", out);
+}
+
+/* isolation "none" works as before and says so, once per sandbox. */
+Test(escape, isolation_none_says_so) {
+  struct sbx_run_out o;
+  sbx_sandbox_run(&o, ctx.state,
+                  (const char *const[]){"create", "--isolation", "none", NULL});
+  cr_assert_eq(o.status, 0, "%s", o.err);
+  cr_expect(strstr(o.err, "is not isolated (isolation \"none\")"), "%s", o.err);
+  char id[32];
+  (void)snprintf(id, sizeof(id), "%.12s", o.out);
+  sbx_run_free(&o);
+  char *out = NULL;
+  cr_expect_eq(escape_sh(&ctx, id, "ls -d /proc/1/task && pwd", &out), 0, "%s",
+               out);
+  cr_expect(!strstr(out, "/workspace"), "the host's temporary workspace: %s",
+            out);
+  free(out);
 }
