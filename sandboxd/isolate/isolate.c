@@ -361,7 +361,11 @@ static int become_sandbox(const struct isolate_options *io,
       _exit(1); /* the supervisor failed and said why */
     trees[ntrees++] = fd;
   }
-  close(go);
+  /* The same socket says when the network is up: the daemon's commands
+   * wait on it (struct isolate_daemon's net_fd). */
+  d->net_fd = io->network ? go : -1;
+  if (!io->network)
+    close(go);
   /* As PID 1, a signal without a handler is dropped: give the stop
    * signals one (the daemon blocks and waits for them). */
   struct sigaction sa = {.sa_handler = on_stop_noop};
@@ -436,7 +440,7 @@ static int start_sandbox(const struct isolate_options *io,
   if (r == 0 && (r = cgroup_create(io->cgroup_name, &io->limits, cg, e)) == 0)
     r = cgroup_add(*cg, child, e);
   if (r == 0 && io->network)
-    r = isolate_net_start(child, io->forwards, io->nforwards, net, e);
+    r = isolate_net_spawn(child, io->forwards, io->nforwards, net, e);
   if (r == 0)
     r = send_trees(io, d, child, go, e);
   if (r == 0 && send_msg(go, 'g', -1) < 0)
@@ -498,6 +502,11 @@ int isolate_enter(const struct isolate_options *io, struct isolate_daemon *d,
   struct cgroup *cg = NULL;
   struct isolate_net *net = NULL;
   r = start_sandbox(io, d, child, ids, go[1], &cg, &net, e);
+  /* The sandbox serves while pasta starts (most of a create's time); its
+   * commands wait for the word that the network is up. */
+  if (r == 0 && net && (r = isolate_net_wait(net, e)) == 0 &&
+      send_msg(go[1], 'n', -1) < 0)
+    r = sbx_error_set(e, SBX_OK, errno, "isolation: cannot reach the sandbox");
   close(go[1]);
   if (r < 0) {
     (void)kill(child, SIGKILL);

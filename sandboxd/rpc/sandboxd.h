@@ -3,6 +3,7 @@
 #ifndef SANDBOXD_H
 #define SANDBOXD_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,11 @@ struct sandboxd {
   struct sandboxd_limits limits;
   enum sandboxd_seccomp seccomp;
   bool isolated; /* commands get a reduced capability set (launch.c) */
+  /* Isolated with a network: NET_FD is readable once it is up, and
+   * commands wait for it while NET_WAIT (exec_start.c). */
+  int net_fd;
+  _Atomic bool net_wait;
+  pthread_mutex_t net_mu;
   uid_t uid; /* sandboxd's own identity */
   gid_t gid;
   bool is_root; /* may switch users, chown */

@@ -1,12 +1,16 @@
 /* The escape suite on the local backend, isolated (the default): a hostile
  * command inside reaches nothing of the host, the controller or another
  * sandbox (tests/support/escape.c has the probes). */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/support/escape.h"
 #include "tests/support/sbxrun.h"
@@ -120,4 +124,44 @@ Test(escape, isolation_none_says_so) {
   cr_expect(!strstr(out, "/workspace"), "the host's temporary workspace: %s",
             out);
   free(out);
+}
+
+/* An exposed port is forwarded from a free port on the host's 127.0.0.1
+ * (the sandbox's network is its own: the same port number is not used). */
+Test(escape, exposed_ports_are_forwarded_from_the_host_loopback) {
+  char *id =
+      escape_create(&ctx, (const char *const[]){"--expose", "8080", NULL});
+  char *out = NULL;
+  cr_assert_eq(escape_sh(&ctx, id,
+                         "nohup python3 -c 'import socket\n"
+                         "s=socket.socket()\n"
+                         "s.bind((\"0.0.0.0\", 8080))\n"
+                         "s.listen(1)\n"
+                         "open(\"/tmp/listening\", \"w\").close()\n"
+                         "c, _ = s.accept()\n"
+                         "c.sendall(b\"from-the-sandbox\")\n"
+                         "c.close()' >/dev/null 2>&1 &\n"
+                         "while [ ! -e /tmp/listening ]; do sleep 0.05; done",
+                         &out),
+               0, "%s", out);
+  free(out);
+  struct sbx_run_out o;
+  sbx_sandbox_run(&o, ctx.state,
+                  (const char *const[]){"port", id, "8080", NULL});
+  cr_assert_eq(o.status, 0, "%s", o.err);
+  unsigned hp = 0;
+  cr_assert_eq(sscanf(o.out, "127.0.0.1:%u", &hp), 1, "%s", o.out);
+  sbx_run_free(&o);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)hp),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  char buf[64] = "";
+  ssize_t n = 0, k;
+  while ((k = read(fd, buf + n, sizeof(buf) - 1 - (size_t)n)) > 0)
+    n += k;
+  close(fd);
+  cr_expect_str_eq(buf, "from-the-sandbox");
+  free(id);
 }
