@@ -278,6 +278,18 @@ void escape_probe_privileges(struct escape_ctx *c, const char *id) {
   }
   struct stat st;
   cr_expect_neq(stat("/usr/sbx-escape", &st), 0);
+  /* None of the capabilities that reach past the sandbox's walls: with
+   * CAP_NET_RAW or CAP_NET_ADMIN a command could forge its way to the
+   * host's loopback through the user-mode network. */
+  cr_assert_eq(escape_sh(c, id, "grep CapBnd /proc/self/status", &out), 0);
+  unsigned long long bnd = strtoull(strchr(out, ':') + 1, NULL, 16);
+  free(out);
+  static const int forbidden[] = {12 /* NET_ADMIN */,  13 /* NET_RAW */,
+                                  16 /* SYS_MODULE */, 17 /* SYS_RAWIO */,
+                                  19 /* SYS_PTRACE */, 21 /* SYS_ADMIN */};
+  for (size_t i = 0; i < sizeof(forbidden) / sizeof(forbidden[0]); i++)
+    cr_expect(!(bnd & (1ull << forbidden[i])),
+              "capability %d is in the bounding set (%llx)", forbidden[i], bnd);
 }
 
 void escape_probe_limits(struct escape_ctx *c, const char *const *limit_args) {
