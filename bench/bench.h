@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,30 @@ static inline uint64_t bench_now_ns(void) {
   struct timespec ts;
   (void)clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One /bin/true by posix_spawn + waitpid in this process, the baseline of
+ * every exec figure; its duration in *NS. */
+static inline int bench_spawn_true(uint64_t *ns) {
+  static char *argv[] = {"/bin/true", NULL};
+  extern char **environ;
+  uint64_t t0 = bench_now_ns();
+  pid_t pid;
+  int r = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ);
+  if (r != 0) {
+    (void)fprintf(stderr, "bench: posix_spawn: %s\n", strerror(r));
+    return -r;
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return -errno;
+  *ns = bench_now_ns() - t0;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    (void)fprintf(stderr, "bench: /bin/true exited with %d\n", status);
+    return -EIO;
+  }
+  return 0;
 }
 
 static inline int bench_cmp_u64(const void *a, const void *b) {

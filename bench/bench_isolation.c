@@ -293,27 +293,9 @@ static int sbx_true(struct sbx_client *c, uint64_t *ns) {
   return 0;
 }
 
-/* One /bin/true by posix_spawn + waitpid in this process. */
-static int direct_true(uint64_t *ns) {
-  static char *argv[] = {"/bin/true", NULL};
-  uint64_t t0 = bench_now_ns();
-  pid_t pid;
-  int r = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ);
-  if (r != 0) {
-    (void)fprintf(stderr, "bench: posix_spawn: %s\n", strerror(r));
-    return -r;
-  }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
-      return -errno;
-  *ns = bench_now_ns() - t0;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
-}
-
 /* One run of side SIDE (a kind, or NKINDS for the direct spawn). */
 static int exec_one(struct sandbox *const *s, int side, uint64_t *ns) {
-  return side == NKINDS ? direct_true(ns) : sbx_true(s[side]->client, ns);
+  return side == NKINDS ? bench_spawn_true(ns) : sbx_true(s[side]->client, ns);
 }
 
 static int bench_exec(const char *exe, unsigned n) {

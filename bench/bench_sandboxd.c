@@ -72,26 +72,6 @@ static int sbx_true(struct sbx_client *c, bool waiting, uint64_t *ns) {
   return 0;
 }
 
-/* One /bin/true by posix_spawn + waitpid; its duration in *NS. */
-static int direct_true(uint64_t *ns) {
-  static char *argv[] = {"/bin/true", NULL};
-  uint64_t t0 = bench_now_ns();
-  pid_t pid;
-  int r = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ);
-  if (r != 0) {
-    (void)fprintf(stderr, "bench: posix_spawn: %s\n", strerror(r));
-    return -r;
-  }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
-      return -errno;
-  *ns = bench_now_ns() - t0;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return -EIO;
-  return 0;
-}
-
 /* A bare RPC round trip (Hello), for reference. */
 static int sbx_hello_rt(struct sbx_client *c, uint64_t *ns) {
   struct sbx_error e = {0};
@@ -114,7 +94,7 @@ static int bench_exec(struct sbx_client *c, unsigned runs) {
   uint64_t ns;
   for (unsigned i = 0; i < EXEC_WARMUP; i++)
     if ((r = sbx_true(c, true, &ns)) < 0 || (r = sbx_true(c, false, &ns)) < 0 ||
-        (r = direct_true(&ns)) < 0 || (r = sbx_hello_rt(c, &ns)) < 0)
+        (r = bench_spawn_true(&ns)) < 0 || (r = sbx_hello_rt(c, &ns)) < 0)
       goto out;
   exec_start_ns = exec_read_ns = 0;
   unsigned per = runs / EXEC_BLOCKS ? runs / EXEC_BLOCKS : 1;
@@ -127,7 +107,7 @@ static int bench_exec(struct sbx_client *c, unsigned runs) {
         goto out;
     uint64_t t1 = bench_now_ns();
     for (unsigned i = 0; i < n; i++)
-      if ((r = direct_true(&direct[done + i])) < 0)
+      if ((r = bench_spawn_true(&direct[done + i])) < 0)
         goto out;
     uint64_t t2 = bench_now_ns();
     for (unsigned i = 0; i < n; i++)

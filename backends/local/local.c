@@ -35,6 +35,7 @@
 #include "shared/clock.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
+#include "shared/port.h"
 #include "shared/rand.h"
 
 #include "backends/local/local_internal.h"
@@ -429,19 +430,6 @@ static int add_bind(struct local *l, const struct sandbox_bind *b,
   return 0;
 }
 
-/* A free TCP port on the host's 127.0.0.1, for a forward. */
-static int free_port(uint16_t *port, struct sbx_error *e) {
-  _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t n = sizeof(a);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &n) < 0)
-    return sbx_error_set(e, SBX_OK, errno, "cannot find a free port: %m");
-  *port = ntohs(a.sin_port);
-  return 0;
-}
-
 /* Takes the backend's options and the exposed ports into L. */
 static int take_options(struct local *l, const struct backend_options *o,
                         const struct sandbox_spec *spec, struct sbx_error *e) {
@@ -473,9 +461,10 @@ static int take_options(struct local *l, const struct backend_options *o,
                          "exposed ports");
   for (size_t i = 0; i < np; i++) {
     l->ports[i] = o->ports[i];
-    int r = free_port(&l->host_ports[i], e);
+    int r = sbx_free_tcp_port(&l->host_ports[i]);
     if (r < 0)
-      return r;
+      return sbx_error_set(e, SBX_OK, -r, "cannot find a free port: %s",
+                           strerror(-r));
     l->nports++;
   }
   return 0;

@@ -643,15 +643,3 @@ pid_t isolate_net_pid(const struct isolate_net *n) {
 void isolate_net_stop(struct isolate_net *n) {
   net_free(n);
 }
-
-int isolate_net_free_port(uint16_t *port, struct sbx_error *e) {
-  _cleanup_close_ int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-      getsockname(s, (struct sockaddr *)&a, &len) < 0)
-    return sys_fail(e, errno, "a free port on 127.0.0.1");
-  *port = ntohs(a.sin_port);
-  return 0;
-}

@@ -83,9 +83,4 @@ pid_t isolate_net_pid(const struct isolate_net *n);
  * the watcher (which reaped pasta), frees N. At most ~1.2 s; NULL ok. */
 void isolate_net_stop(struct isolate_net *n);
 
-/* A TCP port that is free on 127.0.0.1 now (bind port 0, read it, close),
- * for callers choosing host_port. Another process may take it before the
- * caller does; then isolate_net_start fails with pasta's "Failed to bind". */
-int isolate_net_free_port(uint16_t *port, struct sbx_error *e);
-
 #endif

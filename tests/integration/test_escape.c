@@ -27,26 +27,7 @@ static void teardown(void) {
 
 TestSuite(escape, .init = setup, .fini = teardown, .timeout = 180);
 
-#define PROBE(name)                                                            \
-  Test(escape, name) {                                                         \
-    char *id = escape_create(&ctx, NULL);                                      \
-    escape_probe_##name(&ctx, id);                                             \
-    free(id);                                                                  \
-  }
-
-PROBE(secrets)
-PROBE(host_files)
-PROBE(writes)
-PROBE(neighbour)
-PROBE(processes)
-PROBE(loopback)
-PROBE(privileges)
-
-Test(escape, limits) {
-  escape_probe_limits(&ctx, (const char *const[]){"--pids-limit", "64",
-                                                  "--memory-bytes", "67108864",
-                                                  NULL});
-}
+ESCAPE_TESTS(escape, ctx)
 
 /* A read-only grant is read-only for a shell too; a read-write one is
  * written through. */

@@ -22,23 +22,4 @@ static void teardown(void) {
 
 TestSuite(escape_docker, .init = setup, .fini = teardown, .timeout = 300);
 
-#define PROBE(name)                                                            \
-  Test(escape_docker, name) {                                                  \
-    char *id = escape_create(&ctx, NULL);                                      \
-    escape_probe_##name(&ctx, id);                                             \
-    free(id);                                                                  \
-  }
-
-PROBE(secrets)
-PROBE(host_files)
-PROBE(writes)
-PROBE(neighbour)
-PROBE(processes)
-PROBE(loopback)
-PROBE(privileges)
-
-Test(escape_docker, limits) {
-  escape_probe_limits(&ctx, (const char *const[]){"--pids-limit", "64",
-                                                  "--memory-bytes", "67108864",
-                                                  NULL});
-}
+ESCAPE_TESTS(escape_docker, ctx)

@@ -43,4 +43,26 @@ void escape_probe_privileges(struct escape_ctx *c, const char *id);
  * (pids and memory limits) end inside it; the sandbox still answers. */
 void escape_probe_limits(struct escape_ctx *c, const char *const *limit_args);
 
+/* The probes as Criterion tests of SUITE (declared with TestSuite), each
+ * in a fresh sandbox of CTX, and the limits with the backend's flags. */
+#define ESCAPE_TESTS(suite, ctx)                                               \
+  ESCAPE_TEST(suite, ctx, secrets)                                             \
+  ESCAPE_TEST(suite, ctx, host_files)                                          \
+  ESCAPE_TEST(suite, ctx, writes)                                              \
+  ESCAPE_TEST(suite, ctx, neighbour)                                           \
+  ESCAPE_TEST(suite, ctx, processes)                                           \
+  ESCAPE_TEST(suite, ctx, loopback)                                            \
+  ESCAPE_TEST(suite, ctx, privileges)                                          \
+  Test(suite, limits) {                                                        \
+    escape_probe_limits(&(ctx), (const char *const[]){"--pids-limit", "64",    \
+                                                      "--memory-bytes",        \
+                                                      "67108864", NULL});      \
+  }
+#define ESCAPE_TEST(suite, ctx, name)                                          \
+  Test(suite, name) {                                                          \
+    char *id = escape_create(&(ctx), NULL);                                    \
+    escape_probe_##name(&(ctx), id);                                           \
+    free(id);                                                                  \
+  }
+
 #endif
