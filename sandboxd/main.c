@@ -55,7 +55,10 @@ static void usage(FILE *f) {
     (void)snprintf(flag, sizeof(flag), "%s%s%s", isolate_flags[i].name,
                    isolate_flags[i].metavar ? " " : "",
                    isolate_flags[i].metavar ? isolate_flags[i].metavar : "");
-    fprintf(f, "  --%-20s%s\n", flag, isolate_flags[i].help);
+    if (strlen(flag) < 20)
+      fprintf(f, "  --%-20s%s\n", flag, isolate_flags[i].help);
+    else
+      fprintf(f, "  --%s\n%24s%s\n", flag, "", isolate_flags[i].help);
   }
 }
 
@@ -361,6 +364,10 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, args, &o, &io);
   if (rc >= 0)
     return rc;
+  if (io.first_flag && !io.enabled) {
+    fprintf(stderr, "sandboxd: --%s needs --isolate\n", io.first_flag);
+    return 2;
+  }
   struct sbx_error e = {0};
   int r = io.enabled ? enter_sandbox(&io, &o, &rc, &e) : 0;
   if (r == 1)

@@ -54,6 +54,9 @@ struct isolate_options {
   /* The workspace as a tmpfs of this size instead of the host directory
    * (0: the host directory). */
   uint64_t workspace_bytes;
+  /* The first isolation flag given other than --isolate (for "needs
+   * --isolate"), or NULL. */
+  const char *first_flag;
 };
 
 /* What the daemon serves with: isolate_enter rewrites it for the inside. */

@@ -113,6 +113,8 @@ static int parse_bind(const char *arg, struct isolate_bind *b) {
 int isolate_flag_parse(size_t i, const char *arg, struct isolate_options *io,
                        struct sbx_error *e) {
   uint64_t a = 0, b = 0;
+  if (i != F_ISOLATE && i < isolate_nflags && !io->first_flag)
+    io->first_flag = isolate_flags[i].name;
   switch (i) {
   case F_ISOLATE:
     io->enabled = true;

@@ -142,6 +142,31 @@ Test(daemon, startup_errors_are_clear) {
                  "%s",
                  test_sandboxd_path(), test_sandboxd_path(), SBX_VERSION);
   cr_expect_eq(system(cmd), 0, "help and version");
+  /* The isolation flags: each bad value named, and none without
+   * --isolate (it would do nothing). */
+  static const char *const bad[][2] = {
+      {"--isolate --network bridge", "--network \"bridge\": expected user or "
+                                     "none"},
+      {"--isolate --uid-map 5", "--uid-map \"5\": expected HOST:COUNT"},
+      {"--isolate --forward 0:80", "--forward \"0:80\": expected "
+                                   "HOSTPORT:PORT"},
+      {"--isolate --bind rel:/x", "--bind \"rel:/x\": expected SRC:DST[:ro]"},
+      {"--isolate --root-at /", "--root-at \"/\": expected an absolute path"},
+      {"--isolate --hostname a_b", "--hostname \"a_b\": expected a host name"},
+      {"--isolate --cpus 2000", "--cpus \"2000\": expected a number of CPUs"},
+      {"--isolate --memory-bytes -1", "--memory-bytes \"-1\""},
+      {"--isolate --workspace-bytes 10", "--workspace-bytes \"10\""},
+      {"--pids-limit 10", "--pids-limit needs --isolate"},
+      {"--isolate --listen tcp://127.0.0.1:1 --insecure --root /tmp "
+       "--token-fd 0",
+       "--isolate serves on ipc://PATH only"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    (void)snprintf(cmd, sizeof(cmd),
+                   "echo 0123456789abcdef0123 | %s %s 2>&1 | grep -qF -- '%s'",
+                   test_sandboxd_path(), bad[i][0], bad[i][1]);
+    cr_expect_eq(system(cmd), 0, "%s: says %s", bad[i][0], bad[i][1]);
+  }
 }
 
 Test(daemon, repeated_mutating_request_runs_once) {
