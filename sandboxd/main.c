@@ -293,12 +293,21 @@ static int parse_args(int argc, char **argv, struct daemon_options *o,
   return -1;
 }
 
-/* A copy of ARGV that lives as long as the process (never freed). */
+/* Frees a copy_args copy (a _cleanup_ function). */
+static void free_args(char ***a) {
+  for (size_t i = 0; *a && (*a)[i]; i++)
+    free((*a)[i]);
+  free(*a);
+}
+
+/* A copy of ARGV, NULL-terminated; NULL when out of memory. */
 static char **copy_args(int argc, char **argv) {
   char **a = calloc((size_t)argc + 1, sizeof(*a));
   for (int i = 0; a && i < argc; i++)
-    if (!(a[i] = strdup(argv[i])))
+    if (!(a[i] = strdup(argv[i]))) {
+      free_args(&a);
       return NULL;
+    }
   return a;
 }
 
@@ -356,7 +365,7 @@ int main(int argc, char **argv) {
   sbx_log_set_program("sandboxd");
   /* The options point into a copy: an isolated sandbox's PID 1 wipes its
    * command line (host paths) from the sandbox's view. */
-  char **args = copy_args(argc, argv);
+  _cleanup_(free_args) char **args = copy_args(argc, argv);
   if (!args) {
     fprintf(stderr, "sandboxd: out of memory\n");
     return 1;
