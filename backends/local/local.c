@@ -292,7 +292,7 @@ static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
   do
     pr = poll(&pfd, 1, (int)tmo);
   while (pr < 0 && errno == EINTR);
-  char line[256];
+  char line[256], said[1024];
   ssize_t got = pr > 0 ? read(readyp[0], line, sizeof(line) - 1) : -1;
   if (got <= 0 || strncmp(line, "ready ", 6) != 0) {
     if (pr == 0)
@@ -302,7 +302,7 @@ static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
     else if (l->detached)
       r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
                         "sandboxd \"%s\" failed to start: %s", l->sandboxd,
-                        last_line(l->log_path, line, sizeof(line)));
+                        last_line(l->log_path, said, sizeof(said)));
     else
       r = sbx_error_set(e, SBX_UNAVAILABLE, EIO,
                         "sandboxd \"%s\" failed to start (its error is "

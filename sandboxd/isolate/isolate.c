@@ -474,6 +474,10 @@ int isolate_enter(const struct isolate_options *io, struct isolate_daemon *d,
   int go[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, go) < 0)
     return sbx_error_set(e, SBX_OK, errno, "cannot create a socket pair: %m");
+  /* Decided here: in the clone our ids are the overflow ids until the
+   * maps are written. */
+  bool solo = own_ids(ids);
+  bool mapped = !solo && ids[1] > 65534 && ids[3] > 65534;
   pid_t child = (pid_t)syscall(SYS_clone, CLONE_FLAGS | SIGCHLD, 0, 0, 0, 0);
   if (child < 0) {
     int err = errno;
@@ -488,8 +492,7 @@ int isolate_enter(const struct isolate_options *io, struct isolate_daemon *d,
   }
   if (child == 0) {
     close(go[1]);
-    bool mapped = !own_ids(ids) && ids[1] > 65534 && ids[3] > 65534;
-    return become_sandbox(io, d, go[0], mapped, !own_ids(ids), sock_name);
+    return become_sandbox(io, d, go[0], mapped, !solo, sock_name);
   }
   close(go[0]);
   /* The clone has its own copies of the daemon's fds; ours would keep

@@ -146,3 +146,56 @@ Test(escape, exposed_ports_are_forwarded_from_the_host_loopback) {
   cr_expect_str_eq(buf, "from-the-sandbox");
   free(id);
 }
+
+/* "sbx sandbox ARGS" as user nobody with HOME and TMPDIR in DIR, into CMD. */
+static void as_nobody(char *cmd, size_t n, const char *dir, const char *args) {
+  (void)snprintf(cmd, n,
+                 "HOME=%s TMPDIR=%s setpriv --reuid=65534 --regid=65534 "
+                 "--clear-groups %s sandbox --state-dir %s/state %s 2>&1",
+                 dir, dir, test_sbx_path(), dir, args);
+}
+
+/* Run by an unprivileged user, the sandbox's root is that user; a limit
+ * that needs a cgroup the user may not create is refused with the reason,
+ * never dropped. */
+Test(escape, an_unprivileged_user_isolates_as_itself) {
+  if (geteuid() != 0)
+    cr_skip_test("needs root to become another user");
+  char dir[128], cmd[1024];
+  (void)snprintf(dir, sizeof(dir), "%s/nobody", ctx.dir);
+  cr_assert_eq(mkdir(dir, 0755), 0);
+  cr_assert_eq(chown(dir, 65534, 65534), 0);
+  cr_assert_eq(chmod(ctx.dir, 0755), 0);
+  as_nobody(cmd, sizeof(cmd), dir, "create --network none");
+  FILE *p = popen(cmd, "r");
+  char out[2048] = "";
+  out[fread(out, 1, sizeof(out) - 1, p)] = '\0';
+  cr_expect_neq(pclose(p), 0);
+  cr_expect(strstr(out, "the memory limit needs a writable cgroup memory "
+                        "controller") &&
+                strstr(out, "set memory_bytes to 0"),
+            "%s", out);
+  as_nobody(cmd, sizeof(cmd), dir,
+            "create --network none --memory-bytes 0 --pids-limit 0");
+  p = popen(cmd, "r");
+  char id[64] = "";
+  id[fread(id, 1, sizeof(id) - 1, p)] = '\0';
+  cr_assert_eq(pclose(p), 0, "%s", id);
+  id[12] = '\0';
+  char tail[128];
+  (void)snprintf(tail, sizeof(tail),
+                 "exec %s -- sh -c 'cat /proc/self/uid_map; touch f; stat -c "
+                 "%%u f'",
+                 id);
+  as_nobody(cmd, sizeof(cmd), dir, tail);
+  p = popen(cmd, "r");
+  out[fread(out, 1, sizeof(out) - 1, p)] = '\0';
+  cr_expect_eq(pclose(p), 0, "%s", out);
+  unsigned in = 9, host = 9, count = 9, owner = 9;
+  cr_expect_eq(sscanf(out, "%u %u %u %u", &in, &host, &count, &owner), 4, "%s",
+               out);
+  cr_expect(in == 0 && host == 65534 && count == 1 && owner == 0, "%s", out);
+  (void)snprintf(tail, sizeof(tail), "rm %s", id);
+  as_nobody(cmd, sizeof(cmd), dir, tail);
+  (void)!system(cmd);
+}
