@@ -339,7 +339,7 @@ static int enter_sandbox(const struct isolate_options *io,
       .token_fd = o->token_fd,
       .ready_fd = o->ready_fd,
       .dir_fd = -1,
-      .net_fd = -1,
+      .gate_fd = -1,
   };
   int r = isolate_enter(io, &d, rc, e);
   if (r != 0)
@@ -349,7 +349,7 @@ static int enter_sandbox(const struct isolate_options *io,
   o->token_file = d.token_file;
   o->token_fd = d.token_fd;
   o->listen_dir_fd = d.dir_fd;
-  o->net_fd = d.net_fd;
+  o->gate_fd = d.gate_fd;
   o->isolated = true;
   return 0;
 }

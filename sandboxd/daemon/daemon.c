@@ -32,7 +32,7 @@ void daemon_options_init(struct daemon_options *o) {
   o->token_fd = -1;
   o->ready_fd = -1;
   o->listen_dir_fd = -1;
-  o->net_fd = -1;
+  o->gate_fd = -1;
   sandboxd_limits_default(&o->limits);
 }
 
@@ -213,9 +213,9 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   d.limits = o->limits;
   d.seccomp = o->seccomp;
   d.isolated = o->isolated;
-  d.net_fd = o->net_fd;
-  d.net_wait = o->net_fd >= 0;
-  if (pthread_mutex_init(&d.net_mu, NULL) != 0)
+  d.gate_fd = o->gate_fd;
+  d.gate_wait = o->gate_fd >= 0;
+  if (pthread_mutex_init(&d.gate_mu, NULL) != 0)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "cannot set up a mutex");
   d.uid = geteuid();
   d.gid = getegid();
@@ -290,8 +290,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   proc_table_free(d.procs, 0);
   d.procs = NULL;
   daemon_close_roots(&d);
-  if (d.net_fd >= 0)
-    close(d.net_fd);
-  pthread_mutex_destroy(&d.net_mu);
+  if (d.gate_fd >= 0)
+    close(d.gate_fd);
+  pthread_mutex_destroy(&d.gate_mu);
   return 0;
 }

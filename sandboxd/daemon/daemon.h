@@ -25,7 +25,7 @@ struct daemon_options {
   /* Isolated (isolate.h): commands get a reduced capability set. */
   bool isolated;
   int listen_dir_fd; /* -1, or an fd to close once listening */
-  int net_fd;        /* -1, or readable once the network is up */
+  int gate_fd;       /* -1, or readable once the limits and network are set */
 };
 
 void daemon_options_init(struct daemon_options *o);

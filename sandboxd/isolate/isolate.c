@@ -361,11 +361,9 @@ static int become_sandbox(const struct isolate_options *io,
       _exit(1); /* the supervisor failed and said why */
     trees[ntrees++] = fd;
   }
-  /* The same socket says when the network is up: the daemon's commands
-   * wait on it (struct isolate_daemon's net_fd). */
-  d->net_fd = io->network ? go : -1;
-  if (!io->network)
-    close(go);
+  /* The same socket says when the limits and the network are in place:
+   * the daemon's commands wait on it (struct isolate_daemon's gate_fd). */
+  d->gate_fd = go;
   /* As PID 1, a signal without a handler is dropped: give the stop
    * signals one (the daemon blocks and waits for them). */
   struct sigaction sa = {.sa_handler = on_stop_noop};
@@ -437,8 +435,8 @@ static int start_sandbox(const struct isolate_options *io,
                          const uint32_t ids[4], int go, struct cgroup **cg,
                          struct isolate_net **net, struct sbx_error *e) {
   int r = write_maps(child, ids, e);
-  if (r == 0 && (r = cgroup_create(io->cgroup_name, &io->limits, cg, e)) == 0)
-    r = cgroup_add(*cg, child, e);
+  if (r == 0)
+    r = cgroup_create(io->cgroup_name, &io->limits, cg, e);
   if (r == 0 && io->network)
     r = isolate_net_spawn(child, io->forwards, io->nforwards, net, e);
   if (r == 0)
@@ -505,11 +503,23 @@ int isolate_enter(const struct isolate_options *io, struct isolate_daemon *d,
   struct cgroup *cg = NULL;
   struct isolate_net *net = NULL;
   r = start_sandbox(io, d, child, ids, go[1], &cg, &net, e);
-  /* The sandbox serves while pasta starts (most of a create's time); its
-   * commands wait for the word that the network is up. */
-  if (r == 0 && net && (r = isolate_net_wait(net, e)) == 0 &&
-      send_msg(go[1], 'n', -1) < 0)
+  /* The sandbox builds its root and serves while pasta starts and while
+   * it is moved into its cgroup (the first move into a v1 hierarchy waits
+   * for an RCU grace period, tens of ms): the two take most of a create's
+   * time. Its commands wait for the word that both are done. */
+  if (r == 0)
+    r = cgroup_add(cg, child, e);
+  if (r == 0 && net)
+    r = isolate_net_wait(net, e);
+  if (r == 0 && send_msg(go[1], 'n', -1) < 0)
     r = sbx_error_set(e, SBX_OK, errno, "isolation: cannot reach the sandbox");
+  if (r < 0 && waitpid(child, exit_code, WNOHANG) == child) {
+    /* The sandbox ended first (closed while starting): not a failure. */
+    *exit_code = WIFEXITED(*exit_code) ? WEXITSTATUS(*exit_code) : 1;
+    isolate_net_stop(net);
+    cgroup_destroy(cg);
+    return 1;
+  }
   close(go[1]);
   if (r < 0) {
     (void)kill(child, SIGKILL);

@@ -69,8 +69,9 @@ struct isolate_daemon {
   int token_fd;
   int ready_fd; /* the supervisor closes its copy */
   int dir_fd;   /* out: the socket's directory; close once listening */
-  /* out: readable once the network is up ('n'; EOF: it failed), or -1 */
-  int net_fd;
+  /* out: readable once the limits and the network are in place ('n';
+   * EOF: they failed) */
+  int gate_fd;
 };
 
 void isolate_options_init(struct isolate_options *io);

@@ -502,34 +502,35 @@ static struct proc *insert(struct proc_table *t, struct rpc_call *c,
   return p;
 }
 
-/* The longest a command waits for an isolated sandbox's network to come
- * up (pasta starts in ~20 ms; its supervisor gives up after 5 s). */
-#define PROC_NETWORK_WAIT_MS 10000
+/* The longest a command waits for an isolated sandbox's limits and
+ * network (pasta starts in ~20 ms; its supervisor gives up after 5 s). */
+#define PROC_GATE_WAIT_MS 10000
 
-/* Waits, once per sandbox, until its network is up: a command started
- * earlier would find no route. The first caller reads the supervisor's
- * word; the others wait for it on the mutex. */
-static int wait_network(struct rpc_call *c) {
+/* Waits, once per sandbox, until its cgroup and network are in place: a
+ * command started earlier would escape the limits or find no route. The
+ * first caller reads the supervisor's word; the others wait for it on the
+ * mutex. */
+static int wait_gate(struct rpc_call *c) {
   struct sandboxd *d = c->d;
-  if (!d->net_wait)
+  if (!d->gate_wait)
     return 0;
-  pthread_mutex_lock(&d->net_mu);
-  bool up = !d->net_wait;
+  pthread_mutex_lock(&d->gate_mu);
+  bool up = !d->gate_wait;
   if (!up) {
-    struct pollfd p = {.fd = d->net_fd, .events = POLLIN};
+    struct pollfd p = {.fd = d->gate_fd, .events = POLLIN};
     char word = 0;
     int n;
     do
-      n = poll(&p, 1, PROC_NETWORK_WAIT_MS);
+      n = poll(&p, 1, PROC_GATE_WAIT_MS);
     while (n < 0 && errno == EINTR);
-    up = n == 1 && read(d->net_fd, &word, 1) == 1 && word == 'n';
-    d->net_wait = !up;
+    up = n == 1 && read(d->gate_fd, &word, 1) == 1 && word == 'n';
+    d->gate_wait = !up;
   }
-  pthread_mutex_unlock(&d->net_mu);
+  pthread_mutex_unlock(&d->gate_mu);
   if (!up)
     return rpc_fail(c, SBX_UNAVAILABLE, ENETDOWN,
-                    "the sandbox's network did not come up (see sandboxd's "
-                    "log)");
+                    "the sandbox's limits and network are not in place (see "
+                    "sandboxd's log)");
   return 0;
 }
 
@@ -539,7 +540,7 @@ int rpc_exec_start(struct rpc_call *c) {
   struct proc_table *t = c->d->procs;
   if (!t)
     return proc_no_table(c);
-  int nr = wait_network(c);
+  int nr = wait_gate(c);
   if (nr < 0)
     return nr;
   const Sbx__V1__ExecStart *st = RPC_BODY(c, EXEC_START, exec_start);

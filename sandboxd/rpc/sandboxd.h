@@ -50,11 +50,12 @@ struct sandboxd {
   struct sandboxd_limits limits;
   enum sandboxd_seccomp seccomp;
   bool isolated; /* commands get a reduced capability set (launch.c) */
-  /* Isolated with a network: NET_FD is readable once it is up, and
-   * commands wait for it while NET_WAIT (exec_start.c). */
-  int net_fd;
-  _Atomic bool net_wait;
-  pthread_mutex_t net_mu;
+  /* Isolated: GATE_FD is readable once the sandbox's cgroup and network
+   * are in place, and commands wait for it while GATE_WAIT (exec_start.c).
+   * Not isolated: -1 and false. */
+  int gate_fd;
+  _Atomic bool gate_wait;
+  pthread_mutex_t gate_mu;
   uid_t uid; /* sandboxd's own identity */
   gid_t gid;
   bool is_root; /* may switch users, chown */
