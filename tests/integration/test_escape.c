@@ -3,6 +3,7 @@
  * sandbox (tests/support/escape.c has the probes). */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,4 +199,71 @@ Test(escape, an_unprivileged_user_isolates_as_itself) {
   (void)snprintf(tail, sizeof(tail), "rm %s", id);
   as_nobody(cmd, sizeof(cmd), dir, tail);
   (void)!system(cmd);
+}
+
+/* A size-limited workspace fills up inside the sandbox, not on the host;
+ * being in memory, it cannot be stopped (that would lose it). */
+Test(escape, a_size_limited_workspace_fills_up_and_is_not_stopped) {
+  char *id = escape_create(
+      &ctx, (const char *const[]){"--workspace-bytes", "1048576", NULL});
+  char *out = NULL;
+  cr_expect_neq(escape_sh(&ctx, id, "head -c 2000000 /dev/zero > big", &out), 0,
+                "%s", out);
+  cr_expect(strstr(out, "No space left on device"), "%s", out);
+  free(out);
+  cr_expect_eq(escape_sh(&ctx, id, "df -k . | tail -1", &out), 0, "%s", out);
+  cr_expect(strstr(out, " 1024 "), "a 1 MiB workspace: %s", out);
+  free(out);
+  struct sbx_run_out o;
+  sbx_sandbox_run(&o, ctx.state, (const char *const[]){"stop", id, NULL});
+  cr_expect_neq(o.status, 0);
+  cr_expect(strstr(o.err, "keeps its workspace in memory"), "%s", o.err);
+  sbx_run_free(&o);
+  cr_expect_eq(escape_sh(&ctx, id, "echo still", &out), 0, "%s", out);
+  free(out);
+  free(id);
+}
+
+/* The CPU limit is the sandbox's cgroup's quota, as the host sees it. */
+Test(escape, the_cpu_limit_is_a_cgroup_quota) {
+  if (access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0)
+    cr_skip_test("no cgroup v1 cpu hierarchy here");
+  char *id = escape_create(
+      &ctx, (const char *const[]){"--cpus", "0.5", "--network", "none", NULL});
+  char *out = NULL;
+  cr_assert_eq(escape_sh(&ctx, id, "echo up", &out), 0, "%s", out);
+  free(out);
+  struct sbx_run_out o;
+  sbx_sandbox_run(&o, ctx.state,
+                  (const char *const[]){"info", "--json", id, NULL});
+  json_t *j = json_loads(o.out, 0, NULL);
+  sbx_run_free(&o);
+  int sup = (int)json_integer_value(
+      json_object_get(json_object_get(j, "local"), "pid"));
+  json_decref(j);
+  /* The sandbox's PID 1 is the supervisor's child; its cpu cgroup. */
+  char path[256], line[512], cg[512] = "";
+  (void)snprintf(path, sizeof(path), "/proc/%d/task/%d/children", sup, sup);
+  FILE *f = fopen(path, "re");
+  cr_assert_not_null(f, "%s", path);
+  int pid1 = 0;
+  cr_assert_eq(fscanf(f, "%d", &pid1), 1);
+  fclose(f);
+  (void)snprintf(path, sizeof(path), "/proc/%d/cgroup", pid1);
+  f = fopen(path, "re");
+  cr_assert_not_null(f);
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "%*d:cpu:%511s", cg) == 1)
+      break;
+  fclose(f);
+  cr_assert(strstr(cg, "/sbx/sbx-"), "the sandbox's own cgroup: %s", cg);
+  (void)snprintf(path, sizeof(path), "/sys/fs/cgroup/cpu%s/cpu.cfs_quota_us",
+                 cg);
+  f = fopen(path, "re");
+  cr_assert_not_null(f, "%s", path);
+  long quota = 0;
+  cr_expect_eq(fscanf(f, "%ld", &quota), 1);
+  fclose(f);
+  cr_expect_eq(quota, 50000, "%s: %ld", path, quota);
+  free(id);
 }
