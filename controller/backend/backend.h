@@ -169,8 +169,9 @@ int sandbox_setenv(struct sandbox *s, const char *name, const char *value);
 /* Frees the controller-side parts of S (client, strings); for backends. */
 void sandbox_free(struct sandbox *s);
 
-/* Locates the sandboxd binary: O's path, $SBX_SANDBOXD, the directory of
- * the running sbx, then PATH. *OUT is new. */
+/* Locates the sandboxd binary: O's path, $SBX_SANDBOXD, sandboxd-static
+ * or sandboxd in the directory of the running sbx, then PATH. *OUT is
+ * new. */
 int sandbox_find_sandboxd(const struct backend_options *o, char **out,
                           struct sbx_error *e);
 

@@ -65,19 +65,24 @@ int sandbox_find_sandboxd(const struct backend_options *o, char **out,
     *out = strdup(p);
     return *out ? 0 : -ENOMEM;
   }
+  /* Beside sbx: the static build first where both are installed (it
+   * starts 3-4 ms sooner: no dynamic loading, bench/RESULTS.md). */
+  static const char *const beside[] = {"/sandboxd-static", "/sandboxd"};
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  char *slash = NULL;
   if (n > 0) {
     self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash && (size_t)(slash - self) + sizeof("/sandboxd") < sizeof(self)) {
-      memcpy(slash, "/sandboxd", sizeof("/sandboxd"));
+    slash = strrchr(self, '/');
+  }
+  for (size_t i = 0; slash && i < SBX_ARRAY_SIZE(beside); i++)
+    if ((size_t)(slash - self) + strlen(beside[i]) < sizeof(self)) {
+      memcpy(slash, beside[i], strlen(beside[i]) + 1);
       if (is_exec(self)) {
         *out = strdup(self);
         return *out ? 0 : -ENOMEM;
       }
     }
-  }
   const char *path = getenv("PATH");
   if (!path)
     path = "/usr/local/bin:/usr/bin:/bin";
