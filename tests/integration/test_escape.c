@@ -242,7 +242,7 @@ Test(escape, the_cpu_limit_is_a_cgroup_quota) {
       json_object_get(json_object_get(j, "local"), "pid"));
   json_decref(j);
   /* The sandbox's PID 1 is the supervisor's child; its cpu cgroup. */
-  char path[256], line[512], cg[512] = "";
+  char path[640], line[512], cg[512] = "";
   (void)snprintf(path, sizeof(path), "/proc/%d/task/%d/children", sup, sup);
   FILE *f = fopen(path, "re");
   cr_assert_not_null(f, "%s", path);
