@@ -770,6 +770,10 @@ static int local_start(struct sandbox *s, struct sbx_error *e) {
   if (mkdir(l->rundir, 0700) < 0 && errno != EEXIST)
     return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m",
                          l->rundir);
+  /* Gone with the run directory (a reboot): /etc's layer starts afresh,
+   * without the users the manifest made (docs/security.md). */
+  if (l->opt.isolate && mkdir_in(l->rundir, "etc", e) < 0)
+    return -EIO;
   char sock[PATH_MAX];
   (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", l->rundir);
   (void)unlink(sock);
