@@ -333,8 +333,7 @@ static int bench_exec(const char *exe, unsigned n) {
     static const char *const what[NKINDS + 1] = {
         [ISOLATED] = "sandboxd, isolated: one ExecStart waiting for the exit",
         [NOT_ISOLATED] = "sandboxd, not isolated: the same",
-        [ISOLATED_NET] = "sandboxd, isolated with the default network: the "
-                         "same",
+        [ISOLATED_NET] = "sandboxd, isolated, default network: the same",
         [NKINDS] = "direct: posix_spawn + waitpid (baseline)",
     };
     double p50[NKINDS + 1];
