@@ -196,8 +196,9 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
                    "running");
   const char *ep = json_string_value(
       json_object_get(json_object_get(info, "endpoints"), "8080"));
-  cr_expect(ep && strncmp(ep, "127.0.0.1:", 10) == 0 && atoi(ep + 10) > 0, "%s",
-            ep ? ep : "-");
+  cr_expect(ep && strncmp(ep, "127.0.0.1:", 10) == 0 &&
+                strtol(ep + 10, NULL, 10) > 0,
+            "%s", ep ? ep : "-");
   json_t *local = json_object_get(info, "local");
   pid_t pid = (pid_t)json_integer_value(json_object_get(local, "pid"));
   const char *tokf = json_string_value(json_object_get(local, "token_file"));

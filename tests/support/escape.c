@@ -187,7 +187,8 @@ void escape_probe_processes(struct escape_ctx *c, const char *id) {
                  ">/dev/null 2>&1 && echo ENVIRON1; true",
                  (int)getpid(), (int)getpid(), (int)getpid());
   cr_expect_eq(escape_sh(c, id, script, &out), 0, "%s", out);
-  cr_expect_lt(atoi(out), 12, "the sandbox sees host processes: %s", out);
+  cr_expect_lt(strtol(out, NULL, 10), 12, "the sandbox sees host processes: %s",
+               out);
   cr_expect(!strstr(out, "SIGNALLED") && !strstr(out, "STOPPED") &&
                 !strstr(out, "MAPS") && !strstr(out, "ENVIRON1"),
             "%s", out);
@@ -304,7 +305,8 @@ void escape_probe_limits(struct escape_ctx *c, const char *const *limit_args) {
   free(out);
   sleep(4); /* the sleeps end; the sandbox can start processes again */
   cr_expect_eq(escape_sh(c, id, "cat /tmp/forks", &out), 0, "%s", out);
-  cr_expect(atoi(out) > 0 && atoi(out) < 64, "the process limit held: %s", out);
+  long forks = strtol(out, NULL, 10);
+  cr_expect(forks > 0 && forks < 64, "the process limit held: %s", out);
   free(out);
   /* A memory hog: killed inside the sandbox, which still answers. */
   int st =
