@@ -88,15 +88,11 @@ int docker_resume(const struct backend_options *bo,
                          "resume needs a session id, a container and a "
                          "%d-digit token",
                          SBX_TOKEN_HEX);
-  struct sandbox *s = calloc(1, sizeof(*s));
-  struct docker *d = calloc(1, sizeof(*d));
-  if (!s || !d) {
-    free(s);
-    free(d);
-    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  }
-  s->backend = &backend_docker;
-  s->priv = d;
+  struct sandbox *s = NULL;
+  struct docker *d = NULL;
+  int rn = docker_sandbox_new(&s, &d, e);
+  if (rn < 0)
+    return rn;
   memcpy(s->session_id, a->session_id, strlen(a->session_id) + 1);
   memcpy(d->token, a->token, SBX_TOKEN_HEX + 1);
   _cleanup_json_ json_t *j = NULL;

@@ -31,6 +31,22 @@ const char *docker_container_id(const struct sandbox *s) {
   return d ? d->container : NULL;
 }
 
+int docker_sandbox_new(struct sandbox **s, struct docker **d,
+                       struct sbx_error *e) {
+  *s = calloc(1, sizeof(**s));
+  *d = calloc(1, sizeof(**d));
+  if (!*s || !*d) {
+    free(*s);
+    free(*d);
+    *s = NULL;
+    *d = NULL;
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  }
+  (*s)->backend = &backend_docker;
+  (*s)->priv = *d;
+  return 0;
+}
+
 const char *docker_token(const struct sandbox *s) {
   struct docker *d = docker_of(s);
   return d ? d->token : NULL;
@@ -465,15 +481,10 @@ static int create_container(const struct backend_options *bo,
   const char *root = o->root ? o->root : DOCKER_DEFAULT_ROOT;
   unsigned tmo = bo && bo->ready_timeout_ms ? bo->ready_timeout_ms : 10000;
 
-  struct sandbox *s = calloc(1, sizeof(*s));
-  struct docker *d = calloc(1, sizeof(*d));
-  if (!s || !d) {
-    free(s);
-    free(d);
-    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  }
-  s->backend = &backend_docker;
-  s->priv = d;
+  struct sandbox *s = NULL;
+  struct docker *d = NULL;
+  if ((r = docker_sandbox_new(&s, &d, e)) < 0)
+    return r;
   _cleanup_free_ char *baked = NULL;
   _cleanup_free_ char *inject = NULL;
   _cleanup_json_ json_t *spec_json = NULL;

@@ -43,6 +43,10 @@ struct docker {
 struct docker *docker_of(const struct sandbox *s);
 /* Frees D (the controller's side only); accepts NULL. */
 void docker_free(struct docker *d);
+/* A new sandbox of this backend with its (zeroed) docker part; *S gets
+ * it. -ENOMEM with E set. */
+int docker_sandbox_new(struct sandbox **s, struct docker **d,
+                       struct sbx_error *e);
 
 /* Path of container ID in the API: /containers/<escaped>SUFFIX. */
 int container_path(const char *id, const char *suffix, char *out, size_t size,
