@@ -146,3 +146,12 @@ int sbx_write_file_replace(const char *path, const void *data, size_t len,
                            unsigned mode) {
   return write_replace(path, data, len, mode, false);
 }
+
+int sbx_fd_above_stdio(int fd) {
+  if (fd < 0 || fd > 2)
+    return fd;
+  int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  int err = errno;
+  (void)close(fd);
+  return nfd < 0 ? -err : nfd;
+}

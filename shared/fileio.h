@@ -9,6 +9,12 @@
  * 0 or a negative errno (-EIO for a write that wrote nothing). */
 int sbx_write_all(int fd, const void *buf, size_t n);
 
+/* FD itself when it is above 2 (or negative: passed on, errno kept), else
+ * a new O_CLOEXEC duplicate above 2, FD closed: so that a child's dup onto
+ * 0-2 cannot clobber it. A negative errno when the dup fails (FD is closed
+ * then too). */
+int sbx_fd_above_stdio(int fd);
+
 /* openat2(2) of PATH beneath DIRFD: O_CLOEXEC, RESOLVE_BENEATH and
  * RESOLVE_NO_MAGICLINKS always, RESOLVE (e.g. RESOLVE_NO_SYMLINKS) added;
  * MODE for O_CREAT and O_TMPFILE. Retried on EINTR and EAGAIN. The fd, or

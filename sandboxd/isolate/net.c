@@ -38,6 +38,7 @@
 
 #include "shared/cleanup.h"
 #include "shared/clock.h"
+#include "shared/fileio.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -134,21 +135,12 @@ static int sys_fail(struct sbx_error *e, int err, const char *what) {
                        sbx_strerror_lc(err, buf, sizeof(buf)));
 }
 
-static int fd_above_stdio(int fd) {
-  if (fd < 0 || fd > 2)
-    return fd;
-  int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  int err = errno;
-  (void)close(fd);
-  return nfd < 0 ? -err : nfd;
-}
-
 static int pipe_above_stdio(int *rd, int *wr) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
-  *rd = fd_above_stdio(p[0]);
-  *wr = fd_above_stdio(p[1]);
+  *rd = sbx_fd_above_stdio(p[0]);
+  *wr = sbx_fd_above_stdio(p[1]);
   if (*rd >= 0 && *wr >= 0)
     return 0;
   int err = *rd < 0 ? *rd : *wr;
@@ -483,11 +475,11 @@ int isolate_net_spawn(pid_t pid, const struct net_forward *fw, size_t nfw,
     return r;
   build_cmd(cmd, pid, fw, nfw);
   /* Not there: pasta says so below, in its words. */
-  _cleanup_close_ int target_fd = fd_above_stdio(pidfd_open_(pid));
+  _cleanup_close_ int target_fd = sbx_fd_above_stdio(pidfd_open_(pid));
   if (target_fd < 0 && errno != ESRCH)
     return sys_fail(e, errno, "pidfd_open (needs Linux 5.3)");
   _cleanup_close_ int devnull =
-      fd_above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
+      sbx_fd_above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
   _cleanup_close_ int ready_wr = -1, err_wr = -1, life_rd = -1;
   if (devnull < 0 || (r = pipe_above_stdio(&n->ready_fd, &ready_wr)) < 0 ||
       (r = pipe_above_stdio(&n->err_fd, &err_wr)) < 0 ||

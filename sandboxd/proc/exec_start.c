@@ -23,6 +23,7 @@
 #include "sandboxd/users/userdb.h"
 #include "shared/cleanup.h"
 #include "shared/clock.h"
+#include "shared/fileio.h"
 #include "shared/log.h"
 
 #define PROC_MAX_ARGS 4096             /* argv entries */
@@ -367,7 +368,7 @@ static int make_pipe(int p[2]) {
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
   for (int i = 0; i < 2; i++) {
-    int fd = launch_fd_above_stdio(p[i]);
+    int fd = sbx_fd_above_stdio(p[i]);
     if (fd < 0) {
       if (i == 0)
         (void)close(p[1]);
@@ -393,7 +394,7 @@ static int open_fds(struct rpc_call *c, const Sbx__V1__ExecStart *st,
     if ((r = tty_open(st->rows, st->cols, &m, &s)) < 0)
       return rpc_fail(c, SBX_OK, -r, "opening a terminal: %s", strerror(-r));
     f->out = m;
-    if ((s = launch_fd_above_stdio(s)) < 0)
+    if ((s = sbx_fd_above_stdio(s)) < 0)
       return rpc_fail(c, SBX_OK, -s, "opening a terminal: %s", strerror(-s));
     f->child_in = f->child_out = f->child_err = s;
     return 0;
@@ -421,7 +422,7 @@ static int open_fds(struct rpc_call *c, const Sbx__V1__ExecStart *st,
       (void)close(p[1]);
       fd = p[0];
     }
-    if ((fd = launch_fd_above_stdio(fd)) < 0)
+    if ((fd = sbx_fd_above_stdio(fd)) < 0)
       return rpc_fail(c, SBX_OK, -fd, "opening /dev/null: %s", strerror(-fd));
     f->child_in = fd;
   } else {

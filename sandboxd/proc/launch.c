@@ -61,15 +61,6 @@ struct child_ctx {
   volatile int err;
 };
 
-int launch_fd_above_stdio(int fd) {
-  if (fd > 2)
-    return fd;
-  int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  int err = errno;
-  (void)close(fd);
-  return nfd < 0 ? -err : nfd;
-}
-
 /* What follows runs in the child, on its own stack but in the parent's
  * memory: only syscalls, no allocation, no locks, nothing that ASan would
  * track (its shadow of this stack would outlive the stack). The ids are

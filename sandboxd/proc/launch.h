@@ -55,9 +55,4 @@ struct launch_plan {
 int launch_start(const struct launch_plan *p, pid_t *pid, int *pidfd,
                  struct sbx_error *e);
 
-/* Returns FD itself when it is above 2, else a new O_CLOEXEC duplicate above
- * 2 (closing FD), so that the child's dup onto 0-2 cannot clobber it.
- * A negative errno on failure (FD is closed then too). */
-int launch_fd_above_stdio(int fd);
-
 #endif
