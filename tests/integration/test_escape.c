@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/daemon.h"
 #include "tests/support/escape.h"
 #include "tests/support/sbxrun.h"
 
@@ -148,12 +149,14 @@ Test(escape, exposed_ports_are_forwarded_from_the_host_loopback) {
   free(id);
 }
 
-/* "sbx sandbox ARGS" as user nobody with HOME and TMPDIR in DIR, into CMD. */
+/* "sbx sandbox ARGS" as user nobody with HOME and TMPDIR in DIR, into CMD;
+ * the copies of sbx and sandboxd in DIR run (the build tree may be closed
+ * to nobody). */
 static void as_nobody(char *cmd, size_t n, const char *dir, const char *args) {
   (void)snprintf(cmd, n,
                  "HOME=%s TMPDIR=%s setpriv --reuid=65534 --regid=65534 "
-                 "--clear-groups %s sandbox --state-dir %s/state %s 2>&1",
-                 dir, dir, test_sbx_path(), dir, args);
+                 "--clear-groups %s/sbx sandbox --state-dir %s/state %s 2>&1",
+                 dir, dir, dir, dir, args);
 }
 
 /* Run by an unprivileged user, the sandbox's root is that user; a limit
@@ -167,6 +170,9 @@ Test(escape, an_unprivileged_user_isolates_as_itself) {
   cr_assert_eq(mkdir(dir, 0755), 0);
   cr_assert_eq(chown(dir, 65534, 65534), 0);
   cr_assert_eq(chmod(ctx.dir, 0755), 0);
+  (void)snprintf(cmd, sizeof(cmd), "cp %s %s/sbx && cp %s %s/sandboxd",
+                 test_sbx_path(), dir, test_sandboxd_path(), dir);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
   as_nobody(cmd, sizeof(cmd), dir, "create --network none");
   FILE *p = popen(cmd, "r");
   char out[2048] = "";
