@@ -1,0 +1,233 @@
+/* Runs that survive their controller's and their sandbox's death: a step
+ * of any size is journaled, a resume after kill -9 repeats no model call
+ * and no tool call. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shared/cleanup.h"
+#include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
+
+static char dir[64];
+static char state[96];
+
+static void setup(void) {
+  (void)snprintf(dir, sizeof(dir), "/tmp/sbx-crash-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  (void)snprintf(state, sizeof(state), "%s/state", dir);
+}
+
+static void teardown(void) {
+  sbx_sandbox_remove_all(state);
+  (void)test_rm_rf(dir);
+}
+
+TestSuite(crash, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Starts `sbx ARGV...` against BASE_URL without waiting; its stderr goes to
+ * ERR_PATH. With FSIZE, no file it writes may grow past FSIZE bytes.
+ * Returns its pid. */
+static pid_t spawn_sbx(const char *base_url, const char *err_path, rlim_t fsize,
+                       const char *const *argv) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    const char *args[32];
+    size_t n = 0;
+    args[n++] = test_sbx_path();
+    for (size_t i = 0; argv[i] && n < 31; i++)
+      args[n++] = argv[i];
+    args[n] = NULL;
+    int devnull = open("/dev/null", O_RDWR);
+    int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    dup2(err, 2);
+    setenv("OPENAI_BASE_URL", base_url, 1);
+    setenv("OPENAI_API_KEY", "test-key", 1);
+    if (fsize) {
+      struct rlimit rl = {fsize, fsize};
+      (void)signal(SIGXFSZ, SIG_IGN); /* EFBIG instead */
+      (void)setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    execv(args[0], (char *const *)args);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Waits until SRV has received N requests (at most 20 s). */
+static void wait_requests(const struct test_model_server *srv, size_t n) {
+  for (int i = 0; i < 400; i++) {
+    json_t *reqs = test_model_server_requests(srv);
+    size_t have = json_array_size(reqs);
+    json_decref(reqs);
+    if (have >= n)
+      return;
+    usleep(50000);
+  }
+  cr_assert_fail("the model server never got %zu requests", n);
+}
+
+/* The one run state file in STATE/runs (new), or NULL. */
+static char *find_run_state(void) {
+  char runs[160];
+  (void)snprintf(runs, sizeof(runs), "%s/runs", state);
+  DIR *d = opendir(runs);
+  if (!d)
+    return NULL;
+  char *found = NULL;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t n = strlen(de->d_name);
+    if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
+      char p[512];
+      (void)snprintf(p, sizeof(p), "%s/%s", runs, de->d_name);
+      free(found);
+      found = strdup(p);
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+/* The number of requests in REQS whose input has N items: a model call
+ * repeated by a resume sends the same input again. */
+static size_t requests_with_input(json_t *reqs, size_t n) {
+  size_t count = 0, i;
+  json_t *r;
+  json_array_foreach(reqs, i, r) {
+    json_t *in = json_object_get(json_object_get(r, "body"), "input");
+    if (json_array_size(in) == n)
+      count++;
+  }
+  return count;
+}
+
+/* The output text of call CALL_ID in the last request that has one. */
+static const char *output_of(json_t *reqs, const char *call_id) {
+  for (size_t n = json_array_size(reqs); n-- > 0;) {
+    json_t *input = json_object_get(
+        json_object_get(json_array_get(reqs, n), "body"), "input");
+    size_t i;
+    json_t *it;
+    json_array_foreach(input, i, it) {
+      const char *c = json_string_value(json_object_get(it, "call_id"));
+      const char *t = json_string_value(json_object_get(it, "type"));
+      if (c && t && strcmp(c, call_id) == 0 &&
+          strcmp(t, "function_call_output") == 0)
+        return json_string_value(json_object_get(it, "output"));
+    }
+  }
+  return NULL;
+}
+
+static const char big_then_slow[] =
+    "{\"by_turn\": true, \"steps\": ["
+    " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c1\", "
+    "\"arguments\": {\"cmd\": \"head -c 6144 /dev/zero | tr -c x x; "
+    "echo; echo one >> runs.log\"}}]},"
+    " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c2\", "
+    "\"arguments\": {\"cmd\": \"sleep 2; echo two >> runs.log\", "
+    "\"yield_time_ms\": 10000}},"
+    " {\"name\": \"exec_command\", \"call_id\": \"c3\", "
+    "\"arguments\": {\"cmd\": \"echo three >> runs.log\"}}]},"
+    " {\"text\": \"(not used: after the second turn come three outputs)\"},"
+    " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c4\", "
+    "\"arguments\": {\"cmd\": \"cat runs.log\"}}]},"
+    " {\"text\": \"done\"}]}";
+
+/* A step with a 6 KiB tool output is journaled whole: killed during the
+ * next turn's calls (one done, one still running), the resumed run sends
+ * no model request twice and runs neither call again. */
+Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  struct test_model_server srv;
+  test_model_server_start(&srv, big_then_slow, NULL);
+  char errp[128];
+  (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
+  const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
+  pid_t pid = spawn_sbx(srv.base_url, errp, 0, run);
+  wait_requests(&srv, 2);
+  usleep(1000 * 1000); /* c3 done, c2 sleeping */
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  _cleanup_free_ char *rs = find_run_state();
+  cr_assert_not_null(rs, "the kill left no run state");
+  struct sbx_run_out r;
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "resume: %s", r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  cr_expect_null(strstr(r.err, "journal"), "%s", r.err);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  /* Turns 1..4: inputs of 1, 3, 6 and 8 items, each sent once. */
+  cr_expect_eq(json_array_size(reqs), 4, "model requests: %zu",
+               json_array_size(reqs));
+  cr_expect_eq(requests_with_input(reqs, 1), 1);
+  cr_expect_eq(requests_with_input(reqs, 3), 1);
+  const char *big = output_of(reqs, "c1");
+  cr_assert_not_null(big);
+  cr_expect_gt(strlen(big), 6144, "c1's output: %zu bytes", strlen(big));
+  const char *log = output_of(reqs, "c4");
+  cr_assert_not_null(log);
+  /* Each command ran once: c3 before the kill, c2 finished after it. */
+  cr_expect(strstr(log, "one\n") && strstr(log, "three\n") &&
+                strstr(log, "two\n"),
+            "%s", log);
+  cr_expect_null(
+      strstr(strstr(log, "three\n") ? strstr(log, "three\n") + 1 : log,
+             "three\n"),
+      "c3 ran twice: %s", log);
+  json_decref(reqs);
+}
+
+/* The text of the file at PATH (new). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "%s", path);
+  char *buf = calloc(1, 1 << 16);
+  size_t n = fread(buf, 1, (1 << 16) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* A journal that cannot be written fails the step with the reason, instead
+ * of the run going on unrecorded: here no file of sbx may grow past 4 KiB,
+ * and the step with c1's 6 KiB output does not fit. */
+Test(crash, a_journal_write_that_fails_fails_the_run) {
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  struct test_model_server srv;
+  test_model_server_start(&srv, big_then_slow, NULL);
+  char errp[128];
+  (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
+  const char *run[] = {"run", "--state-dir", state, "--isolation", "none",
+                       a,     "go",          NULL};
+  pid_t pid = spawn_sbx(srv.base_url, errp, 4096, run);
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  _cleanup_free_ char *err = slurp(errp);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, err);
+  cr_expect(strstr(err, "cannot write the run journal") != NULL, "%s", err);
+  cr_expect(strstr(err, "File too large") != NULL, "%s", err);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(json_array_size(reqs), 1, "the run went on: %zu requests",
+               json_array_size(reqs));
+  json_decref(reqs);
+}
