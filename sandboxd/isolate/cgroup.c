@@ -530,10 +530,32 @@ static int enable_ctrls(const char *dir, unsigned want, struct sbx_error *e) {
   return 0;
 }
 
-/* Makes PATH; EEXIST is fine when EXIST_OK. */
+static size_t kill_listed(const char *dir, pid_t self);
+
+/* Removes the cgroup PATH that a killed sandbox of the same name left,
+ * killing what still runs in it; its processes may take a moment to go
+ * (and a v1 memory cgroup to be uncharged), so EBUSY is retried for up to
+ * 2 s. 0 or -1 with errno set. */
+static int reclaim(const char *path) {
+  for (int i = 0; i < 200; i++) {
+    (void)kill_listed(path, 0);
+    if (rmdir(path) == 0)
+      return 0;
+    if (errno != EBUSY)
+      return -1;
+    (void)usleep(10000);
+  }
+  return -1;
+}
+
+/* Makes PATH; EEXIST is fine when EXIST_OK. Otherwise an existing cgroup
+ * that holds no process, left by a sandbox of the same name that was
+ * killed before it could remove it, is removed and made again. */
 static int make_dir(const char *path, bool exist_ok, struct sbx_error *e) {
   char eb[64];
   if (mkdir(path, 0755) == 0 || (exist_ok && errno == EEXIST))
+    return 0;
+  if (errno == EEXIST && reclaim(path) == 0 && mkdir(path, 0755) == 0)
     return 0;
   int err = errno;
   if (err == EEXIST)

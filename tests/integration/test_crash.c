@@ -1,6 +1,7 @@
 /* Runs that survive their controller's and their sandbox's death: a step
  * of any size is journaled, a resume after kill -9 repeats no model call
- * and no tool call. */
+ * and no tool call, and a resume whose sandboxd is gone goes on in the
+ * sandbox started again, or says which step failed and what to do. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -230,4 +231,105 @@ Test(crash, a_journal_write_that_fails_fails_the_run) {
   cr_expect_eq(json_array_size(reqs), 1, "the run went on: %zu requests",
                json_array_size(reqs));
   json_decref(reqs);
+}
+
+/* The id of the one sandbox recorded in STATE into ID, and the pid of its
+ * sandboxd. */
+static pid_t the_sandbox(char id[64]) {
+  char sbs[160];
+  (void)snprintf(sbs, sizeof(sbs), "%s/sandboxes", state);
+  DIR *d = opendir(sbs);
+  cr_assert_not_null(d, "no sandbox recorded");
+  pid_t pid = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t n = strlen(de->d_name);
+    if (n <= 5 || n >= 64 || strcmp(de->d_name + n - 5, ".json") != 0)
+      continue;
+    char p[512];
+    (void)snprintf(p, sizeof(p), "%s/%s", sbs, de->d_name);
+    json_error_t je;
+    json_t *rec = json_load_file(p, 0, &je);
+    pid = (pid_t)json_integer_value(
+        json_object_get(json_object_get(rec, "local"), "pid"));
+    json_decref(rec);
+    (void)snprintf(id, 64, "%.*s", (int)(n - 5), de->d_name);
+  }
+  closedir(d);
+  cr_assert_gt(pid, 0, "no sandboxd pid in the record");
+  return pid;
+}
+
+/* Kills sbx (PID) and the sandboxd of its run during the second turn's
+ * calls, as a power cut of both would; returns the run state's path (new)
+ * and the sandbox's id in ID. */
+static char *kill_both(const struct test_model_server *srv, char id[64]) {
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  char errp[128];
+  (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
+  const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
+  pid_t pid = spawn_sbx(srv->base_url, errp, 0, run);
+  wait_requests(srv, 2);
+  usleep(1000 * 1000);
+  pid_t sd = the_sandbox(id);
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  cr_assert_eq(kill(sd, SIGKILL), 0);
+  char proc[64];
+  (void)snprintf(proc, sizeof(proc), "/proc/%d", (int)sd);
+  for (int i = 0; i < 200 && access(proc, F_OK) == 0; i++)
+    usleep(10000);
+  cr_assert_neq(access(proc, F_OK), 0, "sandboxd %d did not die", (int)sd);
+  char *rs = find_run_state();
+  cr_assert_not_null(rs, "the kill left no run state");
+  return rs;
+}
+
+/* Both sbx and the run's sandboxd killed: the resumed run starts the
+ * sandbox again over its workspace and goes on; the call that was done is
+ * not run again, the one the kill interrupted is. */
+Test(crash, resume_after_both_die_goes_on_in_the_sandbox_started_again) {
+  struct test_model_server srv;
+  test_model_server_start(&srv, big_then_slow, NULL);
+  char id[64];
+  _cleanup_free_ char *rs = kill_both(&srv, id);
+  struct sbx_run_out r;
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "resume: %d %s", r.status, r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  cr_expect(strstr(r.err, "was not running; started it again") != NULL, "%s",
+            r.err);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(json_array_size(reqs), 4, "model requests: %zu",
+               json_array_size(reqs));
+  const char *log = output_of(reqs, "c4");
+  cr_assert_not_null(log);
+  cr_expect(strstr(log, "one\nthree\ntwo\n") != NULL, "%s", log);
+  json_decref(reqs);
+}
+
+/* A resume whose sandbox was removed says at which step it stopped and
+ * what to do. */
+Test(crash, resume_without_its_sandbox_names_the_step_and_the_remedy) {
+  struct test_model_server srv;
+  test_model_server_start(&srv, big_then_slow, NULL);
+  char id[64];
+  _cleanup_free_ char *rs = kill_both(&srv, id);
+  const char *rm[] = {"rm", "-f", id, NULL};
+  struct sbx_run_out r;
+  sbx_sandbox_run(&r, state, rm);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  test_model_server_stop(&srv);
+  cr_expect_eq(r.status, 1, "resume: %d %s", r.status, r.err);
+  cr_expect(strstr(r.err, "at turn 2: the sandbox") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, id) != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "run the prompt again") != NULL, "%s", r.err);
+  sbx_run_free(&r);
 }
