@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sandboxd.pb-c.h"
 #include "shared/errors.h"
@@ -35,6 +36,12 @@ struct sbx_client_config {
   unsigned retries;         /* extra attempts after a timeout or a drop; 0: 3 */
   size_t max_message_bytes; /* 0 means 64 MiB */
   const char *client_name;  /* for sandboxd's logs */
+  /* sandboxd's process on this host, when sbx can see it (0: not known):
+   * its exit fails every waiting call at once (shared/peer.h). */
+  pid_t peer_pid;
+  /* A connection that was up and has been down this long fails every
+   * waiting call; 0 means SBX_PEER_HEARTBEAT_MS. */
+  unsigned heartbeat_ms;
 };
 
 /* Opens the socket and dials (nng dials in the background and redials).

@@ -331,6 +331,7 @@ static int connect_client(struct sandbox *s, const char *token,
       .token = (const uint8_t *)token,
       .token_len = strlen(token),
       .client_name = "sbx",
+      .peer_pid = l->pid,
   };
   int r = sbx_client_new(&cc, &s->client, e);
   if (r == 0)
