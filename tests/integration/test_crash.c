@@ -333,3 +333,95 @@ Test(crash, resume_without_its_sandbox_names_the_step_and_the_remedy) {
   cr_expect(strstr(r.err, "run the prompt again") != NULL, "%s", r.err);
   sbx_run_free(&r);
 }
+
+/* A model server that accepts and never answers, or stops in the middle
+ * of a stream, fails the run after the timeout given, with one retry, and
+ * the message names the timeout and the policy. */
+Test(crash, a_hung_model_server_is_given_up_on) {
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  static const char *const scripts[] = {
+      "[{\"delay_ms\": 30000, \"text\": \"late\", \"repeat\": 3}]",
+      "[{\"stall_ms\": 30000, \"text\": \"late\", \"repeat\": 3}]",
+  };
+  static const char *const want[] = {
+      "sent nothing for 1000 ms after the request (first_byte timeout)",
+      "sent nothing more for 1000 ms (idle timeout)",
+  };
+  for (size_t k = 0; k < 2; k++) {
+    struct test_model_server srv;
+    test_model_server_start(&srv, scripts[k], NULL);
+    const char *run[] = {"run",
+                         "--isolation",
+                         "none",
+                         "--model-timeouts",
+                         "first_byte=1,idle=1",
+                         k ? "--stream" : "--max-turns",
+                         k ? "--max-turns" : "5",
+                         k ? "5" : a,
+                         k ? a : "go",
+                         k ? "go" : NULL,
+                         NULL};
+    struct sbx_run_out r;
+    sbx_run(&r, srv.base_url, run);
+    json_t *reqs = test_model_server_requests(&srv);
+    test_model_server_stop(&srv);
+    cr_expect_eq(r.status, 1, "%zu: %d %s", k, r.status, r.err);
+    cr_expect(strstr(r.err, want[k]) != NULL, "%zu: %s", k, r.err);
+    cr_expect(strstr(r.err, "after 1 retry; a timeout is retried once"),
+              "%zu: %s", k, r.err);
+    cr_expect_eq(json_array_size(reqs), 2, "%zu: %zu requests", k,
+                 json_array_size(reqs));
+    json_decref(reqs);
+    sbx_run_free(&r);
+  }
+}
+
+/* A killed sandboxd fails the call waiting on it at once, saying so,
+ * instead of after every attempt's timeout; the sandbox's processes die
+ * with it. */
+Test(crash, a_killed_sandboxd_is_noticed_at_once) {
+  _cleanup_free_ char *id = NULL;
+  {
+    const char *create[] = {"create", NULL};
+    id = sbx_sandbox_line(state, create);
+  }
+  char sid[64];
+  pid_t sd = the_sandbox(sid);
+  cr_assert_str_eq(sid, id);
+  char errp[128];
+  (void)snprintf(errp, sizeof(errp), "%s/err", dir);
+  /* Sleeps of a length no other test uses, to find them by. */
+  char cmd[96], pat[64];
+  unsigned secs = 3000 + (unsigned)getpid() % 5000;
+  (void)snprintf(cmd, sizeof(cmd), "sleep %u & sleep %u", secs, secs);
+  (void)snprintf(pat, sizeof(pat), "pgrep -x -f 'sleep %u'", secs);
+  const char *ex[] = {"sandbox", "exec", "--state-dir", state, id,
+                      "--",      "sh",   "-c",          cmd,   NULL};
+  pid_t pid = spawn_sbx("http://127.0.0.1:1/v1", errp, 0, ex);
+  usleep(800 * 1000);
+  cr_assert_eq(kill(sd, SIGKILL), 0);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int st = 0;
+  pid_t w = 0;
+  /* The old client waited out 4 attempts of 31 s: give it 10 s. */
+  for (int i = 0; i < 1000 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
+    usleep(10000);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (w == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  cr_expect_neq(w, 0, "sbx sandbox exec still waits 10 s after the kill");
+  _cleanup_free_ char *err = slurp(errp);
+  cr_expect(strstr(err, "has exited") != NULL, "%s", err);
+  cr_log_info("noticed in %ld ms", (long)((t1.tv_sec - t0.tv_sec) * 1000 +
+                                          (t1.tv_nsec - t0.tv_nsec) / 1000000));
+  usleep(300 * 1000);
+  FILE *ps = popen(pat, "r");
+  char line[64] = "";
+  cr_assert_not_null(ps);
+  char *got = fgets(line, sizeof(line), ps);
+  pclose(ps);
+  cr_expect_null(got, "a process of the sandbox outlived it: %s", line);
+}
