@@ -14,6 +14,7 @@
 
 #include "sandboxd/archive/transfer.h"
 #include "sandboxd/proc/proc.h"
+#include "sandboxd/proc/reaper.h"
 #include "sandboxd/rpc/version.h"
 #include "sandboxd/server/server.h"
 #include "shared/cleanup.h"
@@ -210,6 +211,11 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     return r;
 
   struct sandboxd d = {0};
+  /* Before any thread: the reaper is a fork of this process. */
+  r = reaper_start(&d.reaper_fd);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot start the reaper: %s",
+                         strerror(-r));
   d.limits = o->limits;
   d.seccomp = o->seccomp;
   d.isolated = o->isolated;
@@ -292,6 +298,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   daemon_close_roots(&d);
   if (d.gate_fd >= 0)
     close(d.gate_fd);
+  if (d.reaper_fd >= 0)
+    close(d.reaper_fd); /* the reaper ends too */
   pthread_mutex_destroy(&d.gate_mu);
   return 0;
 }

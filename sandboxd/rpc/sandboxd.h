@@ -56,6 +56,9 @@ struct sandboxd {
   int gate_fd;
   _Atomic bool gate_wait;
   pthread_mutex_t gate_mu;
+  /* Not PID 1 of a namespace: the reaper that kills the commands' groups
+   * when sandboxd dies (proc/reaper.h); -1 otherwise. */
+  int reaper_fd;
   uid_t uid; /* sandboxd's own identity */
   gid_t gid;
   bool is_root; /* may switch users, chown */

@@ -425,3 +425,32 @@ Test(crash, a_killed_sandboxd_is_noticed_at_once) {
   pclose(ps);
   cr_expect_null(got, "a process of the sandbox outlived it: %s", line);
 }
+
+/* Unisolated too: the commands' process groups die with a killed
+ * sandboxd (its reaper kills them), instead of going on under init. */
+Test(crash, an_unisolated_sandbox_s_commands_die_with_it) {
+  const char *create[] = {"create", "--isolation", "none", NULL};
+  _cleanup_free_ char *id = sbx_sandbox_line(state, create);
+  char sid[64];
+  pid_t sd = the_sandbox(sid);
+  char cmd[96], pat[64];
+  unsigned secs = 3000 + (unsigned)getpid() % 5000 + 1;
+  (void)snprintf(cmd, sizeof(cmd), "sleep %u & sleep %u", secs, secs);
+  (void)snprintf(pat, sizeof(pat), "pgrep -x -f 'sleep %u'", secs);
+  char errp[128];
+  (void)snprintf(errp, sizeof(errp), "%s/err", dir);
+  const char *ex[] = {"sandbox", "exec", "--state-dir", state, id,
+                      "--",      "sh",   "-c",          cmd,   NULL};
+  pid_t pid = spawn_sbx("http://127.0.0.1:1/v1", errp, 0, ex);
+  usleep(800 * 1000);
+  cr_assert_eq(kill(sd, SIGKILL), 0);
+  int st;
+  waitpid(pid, &st, 0);
+  usleep(300 * 1000);
+  FILE *ps = popen(pat, "r");
+  char line[64] = "";
+  cr_assert_not_null(ps);
+  char *got = fgets(line, sizeof(line), ps);
+  pclose(ps);
+  cr_expect_null(got, "a command outlived its sandboxd: %s", line);
+}
