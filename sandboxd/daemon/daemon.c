@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "sandboxd/archive/transfer.h"
+#include "sandboxd/daemon/leftovers.h"
 #include "sandboxd/proc/proc.h"
 #include "sandboxd/proc/reaper.h"
 #include "sandboxd/rpc/version.h"
@@ -260,6 +261,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     daemon_close_roots(&d);
     return r;
   }
+  struct leftovers *sweep = leftovers_sweep_start(d.root_fd);
   d.server = srv;
   if (o->listen_dir_fd >= 0)
     close(o->listen_dir_fd); /* bound: the host's directory is not needed */
@@ -287,6 +289,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
    * server still runs; only then may it free its calls. */
   proc_table_shutdown(d.procs, d.shutdown_grace_ms ? d.shutdown_grace_ms
                                                    : DAEMON_KILL_GRACE_MS);
+  leftovers_sweep_stop(sweep);
   archive_table_stop(d.archives);
   if (!server_wait_clients_gone(srv, DAEMON_LINGER_MS))
     log_debug("closing with clients still connected");

@@ -454,3 +454,91 @@ Test(crash, an_unisolated_sandbox_s_commands_die_with_it) {
   pclose(ps);
   cr_expect_null(got, "a command outlived its sandboxd: %s", line);
 }
+
+/* The workspace directory on the host of the one recorded sandbox (new). */
+static char *the_workspace(void) {
+  char id[64];
+  (void)the_sandbox(id);
+  char p[512];
+  (void)snprintf(p, sizeof(p), "%s/sandboxes/%s.json", state, id);
+  json_error_t je;
+  json_t *rec = json_load_file(p, 0, &je);
+  const char *ws = json_string_value(
+      json_object_get(json_object_get(rec, "local"), "workspace"));
+  cr_assert_not_null(ws, "no workspace in %s", p);
+  char *out = strdup(ws);
+  json_decref(rec);
+  return out;
+}
+
+/* What a killed sandboxd left of its staging (an import's directory, the
+ * temporary files of a write and a patch) is removed when the sandbox is
+ * started again; files of the same look that are not its names stay. */
+Test(crash, staging_leftovers_are_removed_on_start) {
+  const char *create[] = {"create", NULL};
+  _cleanup_free_ char *id = sbx_sandbox_line(state, create);
+  _cleanup_free_ char *ws = the_workspace();
+  char sid[64];
+  pid_t sd = the_sandbox(sid);
+  cr_assert_eq(kill(sd, SIGKILL), 0);
+  char p[700];
+  static const char *const gone[] = {
+      ".sbx-import-00112233445566ff/d/f",
+      "sub/.sbx-0123456789abcdef.tmp",
+      "sub/deeper/.sbx-patch-fedcba9876543210.tmp",
+  };
+  static const char *const kept[] = {
+      "sub/.sbx-notes.tmp",
+      ".sbx-import-mine/f",
+      "sub/.sbx-0123456789ABCDEF.tmp",
+  };
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < 3; i++) {
+      const char *rel = k ? kept[i] : gone[i];
+      (void)snprintf(p, sizeof(p), "%s/%s", ws, rel);
+      for (char *s = p + strlen(ws) + 1; (s = strchr(s, '/')); s++) {
+        *s = '\0';
+        (void)mkdir(p, 0755);
+        *s = '/';
+      }
+      FILE *f = fopen(p, "w");
+      cr_assert_not_null(f, "%s", p);
+      fclose(f);
+    }
+  /* As the sandbox's sandboxd made them: owned by the workspace's owner. */
+  struct stat wst;
+  cr_assert_eq(stat(ws, &wst), 0);
+  char cmd[800];
+  (void)snprintf(cmd, sizeof(cmd), "chown -R %u:%u '%s'", (unsigned)wst.st_uid,
+                 (unsigned)wst.st_gid, ws);
+  cr_assert_eq(system(cmd), 0);
+  for (int i = 0; i < 100; i++) {
+    (void)snprintf(p, sizeof(p), "/proc/%d", (int)sd);
+    if (access(p, F_OK) != 0)
+      break;
+    usleep(10000);
+  }
+  const char *start[] = {"start", id, NULL};
+  struct sbx_run_out r;
+  sbx_sandbox_run(&r, state, start);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  /* The sweep runs beside the daemon: give it a moment. */
+  bool swept = false;
+  for (int i = 0; i < 200 && !swept; i++) {
+    swept = true;
+    for (size_t k = 0; k < 3; k++) {
+      (void)snprintf(p, sizeof(p), "%s/%s", ws, gone[k]);
+      if (strncmp(gone[k], ".sbx-import", 11) == 0)
+        (void)snprintf(p, sizeof(p), "%s/.sbx-import-00112233445566ff", ws);
+      swept = swept && access(p, F_OK) != 0;
+    }
+    if (!swept)
+      usleep(25000);
+  }
+  cr_expect(swept, "leftovers are still in %s", ws);
+  for (size_t k = 0; k < 3; k++) {
+    (void)snprintf(p, sizeof(p), "%s/%s", ws, kept[k]);
+    cr_expect_eq(access(p, F_OK), 0, "%s was removed", kept[k]);
+  }
+}
