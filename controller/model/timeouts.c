@@ -21,6 +21,9 @@ static unsigned *timeout_field(struct model_config *cfg, const char *name,
 
 int model_parse_timeouts(const char *spec, struct model_config *cfg,
                          struct sbx_error *e) {
+  if (!*spec)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "model-timeouts \"\": expected NAME=SECONDS");
   for (const char *p = spec; *p;) {
     size_t len = strcspn(p, ",");
     const char *eq = memchr(p, '=', len);
