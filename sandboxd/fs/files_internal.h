@@ -84,7 +84,7 @@ int files_owner_ids(struct rpc_call *c, const char *user, const char *group,
 /* Checks a requested permission MODE. */
 int files_check_mode(struct rpc_call *c, uint32_t mode);
 /* chmod of NAME in DIR_FD without following it; 0 or -errno (-EOPNOTSUPP
- * for a symlink). */
+ * for a symlink, -EMLINK or -EAGAIN as files_sole_link refuses). */
 int files_chmod_nofollow(int dir_fd, const char *name, mode_t mode);
 
 #endif

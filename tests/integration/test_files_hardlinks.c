@@ -1,12 +1,15 @@
 /* Hard links to files outside the workspace, through the real daemon: a
  * workload that can `ln /outside/file ws/x` (the workspace and the file on
- * one filesystem) must not get the outside file changed by a FileWrite of
- * "x". Each test links a file of the test's temp dir (beside the workspace,
- * not in it) into the workspace and checks its content, mode, owner and
- * link count afterwards. */
+ * one filesystem) must not get the outside file changed by a FileWrite, a
+ * FileChmod or a FileChown of "x". Each test links a file of the test's
+ * temp dir (beside the workspace, not in it) into the workspace and checks
+ * its content, mode, owner and link count afterwards. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,5 +162,113 @@ Test(files_hardlinks, offset_and_append_writes_are_refused) {
   rc = write_file(&f, "x", "pwned", SBX__V1__WRITE_MODE__WRITE_AT, 2, &e);
   expect_refused(rc, &e, "x");
   expect_outside_unchanged(&f, 2);
+  test_daemon_stop(&f.t);
+}
+
+/* chmod of the linked file, named or met beneath a directory, is refused:
+ * the mode of one name is every name's. A recursive chmod refuses before it
+ * changes anything. */
+Test(files_hardlinks, chmod_is_refused) {
+  struct fixture f;
+  setup(&f);
+  link_in(&f, "x");
+  char p[256];
+  (void)snprintf(p, sizeof(p), "%s/d", f.t.root);
+  cr_assert_eq(mkdir(p, 0755), 0);
+  (void)snprintf(p, sizeof(p), "%s/d/mine", f.t.root);
+  int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(close(fd), 0);
+  link_in(&f, "d/y");
+  struct sbx_error e = {0};
+  int rc = sbx_file_chmod(f.t.client, "x", 04777, false, &e);
+  expect_refused(rc, &e, "x");
+  e = (struct sbx_error){0};
+  rc = sbx_file_chmod(f.t.client, "d", 04777, true, &e);
+  expect_refused(rc, &e, "d");
+  cr_expect(strstr(e.msg, "\"y\"") != NULL, "%s", e.msg);
+  expect_outside_unchanged(&f, 3);
+  struct stat st;
+  cr_assert_eq(stat(p, &st), 0);
+  cr_expect_eq(st.st_mode & 07777, 0644, "d/mine was changed to %o",
+               st.st_mode & 07777);
+  test_daemon_stop(&f.t);
+}
+
+/* chown of the linked file, named or met beneath a directory, is refused. */
+Test(files_hardlinks, chown_is_refused) {
+  if (geteuid() != 0)
+    cr_skip_test("chown needs sandboxd to run as root");
+  struct fixture f;
+  setup(&f);
+  char p[256];
+  (void)snprintf(p, sizeof(p), "%s/d", f.t.root);
+  cr_assert_eq(mkdir(p, 0755), 0);
+  link_in(&f, "x");
+  link_in(&f, "d/y");
+  struct sbx_error e = {0};
+  int rc = sbx_file_chown(f.t.client, "x", "0", "0", false, &e);
+  expect_refused(rc, &e, "x");
+  e = (struct sbx_error){0};
+  rc = sbx_file_chown(f.t.client, "d", "0", "0", true, &e);
+  expect_refused(rc, &e, "d");
+  expect_outside_unchanged(&f, 3);
+  test_daemon_stop(&f.t);
+}
+
+struct swapper {
+  struct fixture *f;
+  atomic_bool stop;
+};
+
+/* The workload racing the RPCs: "x" is swapped, by renames, between a hard
+ * link to the outside file and a file of the workspace's own, so an RPC
+ * that checks one and changes the other would reach the outside file. */
+static void *swap_links(void *arg) {
+  struct swapper *sw = arg;
+  char x[256], l[256], own[256];
+  (void)snprintf(x, sizeof(x), "%s/x", sw->f->t.root);
+  (void)snprintf(l, sizeof(l), "%s/l", sw->f->t.root);
+  (void)snprintf(own, sizeof(own), "%s/own", sw->f->t.root);
+  while (!atomic_load(&sw->stop)) {
+    if (link(sw->f->outside, l) == 0)
+      (void)rename(l, x);
+    int fd = open(own, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      (void)close(fd);
+      (void)rename(own, x);
+    }
+  }
+  return NULL;
+}
+
+/* Whatever the RPCs meet while "x" is swapped under them, the outside file
+ * keeps its data, mode and owner. */
+Test(files_hardlinks, swapped_links_never_reach_outside) {
+  struct fixture f;
+  setup(&f);
+  struct swapper sw = {.f = &f};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, swap_links, &sw), 0);
+  unsigned done = 0;
+  for (int i = 0; i < 500; i++) {
+    struct sbx_error e = {0};
+    done += sbx_file_chmod(f.t.client, "x", 04777, false, &e) == 0;
+    if (geteuid() == 0)
+      (void)sbx_file_chown(f.t.client, "x", "0", "0", false, &e);
+    (void)write_file(&f, "x", "pwned", SBX__V1__WRITE_MODE__WRITE_TRUNCATE, 0,
+                     &e);
+    (void)write_file(&f, "x", "pwned", SBX__V1__WRITE_MODE__WRITE_APPEND, 0,
+                     &e);
+  }
+  atomic_store(&sw.stop, true);
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_log_info("%u of 500 chmods went through", done);
+  char x[256];
+  (void)snprintf(x, sizeof(x), "%s/x", f.t.root);
+  struct stat st, out;
+  bool linked = stat(x, &st) == 0 && stat(f.outside, &out) == 0 &&
+                st.st_ino == out.st_ino;
+  expect_outside_unchanged(&f, linked ? 2 : 1);
   test_daemon_stop(&f.t);
 }
