@@ -1,9 +1,9 @@
 /* Hard links to files outside the workspace, through the real daemon: a
  * workload that can `ln /outside/file ws/x` (the workspace and the file on
  * one filesystem) must not get the outside file changed by a FileWrite, a
- * FileChmod or a FileChown of "x". Each test links a file of the test's
- * temp dir (beside the workspace, not in it) into the workspace and checks
- * its content, mode, owner and link count afterwards. */
+ * FileChmod, a FileChown or a PatchApply of "x". Each test links a file of
+ * the test's temp dir (beside the workspace, not in it) into the workspace
+ * and checks its content, mode, owner and link count afterwards. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -213,6 +213,27 @@ Test(files_hardlinks, chown_is_refused) {
   rc = sbx_file_chown(f.t.client, "d", "0", "0", true, &e);
   expect_refused(rc, &e, "d");
   expect_outside_unchanged(&f, 3);
+  test_daemon_stop(&f.t);
+}
+
+/* A patch of the linked file gives the workspace name the new content in a
+ * file of its own; the outside file keeps its data and mode. */
+Test(files_hardlinks, patch_replaces_the_file) {
+  struct fixture f;
+  setup(&f);
+  link_in(&f, "x");
+  const char *patch = "*** Begin Patch\n"
+                      "*** Update File: x\n"
+                      "@@\n"
+                      "-" SECRET "+patched\n"
+                      "*** End Patch\n";
+  struct sbx_error e = {0};
+  Sbx__V1__Response *r = NULL;
+  cr_assert_eq(sbx_patch_apply(f.t.client, patch, "", false, &r, &e), 0, "%s",
+               e.msg);
+  sbx_client_reply_free(r);
+  expect_outside_unchanged(&f, 1);
+  expect_ws_file(&f, "x", "patched\n");
   test_daemon_stop(&f.t);
 }
 
