@@ -165,21 +165,30 @@ Test(files_hardlinks, offset_and_append_writes_are_refused) {
   test_daemon_stop(&f.t);
 }
 
+/* Makes the tree the chmod and chown tests change: "x" and "d/y" linked to
+ * the outside file, "d/mine" a file of the workspace's own (mode 0644,
+ * owned by OUT_UID as the test runs as root), whose path goes to MINE. */
+static void make_tree(struct fixture *f, char *mine, size_t size) {
+  link_in(f, "x");
+  (void)snprintf(mine, size, "%s/d", f->t.root);
+  cr_assert_eq(mkdir(mine, 0755), 0);
+  link_in(f, "d/y");
+  (void)snprintf(mine, size, "%s/d/mine", f->t.root);
+  int fd = open(mine, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(close(fd), 0);
+  if (geteuid() == 0)
+    cr_assert_eq(chown(mine, OUT_UID, OUT_UID), 0);
+}
+
 /* chmod of the linked file, named or met beneath a directory, is refused:
  * the mode of one name is every name's. A recursive chmod refuses before it
  * changes anything. */
 Test(files_hardlinks, chmod_is_refused) {
   struct fixture f;
   setup(&f);
-  link_in(&f, "x");
-  char p[256];
-  (void)snprintf(p, sizeof(p), "%s/d", f.t.root);
-  cr_assert_eq(mkdir(p, 0755), 0);
-  (void)snprintf(p, sizeof(p), "%s/d/mine", f.t.root);
-  int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  cr_assert_geq(fd, 0);
-  cr_assert_eq(close(fd), 0);
-  link_in(&f, "d/y");
+  char mine[256];
+  make_tree(&f, mine, sizeof(mine));
   struct sbx_error e = {0};
   int rc = sbx_file_chmod(f.t.client, "x", 04777, false, &e);
   expect_refused(rc, &e, "x");
@@ -189,30 +198,33 @@ Test(files_hardlinks, chmod_is_refused) {
   cr_expect(strstr(e.msg, "\"y\"") != NULL, "%s", e.msg);
   expect_outside_unchanged(&f, 3);
   struct stat st;
-  cr_assert_eq(stat(p, &st), 0);
+  cr_assert_eq(stat(mine, &st), 0);
   cr_expect_eq(st.st_mode & 07777, 0644, "d/mine was changed to %o",
                st.st_mode & 07777);
   test_daemon_stop(&f.t);
 }
 
-/* chown of the linked file, named or met beneath a directory, is refused. */
+/* chown of the linked file, named or met beneath a directory, is refused,
+ * the recursive one before it changes anything. */
 Test(files_hardlinks, chown_is_refused) {
   if (geteuid() != 0)
     cr_skip_test("chown needs sandboxd to run as root");
   struct fixture f;
   setup(&f);
-  char p[256];
-  (void)snprintf(p, sizeof(p), "%s/d", f.t.root);
-  cr_assert_eq(mkdir(p, 0755), 0);
-  link_in(&f, "x");
-  link_in(&f, "d/y");
+  char mine[256];
+  make_tree(&f, mine, sizeof(mine));
   struct sbx_error e = {0};
   int rc = sbx_file_chown(f.t.client, "x", "0", "0", false, &e);
   expect_refused(rc, &e, "x");
   e = (struct sbx_error){0};
   rc = sbx_file_chown(f.t.client, "d", "0", "0", true, &e);
   expect_refused(rc, &e, "d");
+  cr_expect(strstr(e.msg, "\"y\"") != NULL, "%s", e.msg);
   expect_outside_unchanged(&f, 3);
+  struct stat st;
+  cr_assert_eq(stat(mine, &st), 0);
+  cr_expect_eq(st.st_uid, OUT_UID, "d/mine was given to %u",
+               (unsigned)st.st_uid);
   test_daemon_stop(&f.t);
 }
 
