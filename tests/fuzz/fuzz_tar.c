@@ -166,8 +166,10 @@ static void fix_checksums(uint8_t *s, size_t n) {
   }
 }
 
-/* Whether the file FD holds exactly the data of the current entry of A. */
-static bool same_data(struct archive *a, int fd) {
+/* Whether the file FD holds exactly the data of the current entry of A,
+ * whose size is SIZE: what libarchive reads, then zeros (a sparse file's
+ * hole at the end, which reading does not fill). */
+static bool same_data(struct archive *a, int fd, off_t size) {
   static char want[1u << 16], got[sizeof(want)];
   off_t off = 0;
   for (;;) {
@@ -175,11 +177,20 @@ static bool same_data(struct archive *a, int fd) {
     if (n < 0)
       abort(); /* it was read once already, by the import */
     if (n == 0)
-      return pread(fd, got, 1, off) == 0; /* and nothing more */
+      break;
     if (pread(fd, got, (size_t)n, off) != n || memcmp(want, got, (size_t)n))
       return false;
     off += n;
   }
+  memset(want, 0, sizeof(want));
+  while (off < size) {
+    size_t k =
+        size - off < (off_t)sizeof(got) ? (size_t)(size - off) : sizeof(got);
+    if (pread(fd, got, k, off) != (ssize_t)k || memcmp(want, got, k))
+      return false;
+    off += (off_t)k;
+  }
+  return pread(fd, got, 1, off) == 0; /* and nothing more */
 }
 
 /* Checks member ENT of A (its normalized path P) against ROOT/dst. */
@@ -233,7 +244,8 @@ static void check_member(struct archive *a, struct archive_entry *ent, int dst,
   if (dir)
     return;
   int fd = openat(dst, p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 || st.st_size != archive_entry_size(ent) || !same_data(a, fd))
+  if (fd < 0 || st.st_size != archive_entry_size(ent) ||
+      !same_data(a, fd, st.st_size))
     abort();
   (void)close(fd);
 }
