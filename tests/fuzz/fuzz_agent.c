@@ -25,8 +25,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const files[] = {"fuzz.json", "helper.json", "reviewer.json",
-                                    "loop.json", "bad.json"};
 static char dir[256];
 static char path[300];
 static struct agent_set untouched; /* what agent_load must not replace */
@@ -49,14 +47,7 @@ static void put(const char *name, const void *text, size_t len) {
 
 /* Removes the directory at exit. */
 static void teardown(void) {
-  char p[320];
-  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-    (void)snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
-    (void)unlink(p);
-  }
-  (void)snprintf(p, sizeof(p), "%s/sub", dir);
-  (void)rmdir(p);
-  (void)rmdir(dir);
+  fuzz_tmpdir_remove(dir);
 }
 
 /* The directory and the agents the input may reference, made once. */

@@ -287,71 +287,6 @@ static void check_extracted(const uint8_t *s, size_t n, bool zstd) {
   archive_read_free(a);
 }
 
-/* Empties the directory FD of everything but directories, which it makes
- * removable (rwx for us); names the first directory left in SUB (may be
- * ""). */
-static void empty_level(int fd, char sub[256]) {
-  int rfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *dir = rfd >= 0 ? fdopendir(rfd) : NULL;
-  if (!dir)
-    abort();
-  sub[0] = '\0';
-  struct dirent *de;
-  while ((de = readdir(dir))) {
-    const char *n = de->d_name;
-    if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
-      continue;
-    if (unlinkat(fd, n, 0) == 0)
-      continue;
-    if (unlinkat(fd, n, AT_REMOVEDIR) == 0)
-      continue;
-    if (fchmodat(fd, n, 0700, 0) < 0)
-      abort();
-    if (!sub[0])
-      (void)snprintf(sub, 256, "%s", n);
-  }
-  (void)closedir(dir);
-}
-
-/* rm -r ROOT/NAME without following links, whatever its depth or modes:
- * one directory open at a time, going down to a directory without
- * subdirectories and up again through "..". */
-static void remove_tree(const char *name) {
-  char path[SBX_PATH_MAX * 2];
-  (void)snprintf(path, sizeof(path), "%s", name);
-  (void)fchmodat(d.root_fd, name, 0700, 0);
-  int fd =
-      openat(d.root_fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    abort();
-  for (;;) {
-    char sub[256];
-    empty_level(fd, sub);
-    if (sub[0]) {
-      int next = openat(fd, sub, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      size_t len = strlen(path);
-      if (next < 0 || len + 1 + strlen(sub) >= sizeof(path))
-        abort();
-      (void)snprintf(path + len, sizeof(path) - len, "/%s", sub);
-      (void)close(fd);
-      fd = next;
-      continue;
-    }
-    char *slash = strrchr(path, '/');
-    if (!slash)
-      break;
-    int up = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (up < 0 || unlinkat(up, slash + 1, AT_REMOVEDIR) < 0)
-      abort();
-    *slash = '\0';
-    (void)close(fd);
-    fd = up;
-  }
-  (void)close(fd);
-  if (unlinkat(d.root_fd, name, AT_REMOVEDIR) < 0)
-    abort();
-}
-
 /* Creates FILE in ROOT (path relative to it) holding TEXT. */
 static void put(const char *file, const char *text) {
   int fd =
@@ -375,8 +310,7 @@ static void populate(void) {
 
 /* Removes ROOT at exit. */
 static void teardown(void) {
-  remove_tree("outside");
-  (void)rmdir(root);
+  fuzz_tmpdir_remove(root);
 }
 
 static void setup(void) {
@@ -530,7 +464,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sig_dir(d.root_fd, ".", SIG_DEPTH, &top);
   if (sig_of("outside").sum != outside_sig || top.n != 2)
     abort(); /* nothing outside the destination changes */
-  remove_tree("dst");
+  fuzz_rmtree(d.root_fd, "dst");
   free(fixed);
   return 0;
 }
