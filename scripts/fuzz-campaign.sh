@@ -19,13 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 pids=()
 names=()
-for bin in "$build"/tests/fuzz/fuzz_*; do
-  [ -x "$bin" ] || continue
-  short=$(basename "$bin")
-  short=${short#fuzz_}
-  if [ -n "${FUZZ_TARGETS:-}" ] && ! [[ " $FUZZ_TARGETS " == *" $short "* ]]; then
-    continue
-  fi
+for short in $(FUZZ_LIST=1 bash "$here/fuzz-smoke.sh" "$build"); do
   FUZZ_TARGETS=$short FUZZ_OUT=$out nice -n 19 \
     bash "$here/fuzz-smoke.sh" "$build" "$secs" >"$out/$short.summary" 2>&1 &
   pids+=($!)

@@ -11,7 +11,8 @@
 # run makes in DIR: the corpus it grew in DIR/corpus/<name>/ (a later run
 # goes on from it), the log in DIR/<name>.log and any finding in
 # DIR/artifacts/; without it they go to a temporary directory, findings to
-# BUILD/fuzz-artifacts/. scripts/fuzz-campaign.sh runs the targets at once.
+# BUILD/fuzz-artifacts/. FUZZ_LIST=1 only prints the names of the targets
+# it would run. scripts/fuzz-campaign.sh runs the targets at once.
 set -euo pipefail
 build=$(cd "${1:-build-fuzz}" && pwd) # absolute: the runs cd away
 secs=${2:-30}
@@ -31,6 +32,10 @@ for bin in "$build"/tests/fuzz/fuzz_*; do
   name=$(basename "$bin")
   short=${name#fuzz_}
   if [ -n "${FUZZ_TARGETS:-}" ] && ! [[ " $FUZZ_TARGETS " == *" $short "* ]]; then
+    continue
+  fi
+  if [ -n "${FUZZ_LIST:-}" ]; then
+    echo "$short"
     continue
   fi
   corpus="$out/corpus/$short"
