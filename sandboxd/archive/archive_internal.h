@@ -211,6 +211,11 @@ int import_reader(struct importer *im, struct archive **out);
 /* The next header from A into *ENT: 1, or 0 at the end. */
 int import_next(struct importer *im, struct archive *a,
                 struct archive_entry **ent);
+/* The next block of member I's data from A: 1 and the block (BUF, LEN
+ * bytes at OFF), 0 at its end. A block outside the member's size is
+ * refused. */
+int import_data_block(struct importer *im, struct archive *a, size_t i,
+                      const void **buf, size_t *len, uint64_t *off);
 /* Checks the header ENT just read from A against the limits and records
  * it as member im->n - 1. */
 int import_take(struct importer *im, struct archive *a,
@@ -220,7 +225,8 @@ int import_take(struct importer *im, struct archive *a,
 int import_check_tree(struct importer *im);
 /* Whether the directory DIR_FD has no entries; 0 or -errno. */
 int import_dir_is_empty(int dir_fd, bool *empty);
-/* Pass 1: reads every header and refuses the archive unless all are fine. */
+/* Pass 1: reads every header and file's data blocks, and refuses the
+ * archive unless all are fine. */
 int import_check(struct importer *im);
 
 /* ---- import: extracting (extract.c) ---- */

@@ -255,6 +255,46 @@ int import_next(struct importer *im, struct archive *a,
   return 1;
 }
 
+/* The next block of member I's data from A: 1 and the block, 0 at its
+ * end; a block outside the size the header gives is refused. */
+int import_data_block(struct importer *im, struct archive *a, size_t i,
+                      const void **buf, size_t *len, uint64_t *off) {
+  char q[NAME_SHOWN + 4];
+  const struct member *mm = &im->m[i];
+  la_int64_t o;
+  int r = archive_read_data_block(a, buf, len, &o);
+  if (r == ARCHIVE_EOF)
+    return 0;
+  if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+    return xfer_la_fail(im->e, a, "cannot read the archive");
+  if (o < 0 || (uint64_t)o > mm->size || *len > mm->size - (uint64_t)o)
+    return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "member \"%s\" holds more data than its header "
+                         "says",
+                         xfer_shown(import_path(im, i), q));
+  *off = (uint64_t)o;
+  return 1;
+}
+
+/* Reads the data of the regular file just recorded, so that pass 1 refuses
+ * what pass 2 would: a sparse map (GNU or pax) may place data past the size
+ * in the header, which only reading the blocks shows. Mapped, the blocks
+ * are pointers into the spool, nothing is copied; compressed, they were
+ * decompressed to be skipped anyway. */
+static int im_check_data(struct importer *im, struct archive *a) {
+  size_t i = im->n - 1;
+  if (im->m[i].type != M_REG)
+    return 0;
+  for (;;) {
+    const void *buf;
+    size_t len;
+    uint64_t off;
+    int r = import_data_block(im, a, i, &buf, &len, &off);
+    if (r <= 0)
+      return r;
+  }
+}
+
 /* Checks one header and records it as a member. */
 static int im_add(struct importer *im, struct archive_entry *ent) {
   char q[NAME_SHOWN + 4], q2[NAME_SHOWN + 4];
@@ -649,7 +689,8 @@ int import_take(struct importer *im, struct archive *a,
   return im_add(im, ent);
 }
 
-/* Pass 1: reads every header and refuses the archive unless all are fine. */
+/* Pass 1: reads every header and every file's data blocks, and refuses
+ * the archive unless all are fine. */
 int import_check(struct importer *im) {
   struct archive *a = NULL;
   int r = import_reader(im, &a);
@@ -661,6 +702,8 @@ int import_check(struct importer *im) {
     if (r <= 0)
       break;
     r = import_take(im, a, ent);
+    if (r == 0)
+      r = im_check_data(im, a);
     if (r < 0)
       break;
   }

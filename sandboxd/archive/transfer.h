@@ -25,7 +25,8 @@
  * paths (relative, no "..", no duplicates, nothing beneath a symlink or a
  * file), types (no devices, fifos, sockets), symlink targets (resolved from
  * the link's directory through the archive's own links, they must stay in
- * the destination), hard links (to an earlier regular file). It then
+ * the destination), hard links (to an earlier regular file), file data
+ * (no block past the file's size, as a sparse map may claim). It then
  * extracts with its own code beneath the destination (openat2 with
  * RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS): setuid/setgid bits cleared, owners
  * applied only when sandboxd is root, directory modes and times applied
