@@ -36,38 +36,6 @@ static void teardown(void) {
 
 TestSuite(crash, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Starts `sbx ARGV...` against BASE_URL without waiting; its stderr goes to
- * ERR_PATH. With FSIZE, no file it writes may grow past FSIZE bytes.
- * Returns its pid. */
-static pid_t spawn_sbx(const char *base_url, const char *err_path, rlim_t fsize,
-                       const char *const *argv) {
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    const char *args[32];
-    size_t n = 0;
-    args[n++] = test_sbx_path();
-    for (size_t i = 0; argv[i] && n < 31; i++)
-      args[n++] = argv[i];
-    args[n] = NULL;
-    int devnull = open("/dev/null", O_RDWR);
-    int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(devnull, 0);
-    dup2(devnull, 1);
-    dup2(err, 2);
-    setenv("OPENAI_BASE_URL", base_url, 1);
-    setenv("OPENAI_API_KEY", "test-key", 1);
-    if (fsize) {
-      struct rlimit rl = {fsize, fsize};
-      (void)signal(SIGXFSZ, SIG_IGN); /* EFBIG instead */
-      (void)setrlimit(RLIMIT_FSIZE, &rl);
-    }
-    execv(args[0], (char *const *)args);
-    _exit(127);
-  }
-  return pid;
-}
-
 /* Waits until SRV has received N requests (at most 20 s). */
 static void wait_requests(const struct test_model_server *srv, size_t n) {
   for (int i = 0; i < 400; i++) {
@@ -81,28 +49,6 @@ static void wait_requests(const struct test_model_server *srv, size_t n) {
   cr_assert_fail("the model server never got %zu requests", n);
 }
 
-/* The one run state file in STATE/runs (new), or NULL. */
-static char *find_run_state(void) {
-  char runs[160];
-  (void)snprintf(runs, sizeof(runs), "%s/runs", state);
-  DIR *d = opendir(runs);
-  if (!d)
-    return NULL;
-  char *found = NULL;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    size_t n = strlen(de->d_name);
-    if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
-      char p[512];
-      (void)snprintf(p, sizeof(p), "%s/%s", runs, de->d_name);
-      free(found);
-      found = strdup(p);
-    }
-  }
-  closedir(d);
-  return found;
-}
-
 /* The number of requests in REQS whose input has N items: a model call
  * repeated by a resume sends the same input again. */
 static size_t requests_with_input(json_t *reqs, size_t n) {
@@ -114,24 +60,6 @@ static size_t requests_with_input(json_t *reqs, size_t n) {
       count++;
   }
   return count;
-}
-
-/* The output text of call CALL_ID in the last request that has one. */
-static const char *output_of(json_t *reqs, const char *call_id) {
-  for (size_t n = json_array_size(reqs); n-- > 0;) {
-    json_t *input = json_object_get(
-        json_object_get(json_array_get(reqs, n), "body"), "input");
-    size_t i;
-    json_t *it;
-    json_array_foreach(input, i, it) {
-      const char *c = json_string_value(json_object_get(it, "call_id"));
-      const char *t = json_string_value(json_object_get(it, "type"));
-      if (c && t && strcmp(c, call_id) == 0 &&
-          strcmp(t, "function_call_output") == 0)
-        return json_string_value(json_object_get(it, "output"));
-    }
-  }
-  return NULL;
 }
 
 static const char big_then_slow[] =
@@ -159,13 +87,13 @@ Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
   char errp[128];
   (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
   const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
-  pid_t pid = spawn_sbx(srv.base_url, errp, 0, run);
+  pid_t pid = sbx_spawn(srv.base_url, errp, 0, run);
   wait_requests(&srv, 2);
   usleep(1000 * 1000); /* c3 done, c2 sleeping */
   kill(pid, SIGKILL);
   int st;
   waitpid(pid, &st, 0);
-  _cleanup_free_ char *rs = find_run_state();
+  _cleanup_free_ char *rs = test_run_state(state);
   cr_assert_not_null(rs, "the kill left no run state");
   struct sbx_run_out r;
   const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
@@ -181,10 +109,10 @@ Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
                json_array_size(reqs));
   cr_expect_eq(requests_with_input(reqs, 1), 1);
   cr_expect_eq(requests_with_input(reqs, 3), 1);
-  const char *big = output_of(reqs, "c1");
+  const char *big = test_call_output(reqs, -1, "c1");
   cr_assert_not_null(big);
   cr_expect_gt(strlen(big), 6144, "c1's output: %zu bytes", strlen(big));
-  const char *log = output_of(reqs, "c4");
+  const char *log = test_call_output(reqs, -1, "c4");
   cr_assert_not_null(log);
   /* Each command ran once: c3 before the kill, c2 finished after it. */
   cr_expect(strstr(log, "one\n") && strstr(log, "three\n") &&
@@ -219,7 +147,7 @@ Test(crash, a_journal_write_that_fails_fails_the_run) {
   (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
   const char *run[] = {"run", "--state-dir", state, "--isolation", "none",
                        a,     "go",          NULL};
-  pid_t pid = spawn_sbx(srv.base_url, errp, 4096, run);
+  pid_t pid = sbx_spawn(srv.base_url, errp, 4096, run);
   int st;
   cr_assert_eq(waitpid(pid, &st, 0), pid);
   _cleanup_free_ char *err = slurp(errp);
@@ -268,7 +196,7 @@ static char *kill_both(const struct test_model_server *srv, char id[64]) {
   char errp[128];
   (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
   const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
-  pid_t pid = spawn_sbx(srv->base_url, errp, 0, run);
+  pid_t pid = sbx_spawn(srv->base_url, errp, 0, run);
   wait_requests(srv, 2);
   usleep(1000 * 1000);
   pid_t sd = the_sandbox(id);
@@ -281,7 +209,7 @@ static char *kill_both(const struct test_model_server *srv, char id[64]) {
   for (int i = 0; i < 200 && access(proc, F_OK) == 0; i++)
     usleep(10000);
   cr_assert_neq(access(proc, F_OK), 0, "sandboxd %d did not die", (int)sd);
-  char *rs = find_run_state();
+  char *rs = test_run_state(state);
   cr_assert_not_null(rs, "the kill left no run state");
   return rs;
 }
@@ -306,7 +234,7 @@ Test(crash, resume_after_both_die_goes_on_in_the_sandbox_started_again) {
   test_model_server_stop(&srv);
   cr_expect_eq(json_array_size(reqs), 4, "model requests: %zu",
                json_array_size(reqs));
-  const char *log = output_of(reqs, "c4");
+  const char *log = test_call_output(reqs, -1, "c4");
   cr_assert_not_null(log);
   cr_expect(strstr(log, "one\nthree\ntwo\n") != NULL, "%s", log);
   json_decref(reqs);
@@ -376,15 +304,12 @@ Test(crash, a_hung_model_server_is_given_up_on) {
   }
 }
 
-/* A killed sandboxd fails the call waiting on it at once, saying so,
- * instead of after every attempt's timeout; the sandbox's processes die
- * with it. */
-Test(crash, a_killed_sandboxd_is_noticed_at_once) {
-  _cleanup_free_ char *id = NULL;
-  {
-    const char *create[] = {"create", NULL};
-    id = sbx_sandbox_line(state, create);
-  }
+/* Kills the sandboxd of a new sandbox (CREATE's flags) while `sbx sandbox
+ * exec` waits on a command of two sleeps: the exec must fail at once,
+ * saying so, instead of after every attempt's timeout, and no sleep may
+ * outlive the sandboxd. SALT makes the sleeps' length unique. */
+static void kill_during_exec(const char *const *create, unsigned salt) {
+  _cleanup_free_ char *id = sbx_sandbox_line(state, create);
   char sid[64];
   pid_t sd = the_sandbox(sid);
   cr_assert_str_eq(sid, id);
@@ -392,12 +317,12 @@ Test(crash, a_killed_sandboxd_is_noticed_at_once) {
   (void)snprintf(errp, sizeof(errp), "%s/err", dir);
   /* Sleeps of a length no other test uses, to find them by. */
   char cmd[96], pat[64];
-  unsigned secs = 3000 + (unsigned)getpid() % 5000;
+  unsigned secs = 3000 + ((unsigned)getpid() * 2 + salt) % 5000;
   (void)snprintf(cmd, sizeof(cmd), "sleep %u & sleep %u", secs, secs);
   (void)snprintf(pat, sizeof(pat), "pgrep -x -f 'sleep %u'", secs);
   const char *ex[] = {"sandbox", "exec", "--state-dir", state, id,
                       "--",      "sh",   "-c",          cmd,   NULL};
-  pid_t pid = spawn_sbx("http://127.0.0.1:1/v1", errp, 0, ex);
+  pid_t pid = sbx_spawn(NULL, errp, 0, ex);
   usleep(800 * 1000);
   cr_assert_eq(kill(sd, SIGKILL), 0);
   struct timespec t0, t1;
@@ -423,36 +348,20 @@ Test(crash, a_killed_sandboxd_is_noticed_at_once) {
   cr_assert_not_null(ps);
   char *got = fgets(line, sizeof(line), ps);
   pclose(ps);
-  cr_expect_null(got, "a process of the sandbox outlived it: %s", line);
+  cr_expect_null(got, "a command outlived its sandboxd: %s", line);
+}
+
+/* Isolated: the sandbox is a PID namespace that dies with its PID 1. */
+Test(crash, a_killed_sandboxd_is_noticed_at_once) {
+  const char *create[] = {"create", NULL};
+  kill_during_exec(create, 0);
 }
 
 /* Unisolated too: the commands' process groups die with a killed
  * sandboxd (its reaper kills them), instead of going on under init. */
 Test(crash, an_unisolated_sandbox_s_commands_die_with_it) {
   const char *create[] = {"create", "--isolation", "none", NULL};
-  _cleanup_free_ char *id = sbx_sandbox_line(state, create);
-  char sid[64];
-  pid_t sd = the_sandbox(sid);
-  char cmd[96], pat[64];
-  unsigned secs = 3000 + (unsigned)getpid() % 5000 + 1;
-  (void)snprintf(cmd, sizeof(cmd), "sleep %u & sleep %u", secs, secs);
-  (void)snprintf(pat, sizeof(pat), "pgrep -x -f 'sleep %u'", secs);
-  char errp[128];
-  (void)snprintf(errp, sizeof(errp), "%s/err", dir);
-  const char *ex[] = {"sandbox", "exec", "--state-dir", state, id,
-                      "--",      "sh",   "-c",          cmd,   NULL};
-  pid_t pid = spawn_sbx("http://127.0.0.1:1/v1", errp, 0, ex);
-  usleep(800 * 1000);
-  cr_assert_eq(kill(sd, SIGKILL), 0);
-  int st;
-  waitpid(pid, &st, 0);
-  usleep(300 * 1000);
-  FILE *ps = popen(pat, "r");
-  char line[64] = "";
-  cr_assert_not_null(ps);
-  char *got = fgets(line, sizeof(line), ps);
-  pclose(ps);
-  cr_expect_null(got, "a command outlived its sandboxd: %s", line);
+  kill_during_exec(create, 1);
 }
 
 /* The workspace directory on the host of the one recorded sandbox (new). */
