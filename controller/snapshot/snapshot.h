@@ -150,13 +150,16 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
  * workspace changes (a tampered archive is refused with -EBADMSG), clears
  * the workspace except SPEC's excludes (as the SDK does on resume), and
  * imports it through sandboxd with LIMITS (NULL: defaults), which refuses
- * bombs, "../" members and links out before it writes. SPEC may be NULL; a
- * remote restore uses SPEC->url when given (an object URL, or a prefix to
- * which the record's file name is appended: presigned GET URLs differ from
- * PUT ones), else REC's location. RES may be NULL.
+ * bombs, "../" members and members beneath a symbolic link before it
+ * writes (symbolic links are restored as they were saved, wherever they
+ * point, and never followed). SPEC may be NULL; a remote restore uses
+ * SPEC->url when given (an object URL, or a prefix to which the record's
+ * file name is appended: presigned GET URLs differ from PUT ones), else
+ * REC's location. RES may be NULL.
  * sandboxd checks the archive only at the end of the import, after the
  * clearing: an archive that matches its record but is refused (a tar bomb,
- * "../", a link out) leaves the workspace cleared, never written outside.
+ * "../", a member beneath a link) leaves the workspace cleared, never
+ * written outside.
  * Progress: "loading" (remote download), then "restoring" (bytes sent to
  * sandboxd; files_done set on the final call). */
 int snapshot_restore(const struct snapshot_spec *spec,

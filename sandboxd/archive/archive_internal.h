@@ -32,8 +32,7 @@
 #include "shared/errors.h"
 #include "shared/path.h"
 
-#define NAME_SHOWN 200             /* bytes of a name quoted in messages */
-#define LINK_STEPS_MAX (16u << 20) /* components walked for all links */
+#define NAME_SHOWN 200 /* bytes of a name quoted in messages */
 
 /* ---- transfers and the table (xfer_table.c) ---- */
 
@@ -180,7 +179,6 @@ struct importer {
   const void *map; /* the spool, mapped read-only; NULL: read it with read(2) */
   size_t maplen;
   bool fresh;     /* the destination was empty: nothing to replace */
-  uint64_t steps; /* symlink resolution work left */
   uint64_t total; /* sum of sizes in the headers */
   /* pass 2 */
   char parent[SBX_PATH_MAX]; /* the directory cached in pfd */
@@ -215,8 +213,8 @@ int import_next(struct importer *im, struct archive *a,
  * it as member im->n - 1. */
 int import_take(struct importer *im, struct archive *a,
                 struct archive_entry *ent);
-/* The checks that need every member: nothing beneath a symlink or a file,
- * symlinks that stay in the destination. */
+/* The check that needs every member: nothing beneath a symlink or a
+ * file. */
 int import_check_tree(struct importer *im);
 /* Whether the directory DIR_FD has no entries; 0 or -errno. */
 int import_dir_is_empty(int dir_fd, bool *empty);

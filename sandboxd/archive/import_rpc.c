@@ -205,7 +205,6 @@ static int finish_two_passes(struct rpc_call *c, struct xfer *x) {
       .d = c->d,
       .e = &c->err,
       .base = x->dest_fd,
-      .steps = LINK_STEPS_MAX,
       .pfd = -1,
   };
   import_map(&im);

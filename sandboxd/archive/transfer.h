@@ -23,15 +23,18 @@
  * repeated chunk is acknowledged, not appended), then at finish checks the
  * whole archive before it writes anything: member count, the sum of sizes,
  * paths (relative, no "..", no duplicates, nothing beneath a symlink or a
- * file), types (no devices, fifos, sockets), symlink targets (resolved from
- * the link's directory through the archive's own links, they must stay in
- * the destination), hard links (to an earlier regular file). It then
- * extracts with its own code beneath the destination (openat2 with
- * RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS): setuid/setgid bits cleared, owners
- * applied only when sandboxd is root, directory modes and times applied
- * after their contents. A refused archive leaves the destination untouched;
- * an I/O error during extraction may leave part of it written. Client limits
- * lower the server's (archive_max_*) and never raise them (higher values are
+ * file), types (no devices, fifos, sockets), hard links (to an earlier
+ * regular file). Symbolic links are made as they are, whatever they point
+ * to (absolute, "..", dangling: a Python venv's bin/python ->
+ * /usr/bin/python3): making a link is safe, following one is not, and
+ * extraction never follows one. It extracts with its own code beneath the
+ * destination, every path opened with openat2 RESOLVE_BENEATH and
+ * RESOLVE_NO_SYMLINKS (a link the archive or a process made is never passed
+ * through): setuid/setgid bits cleared, owners applied only when sandboxd
+ * is root, directory modes and times applied after their contents. A
+ * refused archive leaves the destination untouched; an I/O error during
+ * extraction may leave part of it written. Client limits lower the
+ * server's (archive_max_*) and never raise them (higher values are
  * clamped).
  *
  * With ArchiveImportStart.stage and a destination that is empty at start,

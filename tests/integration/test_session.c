@@ -315,3 +315,40 @@ Test(session, ephemeral_entries_stay_out_of_the_snapshot) {
   free(st);
   free(id);
 }
+
+Test(session, a_venv_with_an_absolute_symlink_round_trips) {
+  /* Every Python venv has bin/python -> /usr/bin/python3: a snapshot keeps
+   * the link as a link, and resume restores the whole workspace. */
+  const char *args[] = {"create", NULL};
+  char *id = sbx_sandbox_line(sdir, args);
+  const char *ex[] = {"exec",
+                      id,
+                      "--",
+                      "sh",
+                      "-c",
+                      "echo work > w.txt; mkdir -p venv/bin; "
+                      "ln -s /usr/bin/python3 venv/bin/python",
+                      NULL};
+  free(sbx_sandbox_line(sdir, ex));
+  char *st = save(id);
+  struct sbx_run_out r;
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"resume", st, NULL};
+  sbx(&r, res);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *nid = strndup(r.out, strcspn(r.out, "\n"));
+  sbx_run_free(&r);
+  const char *chk[] = {"exec", nid,  "--",
+                       "sh",   "-c", "cat w.txt; readlink venv/bin/python",
+                       NULL};
+  sbx(&r, chk);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "work\n/usr/bin/python3\n");
+  sbx_run_free(&r);
+  free(nid);
+  free(st);
+  free(id);
+}
