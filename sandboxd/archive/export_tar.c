@@ -1,7 +1,7 @@
 /* Export: a directory tree written as a pax tar (optionally zstd) into a
  * spool. The walk opens every entry beneath its directory's fd and never
  * follows a symbolic link; names are sorted, so the same tree gives the
- * same bytes. */
+ * same bytes. Files with holes are written as sparse members. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -27,6 +27,25 @@
 #define OUT_BUF_BYTES (1u << 20)   /* coalesced small archive writes */
 #define DIRECT_WRITE (64u << 10)   /* larger writes bypass that buffer */
 #define EXPORT_MAX_DEPTH 512       /* directory levels (fds held) */
+#define ZERO_BUF_BYTES (1u << 20)  /* a sparse file's holes, written */
+/* A sparse file keeps at most this many data regions; past them the rest of
+ * the file is archived as data (holes as zeros). The map lives in the
+ * member's data, and the import allows a member's headers and map 16 KiB
+ * (import_check.c): 128 regions take at most 5.4 KiB. */
+#define SPARSE_REGIONS_MAX 128
+
+/* A data region of a sparse file. */
+struct region {
+  uint64_t off, len;
+};
+
+/* A regular file's data: the whole file, or (sparse) its data regions. */
+struct file_map {
+  bool sparse;
+  size_t n;
+  struct region r[SPARSE_REGIONS_MAX];
+  uint64_t data; /* bytes in the regions (the size when not sparse) */
+};
 
 struct hardlink_slot {
   dev_t dev;
@@ -47,6 +66,7 @@ struct exporter {
   char *obuf;
   size_t olen;
   char *rbuf; /* file contents */
+  char *zbuf; /* ZERO_BUF_BYTES of zeros, once a sparse file needs them */
   /* the member being written, relative to the exported directory */
   char path[SBX_PATH_MAX];
   char **excl;
@@ -197,9 +217,11 @@ static int hl_add(struct exporter *ex, dev_t dev, ino_t ino) {
   return 0;
 }
 
-/* Writes the header of the member at ex->path. */
+/* Writes the header of the member at ex->path; MAP (may be NULL) gives a
+ * sparse file's data regions. */
 static int ex_header(struct exporter *ex, const struct stat *st,
-                     const char *symlink, const char *hardlink) {
+                     const char *symlink, const char *hardlink,
+                     const struct file_map *map) {
   char q[NAME_SHOWN + 4];
   if (++ex->members > ex->max_members)
     return sbx_error_set(ex->e, SBX_LIMIT_EXCEEDED, E2BIG,
@@ -222,6 +244,13 @@ static int ex_header(struct exporter *ex, const struct stat *st,
   }
   if (symlink)
     archive_entry_copy_symlink(ent, symlink);
+  if (map && map->sparse) {
+    for (size_t i = 0; i < map->n; i++)
+      archive_entry_sparse_add_entry(ent, (la_int64_t)map->r[i].off,
+                                     (la_int64_t)map->r[i].len);
+    if (map->n == 0) /* all hole: libarchive wants one entry */
+      archive_entry_sparse_add_entry(ent, st->st_size, 0);
+  }
   int r = archive_write_header(ex->a, ent);
   if (r < ARCHIVE_WARN) {
     if (ex->err)
@@ -234,6 +263,126 @@ static int ex_header(struct exporter *ex, const struct stat *st,
   return 0;
 }
 
+/* The data of the regular file FD (ST) into MAP: its data regions when it
+ * has holes (SEEK_DATA/SEEK_HOLE; a file whose blocks cover its size is not
+ * asked), else the whole file. A file system that cannot tell gives the
+ * whole file. */
+static void file_map(int fd, const struct stat *st, struct file_map *map) {
+  uint64_t size = (uint64_t)st->st_size;
+  map->sparse = false;
+  map->n = 0;
+  map->data = size;
+  if (size == 0 || (uint64_t)st->st_blocks * 512 >= size)
+    return;
+  uint64_t off = 0, data = 0;
+  size_t n = 0;
+  while (off < size) {
+    off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+    if (d < 0 && errno == ENXIO)
+      break; /* a hole to the end */
+    if (d < 0 || (uint64_t)d < off)
+      return;
+    if ((uint64_t)d >= size)
+      break;
+    off_t e = lseek(fd, d, SEEK_HOLE);
+    if (e <= d)
+      return;
+    uint64_t end = (uint64_t)e < size ? (uint64_t)e : size;
+    if (n == SPARSE_REGIONS_MAX - 1)
+      end = size; /* the rest as data */
+    map->r[n++] = (struct region){.off = (uint64_t)d, .len = end - (uint64_t)d};
+    data += end - (uint64_t)d;
+    off = end;
+  }
+  if (n == 1 && map->r[0].off == 0 && map->r[0].len == size)
+    return; /* no hole after all */
+  map->sparse = true;
+  map->n = n;
+  map->data = data;
+}
+
+/* Writes LEN zero bytes of the member's data: a hole of a sparse file
+ * (libarchive skips it) or what a file that shrank meanwhile lacks. */
+static int ex_zeros(struct exporter *ex, uint64_t len) {
+  if (len > 0 && !ex->zbuf) {
+    ex->zbuf = calloc(1, ZERO_BUF_BYTES);
+    if (!ex->zbuf)
+      return sbx_error_set(ex->e, SBX_OK, ENOMEM, "out of memory");
+  }
+  while (len > 0) {
+    size_t n = len < ZERO_BUF_BYTES ? (size_t)len : ZERO_BUF_BYTES;
+    la_ssize_t w = archive_write_data(ex->a, ex->zbuf, n);
+    if (w <= 0) {
+      if (ex->err)
+        return ex->err;
+      return xfer_la_fail(ex->e, ex->a, "cannot write the archive");
+    }
+    len -= (uint64_t)w;
+  }
+  return 0;
+}
+
+/* Copies LEN bytes of FD from OFF into the archive; zeros stand for what a
+ * file that shrank meanwhile no longer has. */
+static int ex_copy(struct exporter *ex, int fd, uint64_t off, uint64_t len) {
+  char q[NAME_SHOWN + 4];
+  while (len > 0) {
+    if (ex_cancelled(ex))
+      return ex->err;
+    size_t want = len < COPY_BUF_BYTES ? (size_t)len : COPY_BUF_BYTES;
+    ssize_t n = pread(fd, ex->rbuf, want, (off_t)off);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return sbx_error_set(ex->e, SBX_OK, errno, "cannot read \"%s\": %s",
+                           xfer_shown(ex->path, q), strerror(errno));
+    }
+    if (n == 0)
+      return ex_zeros(ex, len); /* shrank meanwhile */
+    la_ssize_t w = archive_write_data(ex->a, ex->rbuf, (size_t)n);
+    if (w < 0) {
+      if (ex->err)
+        return ex->err;
+      return xfer_la_fail(ex->e, ex->a, "cannot write the archive");
+    }
+    off += (uint64_t)n;
+    len -= (uint64_t)n;
+  }
+  return 0;
+}
+
+/* Archives the open regular file FD (ST) at ex->path: its header, then its
+ * data; a sparse file as its data regions and holes, so that it stays
+ * sparse and its holes cost nothing. */
+static int ex_file_data(struct exporter *ex, int fd, const struct stat *st) {
+  struct file_map map;
+  file_map(fd, st, &map);
+  ex->data_bytes += map.data;
+  if (ex->data_bytes > ex->max_data)
+    return sbx_error_set(
+        ex->e, SBX_LIMIT_EXCEEDED, EFBIG,
+        "the tree holds more than %" PRIu64 " bytes to archive", ex->max_data);
+  int r = ex_header(ex, st, NULL, NULL, &map);
+  if (r < 0)
+    return r;
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  uint64_t size = (uint64_t)st->st_size;
+  if (!map.sparse)
+    return ex_copy(ex, fd, 0, size);
+  /* Every byte up to the size goes through libarchive, which writes the
+   * regions and skips the holes (it must be given the holes too). */
+  uint64_t pos = 0;
+  for (size_t i = 0; i < map.n && r == 0; i++) {
+    r = ex_zeros(ex, map.r[i].off - pos);
+    if (r == 0)
+      r = ex_copy(ex, fd, map.r[i].off, map.r[i].len);
+    pos = map.r[i].off + map.r[i].len;
+  }
+  if (r == 0)
+    r = ex_zeros(ex, size - pos);
+  return r;
+}
+
 /* Archives the regular file NAME in DFD (lstat'ed as LST). */
 static int ex_file(struct exporter *ex, int dfd, const char *name,
                    const struct stat *lst) {
@@ -241,7 +390,7 @@ static int ex_file(struct exporter *ex, int dfd, const char *name,
   if (lst->st_nlink > 1) {
     const char *first = hl_find(ex, lst->st_dev, lst->st_ino);
     if (first)
-      return ex_header(ex, lst, NULL, first);
+      return ex_header(ex, lst, NULL, first, NULL);
   }
   _cleanup_close_ int fd = openat(
       dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -262,38 +411,7 @@ static int ex_file(struct exporter *ex, int dfd, const char *name,
     if (r < 0)
       return sbx_error_set(ex->e, SBX_OK, -r, "out of memory");
   }
-  ex->data_bytes += (uint64_t)st.st_size;
-  if (ex->data_bytes > ex->max_data)
-    return sbx_error_set(
-        ex->e, SBX_LIMIT_EXCEEDED, EFBIG,
-        "the tree holds more than %" PRIu64 " bytes to archive", ex->max_data);
-  int r = ex_header(ex, &st, NULL, NULL);
-  if (r < 0)
-    return r;
-  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  uint64_t left = (uint64_t)st.st_size;
-  while (left > 0) {
-    if (ex_cancelled(ex))
-      return ex->err;
-    size_t want = left < COPY_BUF_BYTES ? (size_t)left : COPY_BUF_BYTES;
-    ssize_t n = read(fd, ex->rbuf, want);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return sbx_error_set(ex->e, SBX_OK, errno, "cannot read \"%s\": %s",
-                           xfer_shown(ex->path, q), strerror(errno));
-    }
-    if (n == 0)
-      break; /* shrank meanwhile: libarchive pads the member with zeros */
-    la_ssize_t w = archive_write_data(ex->a, ex->rbuf, (size_t)n);
-    if (w < 0) {
-      if (ex->err)
-        return ex->err;
-      return xfer_la_fail(ex->e, ex->a, "cannot write the archive");
-    }
-    left -= (uint64_t)n;
-  }
-  return 0;
+  return ex_file_data(ex, fd, &st);
 }
 
 static int ex_dir(struct exporter *ex, int dfd, size_t plen, unsigned depth);
@@ -328,7 +446,7 @@ static int ex_entry(struct exporter *ex, int dfd, const char *name, size_t clen,
                            "the target of \"%s\" is too long",
                            xfer_shown(ex->path, q));
     target[n] = '\0';
-    return ex_header(ex, &st, target, NULL);
+    return ex_header(ex, &st, target, NULL, NULL);
   }
   case S_IFDIR: {
     if (depth >= EXPORT_MAX_DEPTH)
@@ -346,7 +464,7 @@ static int ex_entry(struct exporter *ex, int dfd, const char *name, size_t clen,
     if (fstat(cfd, &st) < 0)
       return sbx_error_set(ex->e, SBX_OK, errno, "cannot stat \"%s\": %s",
                            xfer_shown(ex->path, q), strerror(errno));
-    int r = ex_header(ex, &st, NULL, NULL);
+    int r = ex_header(ex, &st, NULL, NULL, NULL);
     if (r < 0)
       return r;
     return ex_dir(ex, cfd, clen, depth + 1);
@@ -459,6 +577,7 @@ static void exporter_fini(struct exporter *ex) {
   free(ex->hl);
   free(ex->obuf);
   free(ex->rbuf);
+  free(ex->zbuf);
 }
 
 /* Writes the archive of DIR_FD into OUT_FD within the limits L; returns its

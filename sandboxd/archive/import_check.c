@@ -24,7 +24,8 @@
  * CPU's cache, where 1 MiB ones went through memory (extraction 10-15%
  * slower on tmpfs). */
 #define READ_BLOCK_BYTES (64u << 10)
-#define NAME_POOL_MAX (64u << 20) /* member names and link targets */
+#define NAME_POOL_MAX (64u << 20)     /* member names and link targets */
+#define SPARSE_SIZE_MAX (16ull << 40) /* a sparse file's size: ext4's most */
 #define HEADER_ALLOWANCE                                                       \
   (16u << 10) /* tar stream bytes per member beyond                            \
                  its data: headers, pax records */
@@ -254,6 +255,40 @@ int import_next(struct importer *im, struct archive *a,
   return 1;
 }
 
+/* The size of the regular file member ENT (RAW for messages) into *SIZE
+ * and the bytes of data it holds into *DATA: the size, or for a sparse
+ * file the sum of its data regions, which must lie within the size. A
+ * sparse file's holes take no space, so only its data counts against the
+ * extraction limit; its size is bounded by SPARSE_SIZE_MAX. */
+static int im_file_size(struct importer *im, struct archive_entry *ent,
+                        const char *raw, uint64_t *size, uint64_t *data) {
+  char q[NAME_SHOWN + 4];
+  la_int64_t sz = archive_entry_size_is_set(ent) ? archive_entry_size(ent) : 0;
+  if (sz < 0)
+    return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "member \"%s\" has a negative size",
+                         xfer_shown(raw, q));
+  *size = *data = (uint64_t)sz;
+  if (archive_entry_sparse_reset(ent) <= 0)
+    return 0;
+  if (*size > SPARSE_SIZE_MAX)
+    return sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, EFBIG,
+                         "sparse member \"%s\" is larger than %llu bytes",
+                         xfer_shown(raw, q), SPARSE_SIZE_MAX);
+  la_int64_t off = 0, len = 0;
+  *data = 0;
+  while (archive_entry_sparse_next(ent, &off, &len) == ARCHIVE_OK) {
+    if (off < 0 || len < 0 || (uint64_t)off > *size ||
+        (uint64_t)len > *size - (uint64_t)off)
+      return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "member \"%s\" has a sparse region outside its "
+                           "size",
+                           xfer_shown(raw, q));
+    *data += (uint64_t)len;
+  }
+  return 0;
+}
+
 /* Checks one header and records it as a member. */
 static int im_add(struct importer *im, struct archive_entry *ent) {
   char q[NAME_SHOWN + 4], q2[NAME_SHOWN + 4];
@@ -299,20 +334,17 @@ static int im_add(struct importer *im, struct archive_entry *ent) {
                          xfer_shown(raw, q));
 
   if (mm.type == M_REG) {
-    la_int64_t sz =
-        archive_entry_size_is_set(ent) ? archive_entry_size(ent) : 0;
-    if (sz < 0)
-      return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
-                           "member \"%s\" has a negative size",
-                           xfer_shown(raw, q));
-    mm.size = (uint64_t)sz;
-    if (mm.size > im->x->lim.extracted_bytes ||
-        im->total + mm.size > im->x->lim.extracted_bytes)
+    uint64_t data = 0;
+    r = im_file_size(im, ent, raw, &mm.size, &data);
+    if (r < 0)
+      return r;
+    if (data > im->x->lim.extracted_bytes ||
+        im->total + data > im->x->lim.extracted_bytes)
       return sbx_error_set(im->e, SBX_LIMIT_EXCEEDED, EFBIG,
                            "archive extracts to more than %" PRIu64
                            " bytes (at member \"%s\")",
                            im->x->lim.extracted_bytes, xfer_shown(raw, q));
-    im->total += mm.size;
+    im->total += data;
   }
   la_int64_t uid = archive_entry_uid(ent), gid = archive_entry_gid(ent);
   if (uid < 0 || uid >= UINT32_MAX || gid < 0 || gid >= UINT32_MAX)

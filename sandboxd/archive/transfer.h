@@ -6,10 +6,14 @@
  * unlinked temporary file at start, then serves ranges of it. The same tree
  * gives the same bytes: mtimes come from the files, owners are numeric, no
  * user or group names, no atime/ctime. Kept: regular files, directories,
- * symlinks (as symlinks), hard links; skipped: sockets, fifos, devices. An
- * export the server would refuse to import (more than archive_max_members
- * entries, archive_max_extracted_bytes of data or archive_max_input_bytes of
- * archive) is refused with LIMIT_EXCEEDED.
+ * symlinks (as symlinks), hard links; skipped: sockets, fifos, devices. A
+ * file with holes is archived sparse (GNU tar's pax format 1.0: its data
+ * regions found with SEEK_DATA/SEEK_HOLE, at most 128, the rest as data),
+ * so a 5 GiB file of a few blocks takes a few blocks, and is extracted with
+ * the same holes. An export the server would refuse to import (more than
+ * archive_max_members entries, archive_max_extracted_bytes of data, holes
+ * not counted, or archive_max_input_bytes of archive) is refused with
+ * LIMIT_EXCEEDED.
  *
  * A streamed export (ArchiveExportStart.stream) is produced into the spool
  * by a thread of its own while reads serve the ranges already written: a
@@ -21,7 +25,8 @@
  *
  * Import spools received chunks (offset must equal the bytes received; a
  * repeated chunk is acknowledged, not appended), then at finish checks the
- * whole archive before it writes anything: member count, the sum of sizes,
+ * whole archive before it writes anything: member count, the sum of sizes
+ * (of a sparse member, its data regions; its size at most 16 TiB),
  * paths (relative, no "..", no duplicates, nothing beneath a symlink or a
  * file), types (no devices, fifos, sockets), hard links (to an earlier
  * regular file). Symbolic links are made as they are, whatever they point

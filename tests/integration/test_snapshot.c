@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "controller/snapshot/snapshot.h"
+#include "shared/cleanup.h"
 #include "shared/sha256.h"
 #include "tests/support/daemon.h"
 #include "tests/support/webdav.h"
@@ -240,6 +242,69 @@ Test(snapshot, local_round_trip_keeps_content_modes_links_and_empty_dirs) {
   cr_expect_not(exists("stray.txt"), "restore clears the workspace");
   cr_expect(exists("tmp/kept.bin"), "restore keeps excluded paths");
   cr_expect_not(exists("tmp/cache.bin"), "excluded paths are not saved");
+  snapshot_record_clear(&rec);
+}
+
+/* Seconds since an unspecified start, for the figures tests log. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+#define SPARSE_SIZE (5ull << 30)
+
+Test(snapshot, sparse_file_stays_sparse_through_save_and_restore) {
+  /* 5 GiB long, a few KiB of data: the snapshot holds the data only, and
+   * the restored file has the same holes. */
+  char p[512];
+  host_path("disk.img", p, sizeof(p));
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  cr_assert_geq(fd, 0);
+  const off_t at[] = {0, 1 << 20, 3ll << 30, SPARSE_SIZE - 5};
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(at); i++)
+    cr_assert_eq(pwrite(fd, "data!", 5, at[i]), 5);
+  cr_assert_eq(ftruncate(fd, (off_t)SPARSE_SIZE), 0);
+  close(fd);
+  struct stat st;
+  cr_assert_eq(stat(p, &st), 0);
+  cr_assert_lt(st.st_blocks, 1024, "the file system keeps no holes");
+  put_str("small.txt", "small\n", 0644);
+  struct snapshot_spec spec = local_spec();
+  struct snapshot_record rec = {0};
+  struct sbx_error e = {0};
+  double t0 = now_s();
+  cr_assert_eq(snapshot_save(&spec, &SB, NULL, NULL, &rec, NULL, NULL, &e), 0,
+               "%s", e.msg);
+  double t1 = now_s();
+  cr_expect_lt(rec.size, 64u << 10, "archive of %llu bytes",
+               (unsigned long long)rec.size);
+  wipe();
+  struct snapshot_restore_result res = {0};
+  double t2 = now_s();
+  cr_assert_eq(
+      snapshot_restore(&spec, &rec, &SB, NULL, NULL, &res, NULL, NULL, &e), 0,
+      "%s", e.msg);
+  double t3 = now_s();
+  cr_log_warn("sparse %llu bytes: save %.3f s, restore %.3f s, archive %llu "
+              "bytes",
+              SPARSE_SIZE, t1 - t0, t3 - t2, (unsigned long long)rec.size);
+  cr_assert_eq(stat(p, &st), 0, "disk.img is missing");
+  cr_expect_eq((unsigned long long)st.st_size, SPARSE_SIZE);
+  cr_expect_lt(st.st_blocks, 1024, "restored with %lld blocks: not sparse",
+               (long long)st.st_blocks);
+  fd = open(p, O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(fd, 0);
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(at); i++) {
+    char b[6] = {0};
+    cr_expect_eq(pread(fd, b, 5, at[i]), 5);
+    cr_expect_str_eq(b, "data!", "at %lld", (long long)at[i]);
+  }
+  char z[5] = {1, 1, 1, 1, 1};
+  cr_expect_eq(pread(fd, z, 5, 2ll << 30), 5);
+  cr_expect(!z[0] && !z[4], "a hole reads as zeros");
+  close(fd);
+  expect_file("small.txt", "small\n", 0644);
   snapshot_record_clear(&rec);
 }
 

@@ -955,6 +955,157 @@ Test(archive, export_is_deterministic) {
   free(z2);
 }
 
+/* Makes REL a sparse file of SIZE bytes with 5 bytes of data at each of
+ * the N offsets AT. */
+static void mk_sparse(const char *rel, uint64_t size, const uint64_t *at,
+                      size_t n) {
+  char p[4200];
+  pathf(p, sizeof(p), rel);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  cr_assert_geq(fd, 0);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(pwrite(fd, "data!", 5, (off_t)at[i]), 5);
+  cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+  close(fd);
+}
+
+/* Expects REL to be SIZE bytes long, to take less than MAX_BLOCKS blocks,
+ * and to read "data!" at the N offsets AT and zeros at HOLE. */
+static void expect_sparse(const char *rel, uint64_t size, const uint64_t *at,
+                          size_t n, uint64_t hole, long max_blocks) {
+  char p[4200];
+  pathf(p, sizeof(p), rel);
+  struct stat st;
+  cr_assert_eq(stat(p, &st), 0, "%s is missing", rel);
+  cr_expect_eq((uint64_t)st.st_size, size, "size of %s", rel);
+  cr_expect_lt(st.st_blocks, max_blocks, "%s takes %ld blocks", rel,
+               (long)st.st_blocks);
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(fd, 0);
+  for (size_t i = 0; i < n; i++) {
+    char b[6] = {0};
+    cr_expect_eq(pread(fd, b, 5, (off_t)at[i]), 5);
+    cr_expect_str_eq(b, "data!", "%s at %llu", rel, (unsigned long long)at[i]);
+  }
+  char z = 1;
+  cr_expect_eq(pread(fd, &z, 1, (off_t)hole), 1);
+  cr_expect_eq(z, 0, "%s: a hole reads as zeros", rel);
+  close(fd);
+}
+
+Test(archive, sparse_files_stay_sparse) {
+  /* A few regions; only holes; and more regions than a map keeps (the rest
+   * is archived as data, so it is still right, less sparse). */
+  const uint64_t few[] = {0, 1 << 20, 3ull << 30};
+  uint64_t many[300];
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(many); i++)
+    many[i] = (uint64_t)i * (256u << 10);
+  mk_dir("src", 0755);
+  mk_sparse("src/few", 4ull << 30, few, SBX_ARRAY_SIZE(few));
+  mk_sparse("src/hole", 1ull << 30, NULL, 0);
+  mk_sparse("src/many", 80u << 20, many, SBX_ARRAY_SIZE(many));
+  size_t len;
+  unsigned char *tar =
+      export_all("src", NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_NONE,
+                 odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
+  cr_expect_lt(len, 64u << 20, "archive of %zu bytes", len);
+  mk_dir("dst2", 0755);
+  mk_file("dst2/existing", "x", 1, 0644);
+  const char *dests[] = {"dst", "dst2"};
+  for (size_t k = 0; k < SBX_ARRAY_SIZE(dests); k++) {
+    struct outcome o = {0};
+    uint64_t members = 0;
+    cr_assert_eq(import_all(dests[k], tar, len, 1 << 20, NULL,
+                            SBX__V1__COMPRESSION__COMPRESSION_NONE, &members,
+                            &o),
+                 0, "into %s: %s", dests[k], o.msg);
+    char rel[64];
+    (void)snprintf(rel, sizeof(rel), "%s/few", dests[k]);
+    expect_sparse(rel, 4ull << 30, few, SBX_ARRAY_SIZE(few), 2ull << 30, 1024);
+    (void)snprintf(rel, sizeof(rel), "%s/hole", dests[k]);
+    expect_sparse(rel, 1ull << 30, NULL, 0, 12345, 8);
+    (void)snprintf(rel, sizeof(rel), "%s/many", dests[k]);
+    expect_sparse(rel, 80u << 20, many, SBX_ARRAY_SIZE(many), 100,
+                  (80 << 20) / 512);
+  }
+  /* GNU tar reads the sparse members too. */
+  char cmd[8600], tarpath[4200], out[4200];
+  pathf(tarpath, sizeof(tarpath), "x.tar");
+  pathf(out, sizeof(out), "gnu");
+  mk_file("x.tar", tar, len, 0644);
+  mk_dir("gnu", 0755);
+  (void)snprintf(cmd, sizeof(cmd), "tar -xf %s -C %s 2>&1", tarpath, out);
+  cr_expect_eq(system(cmd), 0, "GNU tar extracts the export");
+  expect_sparse("gnu/few", 4ull << 30, few, SBX_ARRAY_SIZE(few), 2ull << 30,
+                1024);
+  free(tar);
+}
+
+/* Adds a sparse member NAME of SIZE bytes whose one data region (of 'x')
+ * is LEN bytes at OFF. libarchive must be handed every byte, holes
+ * included (it skips them): they come from a large zeroed buffer whose
+ * pages it never touches. */
+static void tar_sparse(struct tar *t, const char *name, uint64_t size,
+                       uint64_t off, uint64_t len) {
+  struct archive_entry *e = archive_entry_new();
+  archive_entry_set_pathname(e, name);
+  archive_entry_set_filetype(e, AE_IFREG);
+  archive_entry_set_perm(e, 0644);
+  archive_entry_set_size(e, (la_int64_t)size);
+  archive_entry_sparse_add_entry(e, (la_int64_t)off, (la_int64_t)len);
+  cr_assert_eq(archive_write_header(t->a, e), ARCHIVE_OK);
+  archive_entry_free(e);
+  const size_t zn = 1u << 30;
+  char *z = calloc(1, zn), *x = malloc(len ? len : 1);
+  cr_assert(z && x);
+  memset(x, 'x', len);
+  for (uint64_t pos = 0; pos < size;) {
+    uint64_t end = pos < off ? off : size;
+    if (pos == off) {
+      cr_assert_eq(archive_write_data(t->a, x, len), (la_ssize_t)len);
+      pos += len;
+      continue;
+    }
+    size_t n = end - pos < zn ? (size_t)(end - pos) : zn;
+    cr_assert_eq(archive_write_data(t->a, z, n), (la_ssize_t)n);
+    pos += n;
+  }
+  free(z);
+  free(x);
+}
+
+/* A sparse member's holes do not count against the extraction limit, its
+ * data does; its size is bounded. */
+Test(archive, sparse_members_count_their_data) {
+  struct tar t;
+  tar_begin(&t);
+  tar_sparse(&t, "huge", 17ull << 40, 0, 5);
+  tar_end(&t);
+  expect_refused(&t, NULL, SBX_LIMIT_EXCEEDED,
+                 "sparse member \"huge\" is larger than");
+  Sbx__V1__ArchiveLimits lim = SBX__V1__ARCHIVE_LIMITS__INIT;
+  lim.max_extracted_bytes = 1000;
+  tar_begin(&t);
+  tar_sparse(&t, "s", 1 << 20, 4096, 2000);
+  tar_end(&t);
+  expect_refused(&t, &lim, SBX_LIMIT_EXCEEDED, "more than 1000 bytes");
+  /* 1 MiB long, 900 bytes of data: within a 1000-byte limit. */
+  tar_begin(&t);
+  tar_sparse(&t, "s", 1 << 20, 4096, 900);
+  tar_end(&t);
+  struct outcome o = {0};
+  uint64_t members = 0;
+  cr_expect_eq(import_all("dst", t.buf.data, t.buf.len, 1 << 20, &lim,
+                          SBX__V1__COMPRESSION__COMPRESSION_AUTO, &members, &o),
+               0, "%s", o.msg);
+  char p[4200];
+  pathf(p, sizeof(p), "dst/s");
+  struct stat st;
+  cr_expect_eq(stat(p, &st), 0);
+  cr_expect_eq(st.st_size, 1 << 20);
+  free(t.buf.data);
+}
+
 Test(archive, zstd_round_trip) {
   build_tree("src");
   size_t len, plain_len;
