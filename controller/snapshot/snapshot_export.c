@@ -99,10 +99,16 @@ static void *export_reader(void *arg) {
  * while it is read (its size is then unknown until the end). */
 int snapshot_export_open(struct snapshot_exporter *x, struct sandbox *sb,
                          const struct snapshot_excludes *ex,
-                         enum snapshot_compression comp, uint64_t max_bytes,
-                         bool stream, struct sbx_error *e) {
+                         enum snapshot_compression comp,
+                         const struct snapshot_limits *lim, bool stream,
+                         struct sbx_error *e) {
+  uint64_t max_bytes = lim ? lim->max_input_bytes : UINT64_MAX;
   *x = (struct snapshot_exporter){.client = sb->client, .max = max_bytes};
+  Sbx__V1__ArchiveLimits al = SBX__V1__ARCHIVE_LIMITS__INIT;
+  if (lim)
+    al = snapshot_limits_proto(lim);
   Sbx__V1__ArchiveExportStart a = SBX__V1__ARCHIVE_EXPORT_START__INIT;
+  a.limits = lim ? &al : NULL;
   a.path = (char *)".";
   a.stream = stream;
   a.excludes = ex->v;
@@ -228,9 +234,8 @@ int snapshot_fingerprint(const struct snapshot_spec *spec, struct sandbox *sb,
   if (r < 0)
     return r;
   struct snapshot_exporter x;
-  r = snapshot_export_open(&x, sb, &ex,
-                           spec ? spec->compression : SNAPSHOT_ZSTD, UINT64_MAX,
-                           true, e);
+  r = snapshot_export_open(
+      &x, sb, &ex, spec ? spec->compression : SNAPSHOT_ZSTD, NULL, true, e);
   snapshot_excludes_free(&ex);
   struct sbx_sha256 sha;
   sbx_sha256_init(&sha);

@@ -33,6 +33,10 @@
 #include "shared/path.h"
 
 #define NAME_SHOWN 200 /* bytes of a name quoted in messages */
+/* Member names and symlink targets of one archive, NUL-terminated: what an
+ * import keeps of them (1 000 000 members of 256 bytes), and so what an
+ * export may produce. */
+#define NAME_POOL_MAX (256u << 20)
 
 /* ---- transfers and the table (xfer_table.c) ---- */
 
@@ -47,6 +51,12 @@ struct xfer_limits {
   uint64_t input_bytes;
   uint64_t extracted_bytes;
 };
+
+/* The limits of a transfer into OUT: the server's L, each lowered (never
+ * raised) by the client's AL (may be NULL; a 0 field keeps the server's). */
+void xfer_limits_make(const struct sandboxd_limits *l,
+                      const Sbx__V1__ArchiveLimits *al,
+                      struct xfer_limits *out);
 
 struct xfer {
   uint64_t handle;
@@ -116,7 +126,7 @@ struct xstream {
   bool started; /* the thread runs or ran: join it */
   bool cancel;  /* atomic: stop producing (close, expiry, shutdown) */
   /* the producer's job; its own until it is done */
-  struct sandboxd_limits lim;
+  struct xfer_limits lim;
   int dir_fd;
   int spool_fd; /* borrowed from the transfer */
   char *excl_pool;
@@ -135,11 +145,13 @@ struct xstream {
 };
 
 /* Writes the archive of DIR_FD, less the NEXCL excluded paths EXCL, into
- * OUT_FD (zstd at ZSTD_LEVEL when > 0) within the limits L; its size in
- * *TOTAL. With STREAM, publishes progress there and stops on its cancel. */
-int export_tree(const struct sandboxd_limits *l, struct sbx_error *e,
-                int dir_fd, int out_fd, char **excl, size_t nexcl,
-                int zstd_level, struct xstream *stream, uint64_t *total);
+ * OUT_FD (zstd at ZSTD_LEVEL when > 0) within the limits L, which are an
+ * import's (members, names, data, archive bytes): what it writes, an import
+ * with L accepts. Its size in *TOTAL. With STREAM, publishes progress there
+ * and stops on its cancel. */
+int export_tree(const struct xfer_limits *l, struct sbx_error *e, int dir_fd,
+                int out_fd, char **excl, size_t nexcl, int zstd_level,
+                struct xstream *stream, uint64_t *total);
 /* Tells S's producer to stop at its next write; does not wait. */
 void export_stream_cancel(struct xstream *s);
 /* Stops and joins S's producer, frees S. Accepts NULL; returns NULL. */

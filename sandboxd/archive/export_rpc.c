@@ -104,7 +104,7 @@ static int export_stream_start(struct rpc_call *c, struct xfer *x, int *dir_fd,
     free(s);
     return rpc_fail(c, SBX_OK, r, "cannot start the export: %s", strerror(r));
   }
-  s->lim = c->d->limits;
+  s->lim = x->lim;
   s->dir_fd = TAKE_FD(*dir_fd);
   x->spool_fd = TAKE_FD(*spool);
   s->spool_fd = x->spool_fd;
@@ -201,6 +201,7 @@ int rpc_archive_export_start(struct rpc_call *c) {
   x->kind = XFER_EXPORT;
   x->spool_fd = -1;
   x->dest_fd = -1;
+  xfer_limits_make(&c->d->limits, rq->limits, &x->lim);
   r = xfer_table_insert(c, x);
   if (r < 0) {
     xfer_free(x);
@@ -215,8 +216,8 @@ int rpc_archive_export_start(struct rpc_call *c) {
       return r;
     }
   } else {
-    r = export_tree(&c->d->limits, &c->err, dir_fd, spool, excl, nexcl, level,
-                    NULL, &total);
+    r = export_tree(&x->lim, &c->err, dir_fd, spool, excl, nexcl, level, NULL,
+                    &total);
     if (r < 0) {
       xfer_table_remove(c, x);
       return r;
@@ -242,11 +243,11 @@ int rpc_archive_export_start(struct rpc_call *c) {
 static int stream_wait(struct rpc_call *c, struct xstream *s, uint64_t offset,
                        uint64_t max, uint64_t *size, bool *done) {
   struct archive_table *t = c->d->archives;
-  if (offset > s->lim.archive_max_input_bytes)
+  if (offset > s->lim.input_bytes)
     return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
                     "offset %" PRIu64 " is past the largest archive (%" PRIu64
                     " bytes)",
-                    offset, s->lim.archive_max_input_bytes);
+                    offset, s->lim.input_bytes);
   uint64_t want = max < STREAM_MIN_REPLY ? max : STREAM_MIN_REPLY;
   uint64_t want_end = offset > UINT64_MAX - want ? UINT64_MAX : offset + want;
   pthread_mutex_lock(&s->mu);

@@ -73,6 +73,7 @@ struct exporter {
   size_t nexcl;
   uint64_t members, max_members;
   uint64_t data_bytes, max_data;
+  uint64_t names; /* bytes of names and symlink targets, as an import keeps */
   struct hardlink_slot *hl;
   size_t hl_n, hl_cap;
 };
@@ -228,6 +229,11 @@ static int ex_header(struct exporter *ex, const struct stat *st,
                          "the tree has more than %" PRIu64
                          " entries to archive",
                          ex->max_members);
+  ex->names += strlen(ex->path) + 1 + (symlink ? strlen(symlink) + 1 : 0);
+  if (ex->names > NAME_POOL_MAX)
+    return sbx_error_set(ex->e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "the tree's names and link targets exceed %u bytes",
+                         NAME_POOL_MAX);
   struct archive_entry *ent = archive_entry_clear(ex->ent);
   archive_entry_copy_pathname(ent, ex->path);
   archive_entry_set_mode(ent, st->st_mode);
@@ -582,18 +588,18 @@ static void exporter_fini(struct exporter *ex) {
 
 /* Writes the archive of DIR_FD into OUT_FD within the limits L; returns its
  * size in *TOTAL. With STREAM, publishes its progress there as it goes. */
-int export_tree(const struct sandboxd_limits *l, struct sbx_error *e,
-                int dir_fd, int out_fd, char **excl, size_t nexcl,
-                int zstd_level, struct xstream *stream, uint64_t *total) {
+int export_tree(const struct xfer_limits *l, struct sbx_error *e, int dir_fd,
+                int out_fd, char **excl, size_t nexcl, int zstd_level,
+                struct xstream *stream, uint64_t *total) {
   struct exporter ex = {
       .e = e,
       .out_fd = out_fd,
       .stream = stream,
-      .max_out = l->archive_max_input_bytes,
+      .max_out = l->input_bytes,
       .excl = excl,
       .nexcl = nexcl,
-      .max_members = l->archive_max_members,
-      .max_data = l->archive_max_extracted_bytes,
+      .max_members = l->members,
+      .max_data = l->extracted_bytes,
   };
   int r = 0;
   ex.obuf = malloc(OUT_BUF_BYTES);

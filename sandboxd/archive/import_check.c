@@ -24,7 +24,6 @@
  * CPU's cache, where 1 MiB ones went through memory (extraction 10-15%
  * slower on tmpfs). */
 #define READ_BLOCK_BYTES (64u << 10)
-#define NAME_POOL_MAX (64u << 20)     /* member names and link targets */
 #define SPARSE_SIZE_MAX (16ull << 40) /* a sparse file's size: ext4's most */
 #define HEADER_ALLOWANCE                                                       \
   (16u << 10) /* tar stream bytes per member beyond                            \

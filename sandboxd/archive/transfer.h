@@ -10,10 +10,14 @@
  * file with holes is archived sparse (GNU tar's pax format 1.0: its data
  * regions found with SEEK_DATA/SEEK_HOLE, at most 128, the rest as data),
  * so a 5 GiB file of a few blocks takes a few blocks, and is extracted with
- * the same holes. An export the server would refuse to import (more than
- * archive_max_members entries, archive_max_extracted_bytes of data, holes
- * not counted, or archive_max_input_bytes of archive) is refused with
- * LIMIT_EXCEEDED.
+ * the same holes. An export that an import with the same limits would
+ * refuse (more than archive_max_members entries, archive_max_extracted_bytes
+ * of data, holes not counted, archive_max_input_bytes of archive, or names
+ * and link targets over 256 MiB) is refused with LIMIT_EXCEEDED and the
+ * reason; ArchiveExportStart.limits lowers the server's for one export, as
+ * ArchiveImportStart.limits does for an import, so a client that will
+ * import the archive again (a snapshot) learns at export time that it could
+ * not.
  *
  * A streamed export (ArchiveExportStart.stream) is produced into the spool
  * by a thread of its own while reads serve the ranges already written: a

@@ -352,3 +352,33 @@ Test(session, a_venv_with_an_absolute_symlink_round_trips) {
   free(st);
   free(id);
 }
+
+Test(session, save_refuses_a_snapshot_its_limits_could_not_restore) {
+  char *id = create();
+  const char *ex[] = {"exec", id, "--", "touch", "other.txt", NULL};
+  free(sbx_sandbox_line(sdir, ex));
+  struct sbx_run_out r;
+  const char *args[] = {
+      "save", id, "--snapshot-dir", snaps, "--snapshot-max-members", "1", NULL};
+  sbx(&r, args);
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "more than 1 entries"), "%s", r.err);
+  cr_expect_str_eq(r.out, "", "no state for a refused snapshot");
+  sbx_run_free(&r);
+  const char *bad[] = {"save", id, "--snapshot-max-members", "lots", NULL};
+  sbx(&r, bad);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  sbx_run_free(&r);
+  /* The restore applies the limits it is given as well. */
+  char *st = save(id);
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  sbx_run_free(&r);
+  const char *res[] = {"resume", st, "--snapshot-max-members", "1", NULL};
+  sbx(&r, res);
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "more than 1 members"), "%s", r.err);
+  sbx_run_free(&r);
+  free(st);
+  free(id);
+}
