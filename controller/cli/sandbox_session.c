@@ -93,6 +93,25 @@ static json_t *session_state(const struct sandbox *sb,
   return TAKE_PTR(st);
 }
 
+/* Tells the person on stderr which files SNAP left out (they have hard
+ * links outside the workspace), so that a restore missing them is no
+ * surprise. The names come from sandboxd, checked printable by the
+ * client. */
+static void warn_skipped(const struct cli_common *c,
+                         const struct snapshot_record *snap) {
+  for (size_t i = 0; i < snap->nskipped; i++)
+    fprintf(stderr,
+            "%s: warning: \"%s\" is not in the snapshot: it has hard links "
+            "outside the workspace\n",
+            c->prog, snap->skipped[i]);
+  if (snap->skipped_total > snap->nskipped)
+    fprintf(stderr,
+            "%s: warning: and %llu more files with hard links outside the "
+            "workspace are not in the snapshot\n",
+            c->prog,
+            (unsigned long long)(snap->skipped_total - snap->nskipped));
+}
+
 /* Snapshots the attached SB (recorded as REC) by SPEC, traced as
  * sandbox.snapshot when OTEL_EXPORTER_OTLP_* asks for it, and prints its
  * session state; then prunes old local snapshots. The exit status. */
@@ -128,6 +147,7 @@ static int save_attached(struct cli_common *c, const struct snapshot_spec *spec,
   (void)trace_free(tracer);
   if (r < 0)
     return cli_fail(c, &e, r);
+  warn_skipped(c, &snap);
   _cleanup_json_ json_t *st = session_state(sb, rec, &snap);
   if (cli_print_json(c, st))
     return 1;

@@ -16,6 +16,9 @@
 void snapshot_record_clear(struct snapshot_record *r) {
   if (!r)
     return;
+  for (size_t i = 0; i < r->nskipped; i++)
+    free(r->skipped[i]);
+  free(r->skipped);
   free(r->location);
   memset(r, 0, sizeof(*r));
 }

@@ -103,6 +103,13 @@ struct snapshot_record {
   char sha256[65];  /* lowercase hex of the archive; "" for none */
   uint64_t size;    /* archive bytes */
   char version[32]; /* SNAPSHOT_FINGERPRINT_VERSION; "" for none */
+  /* What a save left out: files with hard links outside the workspace
+   * (their contents are not the workspace's). The first (at most 100)
+   * paths, new, printable UTF-8, and how many in all. For the person who
+   * asked for the snapshot; not part of a session state. */
+  char **skipped;
+  size_t nskipped;
+  uint64_t skipped_total;
 };
 
 struct snapshot_progress {
@@ -144,8 +151,10 @@ const char *snapshot_type_name(enum snapshot_type t);
  * hashed on the way. sandboxd builds it within SPEC's limits, which the
  * restore applies: a workspace the restore would refuse (too many entries,
  * too much data) is refused now with LIMIT_EXCEEDED and the reason, and
- * nothing is stored. Progress: "archiving" (sandboxd builds the archive;
- * one call before and one after), then "saving" (bytes stored). */
+ * nothing is stored. A file with hard links outside the workspace is left
+ * out (its contents are not the workspace's) and named in OUT->skipped for
+ * the caller to tell the person. Progress: "archiving" (sandboxd builds the
+ * archive; one call before and one after), then "saving" (bytes stored). */
 int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
                   const char *session_id, const char *const *excludes,
                   struct snapshot_record *out, snapshot_progress_fn progress,

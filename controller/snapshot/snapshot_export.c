@@ -15,6 +15,26 @@
 /* How long a streamed export may send nothing before we give up. */
 #define EXPORT_STALL_NS (120ull * 1000000000ull)
 
+/* Keeps the paths the eof reply R says sandboxd left out (checked by the
+ * client: few, printable) in X. */
+static int keep_skipped(struct snapshot_exporter *x,
+                        const Sbx__V1__ArchiveExportReadReply *r,
+                        struct sbx_error *e) {
+  x->skipped_total = r->skipped_count;
+  if (r->n_skipped == 0)
+    return 0;
+  x->skipped = calloc(r->n_skipped, sizeof(char *));
+  if (!x->skipped)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  for (size_t i = 0; i < r->n_skipped; i++) {
+    x->skipped[i] = strdup(r->skipped[i]);
+    if (!x->skipped[i])
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+    x->nskipped++;
+  }
+  return 0;
+}
+
 /* Fetches chunk after chunk until eof, an error or a stop. A size given at
  * start must be met exactly (the sandbox may lie); a streamed archive is
  * held to x->max as it arrives. */
@@ -42,6 +62,10 @@ static void *export_reader(void *arg) {
       break;
     Sbx__V1__ArchiveExportReadReply *c = rep->archive_export_read;
     eof = c->eof;
+    if (eof && (r = keep_skipped(x, c, &e)) < 0) {
+      sbx_client_reply_free(rep);
+      break;
+    }
     if (x->total && (c->data.len > want || c->data.len == 0 ||
                      eof != (off + c->data.len == x->total))) {
       r = sbx_error_set(&e, SBX_INTERNAL, EPROTO,
@@ -216,6 +240,11 @@ void snapshot_export_close(struct snapshot_exporter *x) {
   }
   sbx_client_reply_free(x->reply);
   x->reply = NULL;
+  for (size_t i = 0; i < x->nskipped; i++)
+    free(x->skipped[i]);
+  free(x->skipped);
+  x->skipped = NULL;
+  x->nskipped = 0;
   if (x->open) {
     struct sbx_error ignored = {0};
     if (sbx_archive_close(x->client, x->handle, &ignored) < 0)

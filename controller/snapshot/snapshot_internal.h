@@ -116,8 +116,12 @@ struct snapshot_exporter {
   size_t qhead, qcount;
   uint64_t fetched; /* archive bytes fetched by the reader */
   bool eof;         /* the reader has fetched the whole archive */
-  bool done;        /* the reader has stopped: end, error or stop */
-  bool stop;        /* the caller gave up */
+  /* the eof reply's paths sandboxd left out: new, and how many in all */
+  char **skipped;
+  size_t nskipped;
+  uint64_t skipped_total;
+  bool done; /* the reader has stopped: end, error or stop */
+  bool stop; /* the caller gave up */
   int err;
   struct sbx_error rerr;
 };

@@ -87,6 +87,14 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
     sbx_sha256_final(&s.sha, d);
     sbx_sha256_hex(d, out->sha256);
   }
+  if (r == 0) {
+    /* The whole archive was read: the reader wrote these before its last
+     * chunk, and writes nothing more. */
+    out->skipped = TAKE_PTR(s.ex.skipped);
+    out->nskipped = s.ex.nskipped;
+    out->skipped_total = s.ex.skipped_total;
+    s.ex.nskipped = 0;
+  }
   snapshot_export_close(&s.ex);
   if (r < 0) {
     snapshot_record_clear(out);

@@ -44,6 +44,7 @@ struct xstream *export_stream_free(struct xstream *s) {
     (void)close(s->dir_fd);
   free(s->excl);
   free(s->excl_pool);
+  export_skipped_fini(&s->skipped);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -57,7 +58,7 @@ static void *export_producer(void *arg) {
   struct sbx_error e = {0};
   uint64_t total = 0;
   int r = export_tree(&s->lim, &e, s->dir_fd, s->spool_fd, s->excl, s->nexcl,
-                      s->level, s, &total);
+                      s->level, s, &s->skipped, &total);
   (void)close(s->dir_fd);
   s->dir_fd = -1;
   if (r < 0) {
@@ -217,7 +218,7 @@ int rpc_archive_export_start(struct rpc_call *c) {
     }
   } else {
     r = export_tree(&x->lim, &c->err, dir_fd, spool, excl, nexcl, level, NULL,
-                    &total);
+                    &x->skipped, &total);
     if (r < 0) {
       xfer_table_remove(c, x);
       return r;
@@ -285,6 +286,26 @@ static int stream_wait(struct rpc_call *c, struct xstream *s, uint64_t offset,
   return 0;
 }
 
+/* Puts the names S holds into REP (copies in C's arena, which outlives X). */
+static int reply_skipped(struct rpc_call *c, const struct export_skipped *s,
+                         Sbx__V1__ArchiveExportReadReply *rep) {
+  rep->skipped_count = s->total;
+  if (s->n == 0)
+    return 0;
+  rep->skipped = sbx_arena_alloc(&c->arena, s->n * sizeof(char *));
+  if (!rep->skipped)
+    return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
+  for (size_t i = 0; i < s->n; i++) {
+    size_t len = strlen(s->names[i]) + 1;
+    rep->skipped[i] = sbx_arena_alloc(&c->arena, len);
+    if (!rep->skipped[i])
+      return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
+    memcpy(rep->skipped[i], s->names[i], len);
+  }
+  rep->n_skipped = s->n;
+  return 0;
+}
+
 /* The read RQ of the export X, which the call holds busy. */
 static int export_read(struct rpc_call *c, struct xfer *x, const void *arg) {
   const Sbx__V1__ArchiveExportRead *rq = arg;
@@ -328,6 +349,13 @@ static int export_read(struct rpc_call *c, struct xfer *x, const void *arg) {
   rep->data.len = n;
   rep->offset = rq->offset;
   rep->eof = done && rq->offset + n == size;
+  /* Production is over: the producer's list is no longer written. */
+  if (rep->eof) {
+    int r =
+        reply_skipped(c, x->stream ? &x->stream->skipped : &x->skipped, rep);
+    if (r < 0)
+      return r;
+  }
   c->resp->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_EXPORT_READ;
   c->resp->archive_export_read = rep;
   return 0;

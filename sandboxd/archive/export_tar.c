@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,12 +48,6 @@ struct file_map {
   uint64_t data; /* bytes in the regions (the size when not sparse) */
 };
 
-struct hardlink_slot {
-  dev_t dev;
-  ino_t ino;
-  char *path; /* new; NULL for an empty slot */
-};
-
 struct exporter {
   struct archive *a;
   struct archive_entry *ent;
@@ -74,8 +69,9 @@ struct exporter {
   uint64_t members, max_members;
   uint64_t data_bytes, max_data;
   uint64_t names; /* bytes of names and symlink targets, as an import keeps */
-  struct hardlink_slot *hl;
-  size_t hl_n, hl_cap;
+  int root_fd;    /* the exported directory */
+  struct export_links links;      /* files with several links, written last */
+  struct export_skipped *skipped; /* files left out: links outside */
 };
 
 /* Tells a streamed export's readers that ex->out_bytes are in the spool. */
@@ -164,58 +160,6 @@ static bool ex_excluded(const struct exporter *ex) {
     if (sbx_path_is_under(ex->excl[i], ex->path))
       return true;
   return false;
-}
-
-/* The slot hash of a file's identity for the hard link table. */
-static uint64_t hl_hash(dev_t dev, ino_t ino) {
-  uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
-  return h ^ (h >> 29);
-}
-
-/* The first path exported for DEV/INO, or NULL. */
-static const char *hl_find(const struct exporter *ex, dev_t dev, ino_t ino) {
-  if (ex->hl_cap == 0)
-    return NULL;
-  for (size_t i = hl_hash(dev, ino) & (ex->hl_cap - 1);;
-       i = (i + 1) & (ex->hl_cap - 1)) {
-    const struct hardlink_slot *s = &ex->hl[i];
-    if (!s->path)
-      return NULL;
-    if (s->dev == dev && s->ino == ino)
-      return s->path;
-  }
-}
-
-/* Records ex->path as the first path of DEV/INO, so later links to it are
- * archived as hard links; the table doubles at half full. */
-static int hl_add(struct exporter *ex, dev_t dev, ino_t ino) {
-  if ((ex->hl_n + 1) * 2 > ex->hl_cap) {
-    size_t cap = ex->hl_cap ? ex->hl_cap * 2 : 64;
-    struct hardlink_slot *n = calloc(cap, sizeof(*n));
-    if (!n)
-      return -ENOMEM;
-    for (size_t i = 0; i < ex->hl_cap; i++) {
-      struct hardlink_slot *s = &ex->hl[i];
-      if (!s->path)
-        continue;
-      size_t j = hl_hash(s->dev, s->ino) & (cap - 1);
-      while (n[j].path)
-        j = (j + 1) & (cap - 1);
-      n[j] = *s;
-    }
-    free(ex->hl);
-    ex->hl = n;
-    ex->hl_cap = cap;
-  }
-  char *p = strdup(ex->path);
-  if (!p)
-    return -ENOMEM;
-  size_t j = hl_hash(dev, ino) & (ex->hl_cap - 1);
-  while (ex->hl[j].path)
-    j = (j + 1) & (ex->hl_cap - 1);
-  ex->hl[j] = (struct hardlink_slot){.dev = dev, .ino = ino, .path = p};
-  ex->hl_n++;
-  return 0;
 }
 
 /* Writes the header of the member at ex->path; MAP (may be NULL) gives a
@@ -389,15 +333,25 @@ static int ex_file_data(struct exporter *ex, int fd, const struct stat *st) {
   return r;
 }
 
-/* Archives the regular file NAME in DFD (lstat'ed as LST). */
+/* Notes ex->path as a link of the file ST, which has more than one: it
+ * waits for the end of the walk (ex_links), when all its links in the tree
+ * are known. */
+static int ex_note_link(struct exporter *ex, const struct stat *st) {
+  int r = export_links_note(&ex->links, st->st_dev, st->st_ino, ex->path);
+  if (r == -E2BIG)
+    return sbx_error_set(ex->e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "the tree's hard-linked names exceed %u bytes",
+                         NAME_POOL_MAX);
+  return r < 0 ? sbx_error_set(ex->e, SBX_OK, -r, "out of memory") : 0;
+}
+
+/* Archives the regular file NAME in DFD (lstat'ed as LST), or notes it for
+ * later when it has more than one link. */
 static int ex_file(struct exporter *ex, int dfd, const char *name,
                    const struct stat *lst) {
   char q[NAME_SHOWN + 4];
-  if (lst->st_nlink > 1) {
-    const char *first = hl_find(ex, lst->st_dev, lst->st_ino);
-    if (first)
-      return ex_header(ex, lst, NULL, first, NULL);
-  }
+  if (lst->st_nlink > 1)
+    return ex_note_link(ex, lst);
   _cleanup_close_ int fd = openat(
       dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
@@ -412,12 +366,96 @@ static int ex_file(struct exporter *ex, int dfd, const char *name,
                          xfer_shown(ex->path, q), strerror(errno));
   if (!S_ISREG(st.st_mode))
     return 0; /* replaced by something else meanwhile */
-  if (st.st_nlink > 1) {
-    int r = hl_add(ex, st.st_dev, st.st_ino);
-    if (r < 0)
-      return sbx_error_set(ex->e, SBX_OK, -r, "out of memory");
-  }
+  if (st.st_nlink > 1)
+    return ex_note_link(ex, &st); /* linked meanwhile */
   return ex_file_data(ex, fd, &st);
+}
+
+/* Finds the first of file K's paths that is still K beneath the exported
+ * directory (not through a link): its path in ex->path, its stat in *ST.
+ * 0, or -ENOENT when none is (all removed or replaced meanwhile). Only
+ * looks (O_PATH): a file left out need not be readable. */
+static int ex_link_find(struct exporter *ex, const struct export_link *k,
+                        struct stat *st) {
+  uint32_t at = UINT32_MAX;
+  for (const char *p; (p = export_links_path(&ex->links, k, &at));) {
+    int fd = sbx_openat2(ex->root_fd, p, O_PATH | O_NOFOLLOW, 0,
+                         RESOLVE_NO_SYMLINKS);
+    if (fd < 0)
+      continue; /* changed meanwhile */
+    int r = fstat(fd, st);
+    (void)close(fd);
+    if (r == 0 && S_ISREG(st->st_mode) && st->st_dev == k->dev &&
+        st->st_ino == k->ino) {
+      (void)snprintf(ex->path, sizeof(ex->path), "%s", p);
+      return 0;
+    }
+  }
+  return -ENOENT;
+}
+
+/* Opens ex->path, file K, for reading; its stat in *ST. -ENOENT when it
+ * changed meanwhile. */
+static int ex_link_open(struct exporter *ex, const struct export_link *k,
+                        struct stat *st) {
+  char q[NAME_SHOWN + 4];
+  int fd = sbx_openat2(ex->root_fd, ex->path,
+                       O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0,
+                       RESOLVE_NO_SYMLINKS);
+  if (fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
+    return -ENOENT;
+  if (fd < 0)
+    return sbx_error_set(ex->e, SBX_OK, -fd, "cannot read \"%s\": %s",
+                         xfer_shown(ex->path, q), strerror(-fd));
+  if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_dev == k->dev &&
+      st->st_ino == k->ino)
+    return fd;
+  (void)close(fd);
+  return -ENOENT;
+}
+
+/* Archives the files with more than one link, in the order they were met:
+ * each as a regular file at its first path and hard links at the others.
+ * A file with links outside the exported tree (more links than the walk
+ * met) is left out, each of its paths named in ex->skipped: its contents
+ * are not the tree's to give (another sandbox's token, a cache outside the
+ * workspace), and a hard link out of the archive cannot be restored. */
+static int ex_links(struct exporter *ex) {
+  for (size_t i = 0; i < ex->links.n; i++) {
+    const struct export_link *k = &ex->links.v[i];
+    struct stat st;
+    if (ex_link_find(ex, k, &st) < 0)
+      continue;
+    /* Opened only when it is to be archived; then its stat is the fd's. */
+    _cleanup_close_ int fd = -1;
+    if (st.st_nlink <= k->seen) {
+      fd = ex_link_open(ex, k, &st);
+      if (fd == -ENOENT)
+        continue;
+      if (fd < 0)
+        return fd;
+    }
+    uint32_t at = UINT32_MAX;
+    if (st.st_nlink > k->seen) {
+      for (const char *p; (p = export_links_path(&ex->links, k, &at));)
+        if (ex->skipped && export_skipped_add(ex->skipped, p) < 0)
+          return sbx_error_set(ex->e, SBX_OK, ENOMEM, "out of memory");
+      continue;
+    }
+    char first[SBX_PATH_MAX];
+    memcpy(first, ex->path, sizeof(first));
+    int r = ex_file_data(ex, fd, &st);
+    for (const char *p;
+         r == 0 && (p = export_links_path(&ex->links, k, &at));) {
+      if (strcmp(p, first) == 0)
+        continue;
+      (void)snprintf(ex->path, sizeof(ex->path), "%s", p);
+      r = ex_header(ex, &st, NULL, first, NULL);
+    }
+    if (r < 0)
+      return r;
+  }
+  return 0;
 }
 
 static int ex_dir(struct exporter *ex, int dfd, size_t plen, unsigned depth);
@@ -578,9 +616,7 @@ static void exporter_fini(struct exporter *ex) {
     archive_write_free(ex->a);
   if (ex->ent)
     archive_entry_free(ex->ent);
-  for (size_t i = 0; i < ex->hl_cap; i++)
-    free(ex->hl[i].path);
-  free(ex->hl);
+  export_links_fini(&ex->links);
   free(ex->obuf);
   free(ex->rbuf);
   free(ex->zbuf);
@@ -590,11 +626,14 @@ static void exporter_fini(struct exporter *ex) {
  * size in *TOTAL. With STREAM, publishes its progress there as it goes. */
 int export_tree(const struct xfer_limits *l, struct sbx_error *e, int dir_fd,
                 int out_fd, char **excl, size_t nexcl, int zstd_level,
-                struct xstream *stream, uint64_t *total) {
+                struct xstream *stream, struct export_skipped *skipped,
+                uint64_t *total) {
   struct exporter ex = {
       .e = e,
       .out_fd = out_fd,
       .stream = stream,
+      .root_fd = dir_fd,
+      .skipped = skipped,
       .max_out = l->input_bytes,
       .excl = excl,
       .nexcl = nexcl,
@@ -634,6 +673,8 @@ int export_tree(const struct xfer_limits *l, struct sbx_error *e, int dir_fd,
   }
   if (!(nexcl == 1 && strcmp(excl[0], ".") == 0)) {
     r = ex_dir(&ex, dir_fd, 0, 0);
+    if (r == 0)
+      r = ex_links(&ex);
     if (r < 0)
       goto out;
   }

@@ -7,6 +7,12 @@
  * gives the same bytes: mtimes come from the files, owners are numeric, no
  * user or group names, no atime/ctime. Kept: regular files, directories,
  * symlinks (as symlinks), hard links; skipped: sockets, fifos, devices. A
+ * file with several links is archived after the walk, once its links in
+ * the tree are known: at its first path, with hard links at the others. A
+ * file with links outside the exported tree (elsewhere, or in an excluded
+ * path) is left out, neither opened nor read, and the final read's reply
+ * names it (skipped): its contents are not the tree's (another sandbox's
+ * token, a cache), and the import could not restore the link anyway. A
  * file with holes is archived sparse (GNU tar's pax format 1.0: its data
  * regions found with SEEK_DATA/SEEK_HOLE, at most 128, the rest as data),
  * so a 5 GiB file of a few blocks takes a few blocks, and is extracted with

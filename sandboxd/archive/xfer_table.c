@@ -25,6 +25,7 @@ struct xfer *xfer_free(struct xfer *x) {
   if (!x)
     return NULL;
   export_stream_free(x->stream);
+  export_skipped_fini(&x->skipped);
   stage_free(x->stage);
   if (x->spool_fd >= 0)
     (void)close(x->spool_fd);

@@ -2,6 +2,7 @@
  * sandbox resume reconnects to the live sandbox, or restores the snapshot
  * into a new one, or says why it cannot. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,5 +381,84 @@ Test(session, save_refuses_a_snapshot_its_limits_could_not_restore) {
   cr_expect(strstr(r.err, "more than 1 members"), "%s", r.err);
   sbx_run_free(&r);
   free(st);
+  free(id);
+}
+
+/* The "local" object of sbx sandbox info ID (new). */
+static json_t *local_info(const char *id) {
+  struct sbx_run_out r;
+  const char *args[] = {"--json", "info", id, NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  json_t *j = json_loads(r.out, 0, NULL);
+  cr_assert_not_null(j, "%s", r.out);
+  sbx_run_free(&r);
+  json_t *l = json_incref(json_object_get(j, "local"));
+  json_decref(j);
+  cr_assert_not_null(l);
+  return l;
+}
+
+Test(session, a_file_hard_linked_outside_is_left_out_and_named) {
+  /* Another sandbox's token, hard-linked into this one's workspace: the
+   * snapshot leaves it out, and the person saving is told which file. */
+  char *id = create();
+  const char *args[] = {"create", NULL};
+  char *other = sbx_sandbox_line(sdir, args);
+  json_t *mine = local_info(id), *theirs = local_info(other);
+  const char *ws = json_string_value(json_object_get(mine, "workspace"));
+  const char *tok = json_string_value(json_object_get(theirs, "token_file"));
+  cr_assert(ws && tok);
+  char link_path[512];
+  (void)snprintf(link_path, sizeof(link_path), "%s/stolen-token", ws);
+  cr_assert_eq(link(tok, link_path), 0, "link %s: %s", tok, strerror(errno));
+  struct sbx_run_out r;
+  const char *sv[] = {"save", id, "--snapshot-dir", snaps, NULL};
+  sbx(&r, sv);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.err, "\"stolen-token\" is not in the snapshot: it has "
+                          "hard links outside the workspace"),
+            "%s", r.err);
+  json_t *st = json_loads(r.out, 0, NULL);
+  cr_assert_not_null(st, "%s", r.out);
+  sbx_run_free(&r);
+  const char *loc = json_string_value(
+      json_object_get(json_object_get(st, "snapshot"), "location"));
+  cr_assert_not_null(loc);
+  char cmd[700];
+  (void)snprintf(cmd, sizeof(cmd), "tar -I zstd -tf %s > %s/list.txt", loc,
+                 dir);
+  cr_assert_eq(system(cmd), 0);
+  char lp[160];
+  (void)snprintf(lp, sizeof(lp), "%s/list.txt", dir);
+  FILE *f = fopen(lp, "r");
+  cr_assert_not_null(f);
+  char *text = NULL;
+  size_t cap = 0;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_expect(text && strstr(text, "notes.txt"), "%s", text);
+  cr_expect(text && !strstr(text, "stolen-token"), "%s", text);
+  free(text);
+  /* A copy out (an export too) leaves it out and says so. */
+  char from[64], to[160];
+  (void)snprintf(from, sizeof(from), "%s:.", id);
+  (void)snprintf(to, sizeof(to), "%s/out", dir);
+  const char *cp[] = {"cp", from, to, NULL};
+  sbx(&r, cp);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.err, "\"stolen-token\" in \".\" was not copied: it has "
+                          "hard links outside it"),
+            "%s", r.err);
+  sbx_run_free(&r);
+  char copied[200];
+  (void)snprintf(copied, sizeof(copied), "%s/out/notes.txt", dir);
+  cr_expect_eq(access(copied, F_OK), 0, "%s was not copied", copied);
+  (void)snprintf(copied, sizeof(copied), "%s/out/stolen-token", dir);
+  cr_expect_neq(access(copied, F_OK), 0, "%s was copied", copied);
+  json_decref(st);
+  json_decref(mine);
+  json_decref(theirs);
+  free(other);
   free(id);
 }

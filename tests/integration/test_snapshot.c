@@ -410,6 +410,45 @@ Test(snapshot, a_150k_file_workspace_saves_and_restores, .timeout = 600) {
   snapshot_record_clear(&rec);
 }
 
+Test(snapshot, files_hard_linked_outside_the_workspace_are_left_out) {
+  /* secret.txt outside the workspace, hard-linked in as "token": its
+   * contents are not the workspace's. "a" and "b" link each other only. */
+  fill();
+  char outside[256], in[512];
+  (void)snprintf(outside, sizeof(outside), "%s/secret.txt", scratch);
+  FILE *f = fopen(outside, "w");
+  cr_assert_not_null(f);
+  fputs("another sandbox's token\n", f);
+  fclose(f);
+  host_path("src/token", in, sizeof(in));
+  cr_assert_eq(link(outside, in), 0, "%s", strerror(errno));
+  put_str("a", "linked inside\n", 0644);
+  char a[512], b[512];
+  host_path("a", a, sizeof(a));
+  host_path("b", b, sizeof(b));
+  cr_assert_eq(link(a, b), 0);
+  struct snapshot_spec spec = local_spec();
+  struct snapshot_record rec = {0};
+  struct sbx_error e = {0};
+  cr_assert_eq(snapshot_save(&spec, &SB, NULL, NULL, &rec, NULL, NULL, &e), 0,
+               "%s", e.msg);
+  cr_expect_eq(rec.skipped_total, 1);
+  cr_assert_eq(rec.nskipped, 1);
+  cr_expect_str_eq(rec.skipped[0], "src/token");
+  wipe();
+  cr_assert_eq(
+      snapshot_restore(&spec, &rec, &SB, NULL, NULL, NULL, NULL, NULL, &e), 0,
+      "%s", e.msg);
+  expect_filled();
+  cr_expect_not(exists("src/token"), "the outside file was saved");
+  expect_file("b", "linked inside\n", 0644);
+  struct stat s1, s2;
+  cr_assert_eq(stat(a, &s1), 0);
+  cr_assert_eq(stat(b, &s2), 0);
+  cr_expect_eq(s1.st_ino, s2.st_ino, "a and b are one file again");
+  snapshot_record_clear(&rec);
+}
+
 Test(snapshot, snapshot_over_its_limit_is_refused_and_leaves_no_file) {
   fill();
   struct snapshot_spec spec = local_spec();

@@ -91,6 +91,14 @@ static int export_start(const char *path, const char **excl, size_t nexcl,
   return export_start_as(path, excl, nexcl, comp, 0, false, handle, total, o);
 }
 
+/* What the last export's final read said it left out. */
+#define SKIPPED_KEPT 120
+static struct {
+  size_t n;
+  uint64_t total;
+  char names[SKIPPED_KEPT][64];
+} last_skipped;
+
 static int export_read(uint64_t handle, uint64_t off, uint32_t max,
                        unsigned char *dst, size_t *got, bool *eof,
                        struct outcome *o) {
@@ -113,6 +121,15 @@ static int export_read(uint64_t handle, uint64_t off, uint32_t max,
     memcpy(dst, r->data.data, r->data.len);
     *got = r->data.len;
     *eof = r->eof;
+    cr_expect(r->eof || (r->n_skipped == 0 && r->skipped_count == 0),
+              "the paths left out come with the end");
+    if (r->eof) {
+      last_skipped.total = r->skipped_count;
+      last_skipped.n = r->n_skipped;
+      for (size_t i = 0; i < r->n_skipped && i < SKIPPED_KEPT; i++)
+        (void)snprintf(last_skipped.names[i], sizeof(last_skipped.names[i]),
+                       "%s", r->skipped[i]);
+    }
   }
   harness_call_free(hc);
   return rc;
@@ -896,8 +913,15 @@ Test(archive, export_is_a_plain_sorted_pax_tar) {
     cr_expect(!gn || !*gn, "no group name: %s", gn);
     cr_expect_eq(archive_entry_atime_is_set(e), 0, "no atime: %s", p);
     cr_expect_eq(archive_entry_ctime_is_set(e), 0, "no ctime: %s", p);
-    /* Depth-first in name order: paths ascend component by component. */
-    cr_expect_gt(cmp_components(p, prev), 0, "%s after %s", p, prev);
+    /* Depth-first in name order: paths ascend component by component;
+     * then the files with several links, in the order met (a/data-link,
+     * then its link data.bin), once all their links are known. */
+    if (n == 16)
+      prev[0] = '\0';
+    if (n < 16)
+      cr_expect_gt(cmp_components(p, prev), 0, "%s after %s", p, prev);
+    else
+      cr_expect_str_eq(p, n == 16 ? "a/data-link" : "data.bin");
     (void)snprintf(prev, sizeof(prev), "%s", p);
     if (archive_entry_hardlink(e))
       saw_hard = strcmp(archive_entry_hardlink(e), "a/data-link") == 0 ||
@@ -1104,6 +1128,94 @@ Test(archive, sparse_members_count_their_data) {
   cr_expect_eq(stat(p, &st), 0);
   cr_expect_eq(st.st_size, 1 << 20);
   free(t.buf.data);
+}
+
+/* The members' names in the plain tar TAR (LEN bytes), one a line. */
+static char *tar_names(const unsigned char *tar, size_t len) {
+  struct archive *a = archive_read_new();
+  archive_read_support_format_tar(a);
+  cr_assert_eq(archive_read_open_memory(a, tar, len), ARCHIVE_OK);
+  char *out = NULL;
+  size_t cap = 0;
+  FILE *f = open_memstream(&out, &cap);
+  cr_assert_not_null(f);
+  struct archive_entry *e;
+  while (archive_read_next_header(a, &e) == ARCHIVE_OK)
+    fprintf(f, "%s%s\n", archive_entry_pathname(e),
+            archive_entry_hardlink(e) ? " (link)" : "");
+  archive_read_free(a);
+  fclose(f);
+  return out;
+}
+
+Test(archive, files_hard_linked_outside_are_left_out_and_named) {
+  /* "src/token" is another link of "secret", outside the exported tree:
+   * its contents are not the tree's. "src/a" and "src/b" link only each
+   * other; "src/c" has its other link in an excluded directory. */
+  mk_dir("src", 0755);
+  mk_dir("src/skip", 0755);
+  mk_file("secret", "another sandbox's token", 23, 0600);
+  mk_file("src/a", "ab", 2, 0644);
+  mk_file("src/c", "c", 1, 0644);
+  mk_file("src/plain", "plain", 5, 0644);
+  const char *pairs[][2] = {
+      {"secret", "src/token"}, {"src/a", "src/b"}, {"src/c", "src/skip/c2"}};
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(pairs); i++) {
+    char from[4200], to[4200];
+    pathf(from, sizeof(from), pairs[i][0]);
+    pathf(to, sizeof(to), pairs[i][1]);
+    cr_assert_eq(link(from, to), 0);
+  }
+  const char *excl[] = {"skip"};
+  for (int streamed = 0; streamed < 2; streamed++) {
+    memset(&last_skipped, 0, sizeof(last_skipped));
+    uint64_t handle, total;
+    struct outcome o = {0};
+    cr_assert_eq(export_start_as("src", excl, 1,
+                                 SBX__V1__COMPRESSION__COMPRESSION_NONE, 0,
+                                 streamed, &handle, &total, &o),
+                 0, "%s", o.msg);
+    static unsigned char buf[1 << 20];
+    size_t off = 0, got = 0;
+    bool eof = false;
+    while (!eof) {
+      cr_assert_eq(export_read(handle, off, 1 << 16, buf + off, &got, &eof, &o),
+                   0, "%s", o.msg);
+      off += got;
+    }
+    cr_assert_eq(archive_close(handle, NULL), 0);
+    char *names = tar_names(buf, off);
+    cr_expect_str_eq(names, "plain\na\nb (link)\n", "streamed %d", streamed);
+    free(names);
+    cr_expect_eq(last_skipped.total, 2);
+    cr_expect_eq(last_skipped.n, 2);
+    cr_expect_str_eq(last_skipped.names[0], "c");
+    cr_expect_str_eq(last_skipped.names[1], "token");
+  }
+}
+
+Test(archive, many_files_left_out_are_counted) {
+  /* Names are reported up to 100; the count is whole. */
+  mk_dir("src", 0755);
+  mk_file("outside", "x", 1, 0644);
+  char from[4200];
+  pathf(from, sizeof(from), "outside");
+  for (int i = 0; i < 150; i++) {
+    char rel[64], to[4200];
+    (void)snprintf(rel, sizeof(rel), "src/l%03d", i);
+    pathf(to, sizeof(to), rel);
+    cr_assert_eq(link(from, to), 0);
+  }
+  memset(&last_skipped, 0, sizeof(last_skipped));
+  size_t len;
+  unsigned char *tar =
+      export_all("src", NULL, 0, SBX__V1__COMPRESSION__COMPRESSION_NONE,
+                 odd_chunks, SBX_ARRAY_SIZE(odd_chunks), &len);
+  cr_expect_eq(len, 1024, "an empty archive: %zu bytes", len);
+  cr_expect_eq(last_skipped.total, 150);
+  cr_expect_eq(last_skipped.n, 100);
+  cr_expect_str_eq(last_skipped.names[99], "l099");
+  free(tar);
 }
 
 Test(archive, zstd_round_trip) {
