@@ -252,6 +252,34 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A snapshot saved by SPEC (NULL: local_spec()), the workspace wiped, and
+ * the snapshot restored: the record (to clear), the restore's result, and
+ * the seconds each took. */
+struct round_trip {
+  struct snapshot_record rec;
+  struct snapshot_restore_result res;
+  double save_s, restore_s;
+};
+
+static void save_wipe_restore(const struct snapshot_spec *spec,
+                              struct round_trip *rt) {
+  struct snapshot_spec local = local_spec();
+  if (!spec)
+    spec = &local;
+  struct sbx_error e = {0};
+  double t0 = now_s();
+  cr_assert_eq(snapshot_save(spec, &SB, NULL, NULL, &rt->rec, NULL, NULL, &e),
+               0, "%s", e.msg);
+  double t1 = now_s();
+  wipe();
+  double t2 = now_s();
+  cr_assert_eq(snapshot_restore(spec, &rt->rec, &SB, NULL, NULL, &rt->res, NULL,
+                                NULL, &e),
+               0, "%s", e.msg);
+  rt->save_s = t1 - t0;
+  rt->restore_s = now_s() - t2;
+}
+
 #define SPARSE_SIZE (5ull << 30)
 
 Test(snapshot, sparse_file_stays_sparse_through_save_and_restore) {
@@ -270,25 +298,14 @@ Test(snapshot, sparse_file_stays_sparse_through_save_and_restore) {
   cr_assert_eq(stat(p, &st), 0);
   cr_assert_lt(st.st_blocks, 1024, "the file system keeps no holes");
   put_str("small.txt", "small\n", 0644);
-  struct snapshot_spec spec = local_spec();
-  struct snapshot_record rec = {0};
-  struct sbx_error e = {0};
-  double t0 = now_s();
-  cr_assert_eq(snapshot_save(&spec, &SB, NULL, NULL, &rec, NULL, NULL, &e), 0,
-               "%s", e.msg);
-  double t1 = now_s();
-  cr_expect_lt(rec.size, 64u << 10, "archive of %llu bytes",
-               (unsigned long long)rec.size);
-  wipe();
-  struct snapshot_restore_result res = {0};
-  double t2 = now_s();
-  cr_assert_eq(
-      snapshot_restore(&spec, &rec, &SB, NULL, NULL, &res, NULL, NULL, &e), 0,
-      "%s", e.msg);
-  double t3 = now_s();
+  struct round_trip rt = {0};
+  save_wipe_restore(NULL, &rt);
   cr_log_warn("sparse %llu bytes: save %.3f s, restore %.3f s, archive %llu "
               "bytes",
-              SPARSE_SIZE, t1 - t0, t3 - t2, (unsigned long long)rec.size);
+              SPARSE_SIZE, rt.save_s, rt.restore_s,
+              (unsigned long long)rt.rec.size);
+  cr_expect_lt(rt.rec.size, 64u << 10, "archive of %llu bytes",
+               (unsigned long long)rt.rec.size);
   cr_assert_eq(stat(p, &st), 0, "disk.img is missing");
   cr_expect_eq((unsigned long long)st.st_size, SPARSE_SIZE);
   cr_expect_lt(st.st_blocks, 1024, "restored with %lld blocks: not sparse",
@@ -305,7 +322,7 @@ Test(snapshot, sparse_file_stays_sparse_through_save_and_restore) {
   cr_expect(!z[0] && !z[4], "a hole reads as zeros");
   close(fd);
   expect_file("small.txt", "small\n", 0644);
-  snapshot_record_clear(&rec);
+  snapshot_record_clear(&rt.rec);
 }
 
 Test(snapshot, save_refuses_what_restore_would_refuse) {
@@ -329,14 +346,10 @@ Test(snapshot, save_refuses_what_restore_would_refuse) {
   /* Within them, it saves and restores. */
   spec.limits.max_extracted_bytes = 0;
   spec.limits.max_members = 64;
-  cr_assert_eq(snapshot_save(&spec, &SB, NULL, NULL, &rec, NULL, NULL, &e), 0,
-               "%s", e.msg);
-  wipe();
-  cr_assert_eq(
-      snapshot_restore(&spec, &rec, &SB, NULL, NULL, NULL, NULL, NULL, &e), 0,
-      "%s", e.msg);
+  struct round_trip rt = {0};
+  save_wipe_restore(&spec, &rt);
   expect_filled();
-  snapshot_record_clear(&rec);
+  snapshot_record_clear(&rt.rec);
 }
 
 #define MANY_DIRS 150
@@ -385,29 +398,18 @@ Test(snapshot, a_150k_file_workspace_saves_and_restores, .timeout = 600) {
     close(dfd);
   }
   double t1 = now_s();
-  struct snapshot_spec spec = local_spec();
-  struct snapshot_record rec = {0};
-  struct sbx_error e = {0};
-  cr_assert_eq(snapshot_save(&spec, &SB, NULL, NULL, &rec, NULL, NULL, &e), 0,
-               "%s", e.msg);
-  double t2 = now_s();
-  wipe();
-  struct snapshot_restore_result res = {0};
-  double t3 = now_s();
-  cr_assert_eq(
-      snapshot_restore(&spec, &rec, &SB, NULL, NULL, &res, NULL, NULL, &e), 0,
-      "%s", e.msg);
-  double t4 = now_s();
+  struct round_trip rt = {0};
+  save_wipe_restore(NULL, &rt);
   cr_log_warn("%d files: created in %.2f s, saved in %.2f s (%llu bytes), "
               "restored in %.2f s",
-              MANY_DIRS * MANY_FILES, t1 - t0, t2 - t1,
-              (unsigned long long)rec.size, t4 - t3);
-  cr_expect_eq(res.members, MANY_DIRS * MANY_FILES + MANY_DIRS);
+              MANY_DIRS * MANY_FILES, t1 - t0, rt.save_s,
+              (unsigned long long)rt.rec.size, rt.restore_s);
+  cr_expect_eq(rt.res.members, MANY_DIRS * MANY_FILES + MANY_DIRS);
   cr_expect_eq(count_files(T.root), (size_t)MANY_DIRS * MANY_FILES);
   expect_file("pkg000/f0000.c", "0/0\n", 0644);
   expect_file("pkg149/f0999.c", "149/999\n", 0644);
   expect_file("pkg077/f0500.c", "77/500\n", 0644);
-  snapshot_record_clear(&rec);
+  snapshot_record_clear(&rt.rec);
 }
 
 Test(snapshot, files_hard_linked_outside_the_workspace_are_left_out) {
@@ -427,18 +429,11 @@ Test(snapshot, files_hard_linked_outside_the_workspace_are_left_out) {
   host_path("a", a, sizeof(a));
   host_path("b", b, sizeof(b));
   cr_assert_eq(link(a, b), 0);
-  struct snapshot_spec spec = local_spec();
-  struct snapshot_record rec = {0};
-  struct sbx_error e = {0};
-  cr_assert_eq(snapshot_save(&spec, &SB, NULL, NULL, &rec, NULL, NULL, &e), 0,
-               "%s", e.msg);
-  cr_expect_eq(rec.skipped_total, 1);
-  cr_assert_eq(rec.nskipped, 1);
-  cr_expect_str_eq(rec.skipped[0], "src/token");
-  wipe();
-  cr_assert_eq(
-      snapshot_restore(&spec, &rec, &SB, NULL, NULL, NULL, NULL, NULL, &e), 0,
-      "%s", e.msg);
+  struct round_trip rt = {0};
+  save_wipe_restore(NULL, &rt);
+  cr_expect_eq(rt.rec.skipped_total, 1);
+  cr_assert_eq(rt.rec.nskipped, 1);
+  cr_expect_str_eq(rt.rec.skipped[0], "src/token");
   expect_filled();
   cr_expect_not(exists("src/token"), "the outside file was saved");
   expect_file("b", "linked inside\n", 0644);
@@ -446,7 +441,7 @@ Test(snapshot, files_hard_linked_outside_the_workspace_are_left_out) {
   cr_assert_eq(stat(a, &s1), 0);
   cr_assert_eq(stat(b, &s2), 0);
   cr_expect_eq(s1.st_ino, s2.st_ino, "a and b are one file again");
-  snapshot_record_clear(&rec);
+  snapshot_record_clear(&rt.rec);
 }
 
 Test(snapshot, snapshot_over_its_limit_is_refused_and_leaves_no_file) {

@@ -892,6 +892,17 @@ static int cmp_components(const char *a, const char *b) {
   }
 }
 
+/* Extracts the plain tar TAR (LEN bytes) with GNU tar into "gnu". */
+static void gnu_extract(const unsigned char *tar, size_t len) {
+  char cmd[8600], tarpath[4200], out[4200];
+  pathf(tarpath, sizeof(tarpath), "x.tar");
+  pathf(out, sizeof(out), "gnu");
+  mk_file("x.tar", tar, len, 0644);
+  mk_dir("gnu", 0755);
+  (void)snprintf(cmd, sizeof(cmd), "tar -xf %s -C %s 2>&1", tarpath, out);
+  cr_expect_eq(system(cmd), 0, "GNU tar extracts the export");
+}
+
 Test(archive, export_is_a_plain_sorted_pax_tar) {
   build_tree("src");
   size_t len;
@@ -936,13 +947,7 @@ Test(archive, export_is_a_plain_sorted_pax_tar) {
   cr_expect(saw_hard, "a hard link entry");
   cr_expect(saw_link, "dirlink stored as a symlink");
   /* GNU tar reads it too. */
-  char cmd[8600], tarpath[4200], out[4200];
-  pathf(tarpath, sizeof(tarpath), "x.tar");
-  pathf(out, sizeof(out), "gnu");
-  mk_file("x.tar", tar, len, 0644);
-  mk_dir("gnu", 0755);
-  (void)snprintf(cmd, sizeof(cmd), "tar -xf %s -C %s 2>&1", tarpath, out);
-  cr_expect_eq(system(cmd), 0, "GNU tar extracts the export");
+  gnu_extract(tar, len);
   char a1[4200];
   pathf(a1, sizeof(a1), "gnu/a/b/c/deep.txt");
   cr_expect(exists_abs(a1));
@@ -1053,13 +1058,7 @@ Test(archive, sparse_files_stay_sparse) {
                   (80 << 20) / 512);
   }
   /* GNU tar reads the sparse members too. */
-  char cmd[8600], tarpath[4200], out[4200];
-  pathf(tarpath, sizeof(tarpath), "x.tar");
-  pathf(out, sizeof(out), "gnu");
-  mk_file("x.tar", tar, len, 0644);
-  mk_dir("gnu", 0755);
-  (void)snprintf(cmd, sizeof(cmd), "tar -xf %s -C %s 2>&1", tarpath, out);
-  cr_expect_eq(system(cmd), 0, "GNU tar extracts the export");
+  gnu_extract(tar, len);
   expect_sparse("gnu/few", 4ull << 30, few, SBX_ARRAY_SIZE(few), 2ull << 30,
                 1024);
   free(tar);
@@ -1280,13 +1279,7 @@ Test(archive, non_ascii_names_round_trip) {
   pathf(b, sizeof(b), "dst");
   compare_trees(a, b, true);
   /* GNU tar sees the same names. */
-  char cmd[8600], tarpath[4200], out[4200];
-  pathf(tarpath, sizeof(tarpath), "x.tar");
-  pathf(out, sizeof(out), "gnu");
-  mk_file("x.tar", tar, len, 0644);
-  mk_dir("gnu", 0755);
-  (void)snprintf(cmd, sizeof(cmd), "tar -xf %s -C %s 2>&1", tarpath, out);
-  cr_expect_eq(system(cmd), 0);
+  gnu_extract(tar, len);
   pathf(a, sizeof(a), "gnu/caf\xc3\xa9/\xe6\x97\xa5\xe6\x9c\xac.txt");
   cr_expect(exists_abs(a), "GNU tar extracts the UTF-8 name");
   pathf(a, sizeof(a), "gnu/bad\xff\xfe");
