@@ -761,7 +761,15 @@ int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
   if (ret < 0)
     return ret;
   Sbx__V1__ArchiveExportReadReply *x = r->archive_export_read;
-  if ((max_bytes && x->data.len > max_bytes) || x->offset != offset) {
+  bool bad = (max_bytes && x->data.len > max_bytes) || x->offset != offset ||
+             x->n_skipped > 100 || x->n_skipped > x->skipped_count;
+  for (size_t i = 0; !bad && i < x->n_skipped; i++) {
+    size_t n = strlen(x->skipped[i]);
+    bad = n >= SBX_PATH_MAX || !sbx_utf8_valid(x->skipped[i], n);
+    for (size_t k = 0; !bad && k < n; k++)
+      bad = (unsigned char)x->skipped[i][k] < 0x20 || x->skipped[i][k] == 0x7f;
+  }
+  if (bad) {
     sbx_client_reply_free(r);
     return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                          "sandboxd sent an inconsistent archive chunk");

@@ -123,7 +123,9 @@ int sbx_archive_export_start(struct sbx_client *c,
                              Sbx__V1__Response **out, struct sbx_error *e);
 /* A chunk at OFFSET of at most MAX_BYTES (0: the server's maximum). With a
  * streamed export (a.stream, total_bytes 0 in the reply) the chunk may be
- * shorter or empty while the archive is produced; read until eof. */
+ * shorter or empty while the archive is produced; read until eof. The eof
+ * reply's skipped paths are checked: at most 100, each a printable UTF-8
+ * path shorter than SBX_PATH_MAX, fit to quote in a message. */
 int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
                             uint64_t offset, uint32_t max_bytes,
                             Sbx__V1__Response **out, struct sbx_error *e);

@@ -411,7 +411,7 @@ static int attach_sandbox(struct run_cmd *c) {
    * else a new sandbox. */
   if (c->session && !c->sandbox_id && !c->resume) {
     bool reconnected = false;
-    if (cli_session_resume(c->state_dir, c->session, NULL, isatty(2),
+    if (cli_session_resume(c->state_dir, c->session, NULL, NULL, isatty(2),
                            c->session_id, &reconnected, &e) < 0) {
       fprintf(stderr, "sbx run: %s\n", e.msg);
       return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;
