@@ -10,38 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/certs.h"
 #include "tests/support/daemon.h"
 #include "tests/support/sbxrun.h"
 
 static char certs[64];
 
-/* Makes a CA, a server certificate for 127.0.0.1 and two client
- * certificates: one from the CA, one from an unrelated CA. */
+/* The certificates of every test here (certs.h). */
 static void make_certs(void) {
-  (void)snprintf(certs, sizeof(certs), "/tmp/sbx-tls-XXXXXX");
-  cr_assert_not_null(mkdtemp(certs));
-  char cmd[4096];
-  (void)snprintf(
-      cmd, sizeof(cmd),
-      "set -e; cd %s; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
-      "-nodes'\n"
-      "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj "
-      "/CN=sbx-test-ca\n"
-      "openssl req -x509 $K -keyout evil.key -out evil.crt -days 2 -subj "
-      "/CN=evil-ca\n"
-      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext\n"
-      "for n in server client; do openssl req $K -keyout $n.key -out $n.csr "
-      "-subj /CN=$n; openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key "
-      "-CAcreateserial -out $n.crt -days 2 -extfile san.ext; done\n"
-      "openssl req $K -keyout rogue.key -out rogue.csr -subj /CN=rogue\n"
-      "openssl x509 -req -in rogue.csr -CA evil.crt -CAkey evil.key "
-      "-CAcreateserial -out rogue.crt -days 2\n",
-      certs);
-  (void)snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd),
-                 ") >/dev/null 2>&1");
-  char full[4200];
-  (void)snprintf(full, sizeof(full), "(%s", cmd);
-  cr_assert_eq(system(full), 0, "openssl could not make test certificates");
+  cr_assert_eq(test_make_certs(certs, sizeof(certs)), 0,
+               "openssl could not make test certificates");
 }
 
 static int free_port(void) {
