@@ -11,6 +11,7 @@
 #include "sandboxd/daemon/daemon.h"
 #include "sandboxd/isolate/isolate.h"
 #include "sandboxd/rpc/version.h"
+#include "sandboxd/server/server.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
 
@@ -44,12 +45,31 @@ static void usage(FILE *f) {
           "  --retention BYTES     tail bytes kept per output stream "
           "(default 1048576)\n"
           "  --max-inflight N      requests served at once (default 256)\n"
+          "  --max-connections N   connections at once, with or without a "
+          "valid token\n"
+          "                        (default %d)\n"
+          "  --max-unauthenticated N\n"
+          "                        of those, connections that have not sent "
+          "a valid token\n"
+          "                        yet (default %d; as many again may be in "
+          "their TLS or\n"
+          "                        SP handshake); past either limit the "
+          "oldest of them is\n"
+          "                        closed, and a connection is refused only "
+          "when all have\n"
+          "                        the token\n"
+          "  --handshake-timeout SECONDS\n"
+          "                        close a connection that sends no valid "
+          "token within\n"
+          "                        SECONDS of connecting (default %d)\n"
           "  --log-level LEVEL     error | warn | info | debug (default "
           "warn)\n"
           "  --version             print the version and exit\n"
           "  --help                print this help and exit\n"
           "\n"
-          "Isolation (Linux namespaces, cgroups and pasta):\n");
+          "Isolation (Linux namespaces, cgroups and pasta):\n",
+          SERVER_MAX_CONNECTIONS, SERVER_MAX_UNAUTHENTICATED,
+          SERVER_HANDSHAKE_TIMEOUT_MS / 1000);
   for (size_t i = 0; i < isolate_nflags; i++) {
     char flag[64];
     (void)snprintf(flag, sizeof(flag), "%s%s%s", isolate_flags[i].name,
@@ -90,6 +110,9 @@ enum {
   O_MAX_PROC,
   O_RETENTION,
   O_INFLIGHT,
+  O_MAX_CONN,
+  O_MAX_UNAUTH,
+  O_HANDSHAKE,
   O_LOG,
   O_VERSION,
   O_HELP,
@@ -111,6 +134,9 @@ static const struct option base_opts[] = {
     {"max-processes", required_argument, NULL, O_MAX_PROC},
     {"retention", required_argument, NULL, O_RETENTION},
     {"max-inflight", required_argument, NULL, O_INFLIGHT},
+    {"max-connections", required_argument, NULL, O_MAX_CONN},
+    {"max-unauthenticated", required_argument, NULL, O_MAX_UNAUTH},
+    {"handshake-timeout", required_argument, NULL, O_HANDSHAKE},
     {"log-level", required_argument, NULL, O_LOG},
     {"version", no_argument, NULL, O_VERSION},
     {"help", no_argument, NULL, O_HELP},
@@ -145,6 +171,9 @@ static const struct {
     {O_RETENTION, "--retention", 4096, 1ull << 30,
      ": expected 4096..1073741824"},
     {O_INFLIGHT, "--max-inflight", 1, 4096, ": expected 1..4096"},
+    {O_MAX_CONN, "--max-connections", 1, 65536, ": expected 1..65536"},
+    {O_MAX_UNAUTH, "--max-unauthenticated", 1, 65536, ": expected 1..65536"},
+    {O_HANDSHAKE, "--handshake-timeout", 1, 3600, ": expected 1..3600 seconds"},
 };
 
 /* The --seccomp modes. */
@@ -250,6 +279,15 @@ static int parse_option(int opt, const char *arg, struct daemon_options *o,
     break;
   case O_INFLIGHT:
     o->limits.max_inflight = (uint32_t)v;
+    break;
+  case O_MAX_CONN:
+    o->max_connections = (uint32_t)v;
+    break;
+  case O_MAX_UNAUTH:
+    o->max_unauthenticated = (uint32_t)v;
+    break;
+  case O_HANDSHAKE:
+    o->handshake_timeout_ms = (unsigned)v * 1000;
     break;
   case O_LOG: {
     enum sbx_log_level lvl;
