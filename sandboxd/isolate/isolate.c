@@ -524,17 +524,21 @@ int isolate_enter(const struct isolate_options *io, struct isolate_daemon *d,
   if (r < 0 && waitpid(child, exit_code, WNOHANG) == child) {
     /* The sandbox ended first (closed while starting): not a failure. */
     *exit_code = WIFEXITED(*exit_code) ? WEXITSTATUS(*exit_code) : 1;
+    close(go[1]);
     isolate_net_stop(net);
     cgroup_destroy(cg);
     return 1;
   }
-  close(go[1]);
+  /* Held open while the sandbox lives: its end hanging up tells the clone,
+   * across the PID namespace, that the supervisor has gone. */
   if (r < 0) {
+    close(go[1]);
     (void)kill(child, SIGKILL);
     (void)waitpid(child, NULL, 0);
     *exit_code = 1;
   } else {
     *exit_code = supervise(child);
+    close(go[1]);
   }
   isolate_net_stop(net);
   cgroup_destroy(cg);
