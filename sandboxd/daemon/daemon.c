@@ -210,6 +210,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     return r;
 
   struct sandboxd d = {0};
+  d.secret = (const uint8_t *)token;
+  d.secret_len = token_len;
   d.limits = o->limits;
   d.seccomp = o->seccomp;
   d.isolated = o->isolated;
@@ -247,8 +249,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     };
     r = server_new(&d, &sc, &srv, e);
   }
-  explicit_bzero(token, token_len);
   if (r < 0) {
+    explicit_bzero(token, token_len);
     archive_table_free(d.archives);
     proc_table_free(d.procs, 0);
     daemon_close_roots(&d);
@@ -293,5 +295,6 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   if (d.gate_fd >= 0)
     close(d.gate_fd);
   pthread_mutex_destroy(&d.gate_mu);
+  explicit_bzero(token, token_len);
   return 0;
 }
