@@ -11,24 +11,11 @@
 #include <time.h>
 
 #include "shared/cleanup.h"
+#include "shared/client_internal.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/path.h"
 #include "shared/rand.h"
-
-struct sbx_client {
-  nng_socket sock;
-  nng_dialer dialer;
-  nng_tls_config *tls;
-  uint8_t *token;
-  size_t token_len;
-  unsigned timeout_ms;
-  unsigned retries;
-  size_t max_msg;
-  char url[256];
-  char prefix[17];
-  atomic_uint_fast64_t seq;
-};
 
 bool sbx_utf8_valid(const char *s, size_t len) {
   const unsigned char *p = (const unsigned char *)s;
@@ -127,6 +114,10 @@ int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
   c->token_len = cfg->token_len;
 
   int rv = nng_req0_open(&c->sock);
+  if (rv == 0 && (r = client_auth_init(c, cfg, e)) < 0)
+    goto fail;
+  /* nng must never resend a request by itself: it would send the token
+   * over a new connection before that connection proved itself. */
   if (rv == 0)
     rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME,
                            NNG_DURATION_INFINITE);
@@ -193,6 +184,7 @@ struct sbx_client *sbx_client_free(struct sbx_client *c) {
     return NULL;
   if (nng_socket_id(c->sock) > 0)
     (void)nng_close(c->sock);
+  client_auth_fini(c);
   if (c->tls)
     nng_tls_config_free(c->tls);
   if (c->token) {
@@ -208,9 +200,11 @@ void sbx_client_reply_free(Sbx__V1__Response *r) {
     sbx__v1__response__free_unpacked(r, NULL);
 }
 
-/* One attempt: send a copy of MSG on a fresh context and wait for a reply. */
-static int attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
-                   nng_msg **reply) {
+/* One attempt (client_internal.h): a copy of MSG on a fresh context, sent
+ * through client_auth_send, which keeps a tokened one off any connection
+ * that has not proved itself. */
+int client_attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
+                   bool tokened, nng_msg **reply, struct sbx_error *e) {
   nng_ctx ctx;
   int rv = nng_ctx_open(&ctx, c->sock);
   if (rv != 0)
@@ -226,9 +220,7 @@ static int attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
   if (rv == 0) {
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
     nng_aio_set_msg(aio, copy);
-    nng_ctx_send(ctx, aio);
-    nng_aio_wait(aio);
-    rv = nng_aio_result(aio);
+    rv = client_auth_send(c, ctx, aio, timeout_ms, tokened, e);
     if (rv != 0)
       nng_msg_free(copy); /* still ours after a failed send */
   }
@@ -350,7 +342,7 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
   int rv = 0;
   nng_msg *reply = NULL;
   for (unsigned i = 0; i <= c->retries; i++) {
-    rv = attempt(c, msg, tmo, &reply);
+    rv = client_attempt(c, msg, tmo, true, &reply, e);
     if (rv == 0)
       break;
     if (rv != NNG_ETIMEDOUT && rv != NNG_ECONNREFUSED && rv != NNG_ECLOSED &&
@@ -360,6 +352,8 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
               nng_strerror(rv));
   }
   nng_msg_free(msg);
+  if (rv == NNG_EPEERAUTH)
+    return -EKEYREJECTED; /* E says which peer failed to prove itself */
   if (rv != 0) {
     if (rv == NNG_ETIMEDOUT)
       return sbx_error_set(e, SBX_TIMED_OUT, ETIMEDOUT,

@@ -67,6 +67,30 @@ Test(daemon, wrong_and_missing_token_are_refused) {
   test_daemon_stop(&t);
 }
 
+/* A sandboxd that holds another secret (as an impostor on the socket
+ * would, with a token it made up) is refused by the client before the
+ * client's token goes out: the refusal is the client's own, naming the
+ * socket, not sandboxd's "wrong or missing token". */
+Test(daemon, a_sandboxd_with_another_secret_is_refused) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  char other[SBX_TOKEN_HEX + 1];
+  cr_assert_eq(sbx_random_hex(other, SBX_TOKEN_BYTES), 0);
+  struct sbx_client *c = test_daemon_client(&t, other);
+  struct sbx_error e = {0};
+  Sbx__V1__Response *r = NULL;
+  cr_expect_eq(sbx_exec_list(c, &r, &e), -EKEYREJECTED, "%s", e.msg);
+  cr_expect_null(r);
+  cr_expect_eq(e.code, SBX_UNAUTHENTICATED);
+  cr_expect(strstr(e.msg, "did not prove it holds the sandbox's secret") &&
+                strstr(e.msg, t.url),
+            "%s", e.msg);
+  cr_expect(!strstr(e.msg, "wrong or missing token"),
+            "the token was sent and refused: %s", e.msg);
+  sbx_client_free(c);
+  test_daemon_stop(&t);
+}
+
 /* A raw Hello with NONCE (LEN bytes) and TOKEN (NULL: none) to T. */
 static Sbx__V1__Response *raw_hello(struct test_daemon *t, const uint8_t *nonce,
                                     size_t len, const char *token) {
