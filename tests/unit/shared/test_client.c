@@ -141,18 +141,26 @@ static void peer_stop(struct peer *p) {
   peer_close(p, false);
 }
 
-static struct sbx_client *client_of(struct peer *p) {
+/* A client of URL with the token "token" that expects the socket served
+ * by PID (0: by anyone) or, with CHILD, by a child of PID. */
+static struct sbx_client *client_to(const char *url, pid_t pid, bool child) {
   struct sbx_client_config cfg = {
-      .url = p->url,
+      .url = url,
       .token = (const uint8_t *)"token",
       .token_len = 5,
       .timeout_ms = 2000,
       .retries = 1,
+      .peer_pid = pid,
+      .peer_child = child,
   };
   struct sbx_client *c = NULL;
   struct sbx_error e = {0};
   cr_assert_eq(sbx_client_new(&cfg, &c, &e), 0, "%s", e.msg);
   return c;
+}
+
+static struct sbx_client *client_of(struct peer *p) {
+  return client_to(p->url, 0, false);
 }
 
 /* ---- scripted answers ---- */
@@ -397,30 +405,12 @@ Test(client, a_new_connection_is_verified_again) {
   peer_stop(&impostor);
 }
 
-/* A client to P that expects the socket served by PID (or its child). */
-static struct sbx_client *client_expecting(struct peer *p, pid_t pid,
-                                           bool child) {
-  struct sbx_client_config cfg = {
-      .url = p->url,
-      .token = (const uint8_t *)"token",
-      .token_len = 5,
-      .timeout_ms = 2000,
-      .retries = 1,
-      .peer_pid = pid,
-      .peer_child = child,
-  };
-  struct sbx_client *c = NULL;
-  struct sbx_error e = {0};
-  cr_assert_eq(sbx_client_new(&cfg, &c, &e), 0, "%s", e.msg);
-  return c;
-}
-
 /* With the serving pid known, a socket served by another process is
  * refused at once, before anything at all is sent to it. */
 Test(client, a_socket_served_by_another_process_is_refused) {
   struct peer p;
   peer_start(&p, answer_list); /* it holds the secret, but is not the pid */
-  struct sbx_client *c = client_expecting(&p, getppid(), false);
+  struct sbx_client *c = client_to(p.url, getppid(), false);
   Sbx__V1__Response *r = NULL;
   struct sbx_error e = {0};
   uint64_t t0 = sbx_now_ms();
@@ -435,11 +425,11 @@ Test(client, a_socket_served_by_another_process_is_refused) {
   sbx_client_free(c);
 
   /* The right pid, or its parent with peer_child, is served. */
-  c = client_expecting(&p, getpid(), false);
+  c = client_to(p.url, getpid(), false);
   cr_expect_eq(sbx_exec_list(c, &r, &e), 0, "%s", e.msg);
   sbx_client_reply_free(r);
   sbx_client_free(c);
-  c = client_expecting(&p, getppid(), true);
+  c = client_to(p.url, getppid(), true);
   cr_expect_eq(sbx_exec_list(c, &r, &e), 0, "%s", e.msg);
   sbx_client_reply_free(r);
   sbx_client_free(c);
@@ -507,17 +497,9 @@ Test(client, requests_in_flight_never_reach_a_new_connection_unverified) {
   }
   for (int round = 0; round < ROUNDS; round++) {
     const char *dir = dirs[round];
-    struct sbx_client_config cfg = {.url = NULL,
-                                    .token = (const uint8_t *)"token",
-                                    .token_len = 5,
-                                    .timeout_ms = 2000,
-                                    .retries = 1};
     char url[96];
     (void)snprintf(url, sizeof(url), "ipc://%.63s/sock", dir);
-    cfg.url = url;
-    struct hammer h = {0};
-    struct sbx_error e = {0};
-    cr_assert_eq(sbx_client_new(&cfg, &h.c, &e), 0, "%s", e.msg);
+    struct hammer h = {.c = client_to(url, 0, false)};
     pthread_t th[8];
     for (size_t i = 0; i < 8; i++)
       cr_assert_eq(pthread_create(&th[i], NULL, hammer_main, &h), 0);
