@@ -28,6 +28,7 @@ struct impostor {
   atomic_uint requests;
 };
 
+/* The impostor's loop, until its socket is closed. */
 static void *impostor_main(void *arg) {
   struct impostor *im = arg;
   for (;;) {
@@ -70,6 +71,9 @@ static bool file_holds(const char *path, const char *needle) {
   return memmem(buf, n, needle, strlen(needle)) != NULL;
 }
 
+/* A command inside cannot put its own server on the socket's path; a
+ * server put there all the same (from the host) is refused by sbx's next
+ * exec, which names the socket, and has been sent no token. */
 Test(docker_auth, an_impostor_on_the_socket_gets_no_token, .timeout = 240) {
   if (!getenv("DOCKER_HOST"))
     cr_assert_fail("DOCKER_HOST is unset: these tests need a container "

@@ -137,6 +137,7 @@ static void peer_close(struct peer *p, bool keep_dir) {
     (void)rmdir(p->dir);
 }
 
+/* Stops P and removes its directory. */
 static void peer_stop(struct peer *p) {
   peer_close(p, false);
 }
@@ -159,6 +160,7 @@ static struct sbx_client *client_to(const char *url, pid_t pid, bool child) {
   return c;
 }
 
+/* A client of P that does not check the serving pid. */
 static struct sbx_client *client_of(struct peer *p) {
   return client_to(p->url, 0, false);
 }
@@ -335,6 +337,7 @@ Test(client, import_staging_paths_are_checked) {
 
 /* ---- the handshake ---- */
 
+/* An empty process list, for calls that only need an answer. */
 static void answer_list(const Sbx__V1__Request *req, Sbx__V1__Response *r) {
   static Sbx__V1__ExecListReply list = SBX__V1__EXEC_LIST_REPLY__INIT;
   (void)req;
@@ -436,6 +439,7 @@ Test(client, a_socket_served_by_another_process_is_refused) {
   peer_stop(&p);
 }
 
+/* Sleeps MS milliseconds. */
 static void sleep_ms(unsigned ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
   (void)nanosleep(&ts, NULL);

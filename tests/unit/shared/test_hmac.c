@@ -18,6 +18,7 @@ static void expect_mac(const void *key, size_t key_len, const void *data,
   cr_expect_str_eq(hex, want, "%s", what);
 }
 
+/* The seven test cases, keys shorter and longer than the block. */
 Test(hmac, rfc_4231_test_cases) {
   uint8_t k[131];
   uint8_t d[50];
@@ -56,6 +57,7 @@ Test(hmac, rfc_4231_test_cases) {
              "test case 7: key and data longer than the block");
 }
 
+/* A message fed in uneven pieces gives the one-shot MAC. */
 Test(hmac, pieces_give_the_one_shot_mac) {
   const char *seven = "This is a test using a larger than block-size key and a "
                       "larger than block-size data. The key needs to be "
@@ -77,6 +79,7 @@ Test(hmac, pieces_give_the_one_shot_mac) {
   cr_expect_arr_eq(&h, &zero, sizeof(h));
 }
 
+/* Equal is equal wherever the difference is; zero bytes are equal. */
 Test(hmac, equal_ct) {
   cr_expect(sbx_equal_ct("abcd", "abcd", 4));
   cr_expect(!sbx_equal_ct("abcd", "abce", 4));
