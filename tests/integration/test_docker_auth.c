@@ -122,9 +122,10 @@ Test(docker_auth, an_impostor_on_the_socket_gets_no_token, .timeout = 240) {
   (void)snprintf(pattern, sizeof(pattern), "%s/sbx-docker-*", tmp);
   glob_t g;
   cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "no runtime directory");
-  char sock[256], fake[256], url[300], got[128], tokf[256];
+  char sock[256], fake[256], real[256], url[300], got[128], tokf[256];
   (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", g.gl_pathv[0]);
   (void)snprintf(fake, sizeof(fake), "%s/impostor.sock", g.gl_pathv[0]);
+  (void)snprintf(real, sizeof(real), "%s/real.sock", g.gl_pathv[0]);
   globfree(&g);
   (void)snprintf(url, sizeof(url), "ipc://%s", fake);
   (void)snprintf(got, sizeof(got), "%s/impostor.got", dir);
@@ -133,6 +134,8 @@ Test(docker_auth, an_impostor_on_the_socket_gets_no_token, .timeout = 240) {
   cr_assert_eq(nng_rep0_open(&im.sock), 0);
   cr_assert_eq(nng_listen(im.sock, url, NULL, 0), 0);
   cr_assert_eq(pthread_create(&im.thread, NULL, impostor_main, &im), 0);
+  /* A second name keeps the real socket reachable for the end. */
+  cr_assert_eq(link(sock, real), 0);
   cr_assert_eq(rename(fake, sock), 0);
 
   const char *exec[] = {"exec", id, "--", "true", NULL};
@@ -158,6 +161,11 @@ Test(docker_auth, an_impostor_on_the_socket_gets_no_token, .timeout = 240) {
   cr_expect_eq(im.requests, 0, "the impostor got %u requests",
                (unsigned)im.requests);
 
+  /* The real sandboxd back in its place: served again, and removable. */
+  cr_assert_eq(rename(real, sock), 0);
+  sbx_sandbox_run(&r, state, exec);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
   sbx_sandbox_remove_all(state);
   free(id);
   (void)test_rm_rf(dir);
