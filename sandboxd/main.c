@@ -44,6 +44,14 @@ static void usage(FILE *f) {
           "  --retention BYTES     tail bytes kept per output stream "
           "(default 1048576)\n"
           "  --max-inflight N      requests served at once (default 256)\n"
+          "  --archive-max-members N\n"
+          "                        entries in one archive, either way (default "
+          "1000000)\n"
+          "  --archive-max-bytes BYTES\n"
+          "                        bytes of one archive (default 16 GiB)\n"
+          "  --archive-max-extracted-bytes BYTES\n"
+          "                        data an import writes, an export reads "
+          "(default 64 GiB)\n"
           "  --log-level LEVEL     error | warn | info | debug (default "
           "warn)\n"
           "  --version             print the version and exit\n"
@@ -90,6 +98,9 @@ enum {
   O_MAX_PROC,
   O_RETENTION,
   O_INFLIGHT,
+  O_ARCHIVE_MEMBERS,
+  O_ARCHIVE_BYTES,
+  O_ARCHIVE_EXTRACTED,
   O_LOG,
   O_VERSION,
   O_HELP,
@@ -111,6 +122,10 @@ static const struct option base_opts[] = {
     {"max-processes", required_argument, NULL, O_MAX_PROC},
     {"retention", required_argument, NULL, O_RETENTION},
     {"max-inflight", required_argument, NULL, O_INFLIGHT},
+    {"archive-max-members", required_argument, NULL, O_ARCHIVE_MEMBERS},
+    {"archive-max-bytes", required_argument, NULL, O_ARCHIVE_BYTES},
+    {"archive-max-extracted-bytes", required_argument, NULL,
+     O_ARCHIVE_EXTRACTED},
     {"log-level", required_argument, NULL, O_LOG},
     {"version", no_argument, NULL, O_VERSION},
     {"help", no_argument, NULL, O_HELP},
@@ -145,6 +160,12 @@ static const struct {
     {O_RETENTION, "--retention", 4096, 1ull << 30,
      ": expected 4096..1073741824"},
     {O_INFLIGHT, "--max-inflight", 1, 4096, ": expected 1..4096"},
+    {O_ARCHIVE_MEMBERS, "--archive-max-members", 1, 100000000,
+     ": expected 1..100000000"},
+    {O_ARCHIVE_BYTES, "--archive-max-bytes", 4096, 1ull << 50,
+     ": expected 4096..2^50"},
+    {O_ARCHIVE_EXTRACTED, "--archive-max-extracted-bytes", 1, 1ull << 50,
+     ": expected 1..2^50"},
 };
 
 /* The --seccomp modes. */
@@ -250,6 +271,15 @@ static int parse_option(int opt, const char *arg, struct daemon_options *o,
     break;
   case O_INFLIGHT:
     o->limits.max_inflight = (uint32_t)v;
+    break;
+  case O_ARCHIVE_MEMBERS:
+    o->limits.archive_max_members = v;
+    break;
+  case O_ARCHIVE_BYTES:
+    o->limits.archive_max_input_bytes = v;
+    break;
+  case O_ARCHIVE_EXTRACTED:
+    o->limits.archive_max_extracted_bytes = v;
     break;
   case O_LOG: {
     enum sbx_log_level lvl;

@@ -1,9 +1,11 @@
 #include "shared/client.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +14,15 @@
 
 #include "shared/cleanup.h"
 #include "shared/client_internal.h"
+#include "shared/clock.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/path.h"
+#include "shared/peer.h"
 #include "shared/rand.h"
+
+/* How often a waiting call looks at the peer (shared/peer.h). */
+#define CLIENT_CHECK_MS 100
 
 bool sbx_utf8_valid(const char *s, size_t len) {
   const unsigned char *p = (const unsigned char *)s;
@@ -97,6 +104,7 @@ int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
   if (!c)
     return -ENOMEM;
   c->sock = (nng_socket)NNG_SOCKET_INITIALIZER;
+  c->peer.pidfd = -1;
   c->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 30000;
   c->retries = cfg->retries ? cfg->retries : 3;
   c->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : 64u << 20;
@@ -113,6 +121,12 @@ int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
     memcpy(c->token, cfg->token, cfg->token_len);
   c->token_len = cfg->token_len;
 
+  r = sbx_peer_init(&c->peer, cfg->peer_pid, cfg->heartbeat_ms);
+  if (r < 0) {
+    r = sbx_error_set(e, SBX_OK, -r, "cannot watch sandboxd's process %d",
+                      (int)cfg->peer_pid);
+    goto fail;
+  }
   int rv = nng_req0_open(&c->sock);
   if (rv == 0 && (r = client_auth_init(c, cfg, e)) < 0)
     goto fail;
@@ -185,6 +199,7 @@ struct sbx_client *sbx_client_free(struct sbx_client *c) {
   if (nng_socket_id(c->sock) > 0)
     (void)nng_close(c->sock);
   client_auth_fini(c);
+  sbx_peer_fini(&c->peer);
   if (c->tls)
     nng_tls_config_free(c->tls);
   if (c->token) {
@@ -200,41 +215,104 @@ void sbx_client_reply_free(Sbx__V1__Response *r) {
     sbx__v1__response__free_unpacked(r, NULL);
 }
 
-/* One attempt (client_internal.h): a copy of MSG on a fresh context, sent
- * through client_auth_send, which keeps a tokened one off any connection
- * that has not proved itself. */
+/* An operation on an aio, and a wait for it that can give up early. */
+struct op {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+};
+
+static void op_done(void *arg) {
+  struct op *o = arg;
+  pthread_mutex_lock(&o->mu);
+  o->done = true;
+  pthread_cond_signal(&o->cv);
+  pthread_mutex_unlock(&o->mu);
+}
+
+/* Waits for the operation O on AIO; every CLIENT_CHECK_MS looks at C's
+ * peer, and cancels the operation once the peer is gone (-EPIPE, E
+ * filled). 0 once the operation is done (its result is the aio's). */
+static int op_wait(struct sbx_client *c, struct op *o, nng_aio *aio,
+                   struct sbx_error *e) {
+  int r = 0;
+  pthread_mutex_lock(&o->mu);
+  while (!o->done) {
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += CLIENT_CHECK_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    (void)pthread_cond_timedwait(&o->cv, &o->mu, &ts);
+    if (o->done || r < 0)
+      continue;
+    pthread_mutex_unlock(&o->mu);
+    r = sbx_peer_check(&c->peer, c->url, e);
+    if (r < 0)
+      nng_aio_cancel(aio);
+    pthread_mutex_lock(&o->mu);
+  }
+  o->done = false;
+  pthread_mutex_unlock(&o->mu);
+  return r;
+}
+
+/* One attempt (client_internal.h): a copy of MSG on a fresh context; a
+ * tokened one goes out only over a connection that proved itself
+ * (client_auth.c). An nng error, or -EPIPE (E filled) when the peer is
+ * gone. */
 int client_attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
                    bool tokened, nng_msg **reply, struct sbx_error *e) {
   nng_ctx ctx;
   int rv = nng_ctx_open(&ctx, c->sock);
   if (rv != 0)
     return rv;
+  struct op o = {.done = false};
+  pthread_condattr_t ca;
+  (void)pthread_condattr_init(&ca);
+  (void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  (void)pthread_mutex_init(&o.mu, NULL);
+  (void)pthread_cond_init(&o.cv, &ca);
+  (void)pthread_condattr_destroy(&ca);
   nng_aio *aio = NULL;
-  rv = nng_aio_alloc(&aio, NULL, NULL);
-  if (rv != 0) {
-    (void)nng_ctx_close(ctx);
-    return rv;
-  }
+  rv = nng_aio_alloc(&aio, op_done, &o);
   nng_msg *copy = NULL;
-  rv = nng_msg_dup(&copy, msg);
+  if (rv == 0)
+    rv = nng_msg_dup(&copy, msg);
+  int gone = 0;
   if (rv == 0) {
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
     nng_aio_set_msg(aio, copy);
-    rv = client_auth_send(c, ctx, aio, timeout_ms, tokened, e);
+    struct client_send s;
+    rv = client_auth_send_begin(c, aio, timeout_ms, tokened, &s, e);
+    if (rv == 0) {
+      nng_ctx_send(ctx, aio);
+      gone = op_wait(c, &o, aio, e);
+      client_auth_send_end(c, &s);
+      rv = nng_aio_result(aio);
+    }
     if (rv != 0)
       nng_msg_free(copy); /* still ours after a failed send */
   }
-  if (rv == 0) {
+  if (rv == 0 && gone == 0) {
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
     nng_ctx_recv(ctx, aio);
-    nng_aio_wait(aio);
+    gone = op_wait(c, &o, aio, e);
     rv = nng_aio_result(aio);
     if (rv == 0)
       *reply = nng_aio_get_msg(aio);
   }
   nng_aio_free(aio);
   (void)nng_ctx_close(ctx);
-  return rv;
+  pthread_cond_destroy(&o.cv);
+  pthread_mutex_destroy(&o.mu);
+  if (gone < 0 && rv == 0 && *reply) {
+    /* It answered after all, just as it went. */
+    return 0;
+  }
+  return gone < 0 ? gone : rv;
 }
 
 /* Validates the reply R to request ID; fills E from an error reply. */
@@ -341,10 +419,13 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
   unsigned tmo = timeout_ms ? timeout_ms : c->timeout_ms;
   int rv = 0;
   nng_msg *reply = NULL;
+  uint64_t t0 = sbx_now_ns();
+  unsigned tries = 0;
   for (unsigned i = 0; i <= c->retries; i++) {
+    tries++;
     rv = client_attempt(c, msg, tmo, true, &reply, e);
-    if (rv == 0)
-      break;
+    if (rv <= 0)
+      break; /* answered, or the peer is gone (E says how) */
     if (rv != NNG_ETIMEDOUT && rv != NNG_ECONNREFUSED && rv != NNG_ECLOSED &&
         rv != NNG_ECONNSHUT && rv != NNG_ECONNRESET && rv != NNG_ECANCELED)
       break;
@@ -352,14 +433,16 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
               nng_strerror(rv));
   }
   nng_msg_free(msg);
+  if (rv < 0)
+    return rv;
   if (rv == NNG_EPEERAUTH)
     return -EKEYREJECTED; /* E says which peer failed to prove itself */
   if (rv != 0) {
     if (rv == NNG_ETIMEDOUT)
       return sbx_error_set(e, SBX_TIMED_OUT, ETIMEDOUT,
-                           "sandboxd at \"%s\" did not answer within %u ms "
-                           "(%u attempts)",
-                           c->url, tmo, c->retries + 1);
+                           "sandboxd at \"%s\" did not answer in %" PRIu64
+                           " ms (%u attempts of up to %u ms)",
+                           c->url, (sbx_now_ns() - t0) / 1000000u, tries, tmo);
     return sbx_error_set(e, SBX_UNAVAILABLE, -nng_to_errno(rv),
                          "cannot reach sandboxd at \"%s\": %s", c->url,
                          nng_strerror(rv));
@@ -664,7 +747,15 @@ int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
   if (ret < 0)
     return ret;
   Sbx__V1__ArchiveExportReadReply *x = r->archive_export_read;
-  if ((max_bytes && x->data.len > max_bytes) || x->offset != offset) {
+  bool bad = (max_bytes && x->data.len > max_bytes) || x->offset != offset ||
+             x->n_skipped > 100 || x->n_skipped > x->skipped_count;
+  for (size_t i = 0; !bad && i < x->n_skipped; i++) {
+    size_t n = strlen(x->skipped[i]);
+    bad = n >= SBX_PATH_MAX || !sbx_utf8_valid(x->skipped[i], n);
+    for (size_t k = 0; !bad && k < n; k++)
+      bad = (unsigned char)x->skipped[i][k] < 0x20 || x->skipped[i][k] == 0x7f;
+  }
+  if (bad) {
     sbx_client_reply_free(r);
     return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                          "sandboxd sent an inconsistent archive chunk");

@@ -57,17 +57,21 @@ struct sbx_client_config {
   unsigned retries;         /* extra attempts after a timeout or a drop; 0: 3 */
   size_t max_message_bytes; /* 0 means 64 MiB */
   const char *client_name;  /* for sandboxd's logs */
-  /* ipc:// only: the pid that serves the socket (SO_PEERCRED, as this
-   * process's PID namespace sees it), when the caller knows it; 0: not
-   * checked. With peer_child a child of that pid may serve it instead (an
-   * isolated sandboxd serves from a clone of the process started). */
+  /* sandboxd's process on this host, when sbx can see it (0: not known):
+   * its exit fails every waiting call at once (shared/peer.h), and on
+   * ipc:// a connection is refused unless this process serves it
+   * (SO_PEERCRED, as this process's PID namespace sees it), or with
+   * peer_child a child of it (an isolated sandboxd serves from a clone of
+   * the process started). */
   pid_t peer_pid;
   bool peer_child;
+  /* A connection that was up and has been down this long fails every
+   * waiting call; 0 means SBX_PEER_HEARTBEAT_MS. */
+  unsigned heartbeat_ms;
 };
 
 /* Opens the socket and dials (nng dials in the background and redials).
- * Does not wait for the server; the first call does, and challenges it.
- * -EINVAL for a peer_pid on another scheme than ipc://. */
+ * Does not wait for the server; the first call does, and challenges it. */
 int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
                    struct sbx_error *e);
 /* Closes and wipes the token; accepts NULL; returns NULL. */
@@ -147,7 +151,9 @@ int sbx_archive_export_start(struct sbx_client *c,
                              Sbx__V1__Response **out, struct sbx_error *e);
 /* A chunk at OFFSET of at most MAX_BYTES (0: the server's maximum). With a
  * streamed export (a.stream, total_bytes 0 in the reply) the chunk may be
- * shorter or empty while the archive is produced; read until eof. */
+ * shorter or empty while the archive is produced; read until eof. The eof
+ * reply's skipped paths are checked: at most 100, each a printable UTF-8
+ * path shorter than SBX_PATH_MAX, fit to quote in a message. */
 int sbx_archive_export_read(struct sbx_client *c, uint64_t handle,
                             uint64_t offset, uint32_t max_bytes,
                             Sbx__V1__Response **out, struct sbx_error *e);

@@ -58,11 +58,32 @@ static void cancel_sends(struct client_auth *a, bool all) {
       nng_aio_cancel(s->aio);
 }
 
+/* Counts pipe ID up in C's peer (shared/peer.h) as admitted; under mu. */
+static void admit(struct sbx_client *c, uint32_t id) {
+  struct client_auth *a = &c->auth;
+  if (a->nup == sizeof(a->up) / sizeof(a->up[0]))
+    return; /* neither up nor down: the count stays balanced */
+  a->up[a->nup++] = id;
+  sbx_peer_up(&c->peer);
+}
+
+/* Counts pipe ID down again when it was admitted; under mu. */
+static void gone(struct sbx_client *c, uint32_t id) {
+  struct client_auth *a = &c->auth;
+  for (size_t i = 0; i < a->nup; i++)
+    if (a->up[i] == id) {
+      a->up[i] = a->up[--a->nup];
+      sbx_peer_down(&c->peer);
+      return;
+    }
+}
+
 /* nng's pipe callback. A new pipe is admitted only when its peer is the
  * expected process and no tokened request waits for a connection (it
  * would go out on this one before its challenge): else it is closed
  * before anything is sent on it, and the waiting sends are cancelled, to
- * be tried again after a challenge. A pipe that goes takes its proof. */
+ * be tried again after a challenge. A pipe that goes takes its proof. The
+ * admitted pipes are also what the client's peer counts (shared/peer.h). */
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
   struct sbx_client *c = arg;
   struct client_auth *a = &c->auth;
@@ -80,6 +101,7 @@ static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
     } else {
       a->current = id;
       a->refused = 0;
+      admit(c, id);
     }
     pthread_mutex_unlock(&a->mu);
     if (!pid_ok)
@@ -92,18 +114,16 @@ static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
     a->current = 0;
   if (a->verified == id)
     a->verified = 0;
+  gone(c, id);
   pthread_mutex_unlock(&a->mu);
 }
 
-/* The peer pid is checked only where the kernel tells it: ipc://. */
+/* The serving pid is checked only where the kernel tells it: ipc://. */
 int client_auth_init(struct sbx_client *c, const struct sbx_client_config *cfg,
                      struct sbx_error *e) {
   struct client_auth *a = &c->auth;
-  if (cfg->peer_pid > 0 && strncmp(cfg->url, "ipc://", 6) != 0)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "a peer pid is known only on ipc://, not \"%s\"",
-                         cfg->url);
-  a->peer_pid = cfg->peer_pid > 0 ? cfg->peer_pid : 0;
+  bool ipc = strncmp(cfg->url, "ipc://", 6) == 0;
+  a->peer_pid = ipc && cfg->peer_pid > 0 ? cfg->peer_pid : 0;
   a->peer_child = cfg->peer_child;
   if (pthread_mutex_init(&a->mu, NULL) != 0)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "cannot set up a mutex");
@@ -227,6 +247,8 @@ static int challenge(struct sbx_client *c, unsigned timeout_ms,
   int rv = client_attempt(c, msg, timeout_ms, false, &reply, e);
   nng_msg_free(msg);
   pid_t peer = refused_peer(&c->auth);
+  if (rv < 0)
+    return rv; /* the peer is gone (E says how) */
   if (rv != 0)
     return peer ? refuse_peer(c, peer, e) : rv;
   nng_pipe pipe = nng_msg_get_pipe(reply);
@@ -266,10 +288,11 @@ static int client_auth_ready(struct sbx_client *c, unsigned timeout_ms,
  * connection nng adds meanwhile is refused rather than sent the token. A
  * challenge that a new connection keeps overtaking gives up after a few
  * rounds, as a dropped connection, and the caller retries. */
-int client_auth_send(struct sbx_client *c, nng_ctx ctx, nng_aio *aio,
-                     unsigned timeout_ms, bool tokened, struct sbx_error *e) {
+int client_auth_send_begin(struct sbx_client *c, nng_aio *aio,
+                           unsigned timeout_ms, bool tokened,
+                           struct client_send *s, struct sbx_error *e) {
   struct client_auth *a = &c->auth;
-  struct client_send s = {.aio = aio, .tokened = tokened};
+  *s = (struct client_send){.aio = aio, .tokened = tokened};
   for (unsigned round = 0;; round++) {
     if (tokened) {
       int rv = client_auth_ready(c, timeout_ms, e);
@@ -279,25 +302,27 @@ int client_auth_send(struct sbx_client *c, nng_ctx ctx, nng_aio *aio,
     pthread_mutex_lock(&a->mu);
     bool go = !tokened || (a->verified && a->verified == a->current);
     if (go) {
-      s.next = a->sends;
-      a->sends = &s;
+      s->next = a->sends;
+      a->sends = s;
       a->tokened += tokened;
     }
     pthread_mutex_unlock(&a->mu);
     if (go)
-      break;
+      return 0;
     if (round == 3)
       return NNG_ECONNRESET;
   }
-  nng_ctx_send(ctx, aio);
-  nng_aio_wait(aio);
+}
+
+/* Takes S out of the list; the send cannot be cancelled any more. */
+void client_auth_send_end(struct sbx_client *c, struct client_send *s) {
+  struct client_auth *a = &c->auth;
   pthread_mutex_lock(&a->mu);
   struct client_send **pp = &a->sends;
-  while (*pp && *pp != &s)
+  while (*pp && *pp != s)
     pp = &(*pp)->next;
   if (*pp)
-    *pp = s.next;
-  a->tokened -= tokened;
+    *pp = s->next;
+  a->tokened -= s->tokened;
   pthread_mutex_unlock(&a->mu);
-  return nng_aio_result(aio);
 }

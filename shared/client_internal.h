@@ -14,9 +14,11 @@
 #include <sys/types.h>
 
 #include "shared/client.h"
+#include "shared/peer.h"
 
 /* A send waiting in nng's queue for a connection, which a new connection
- * cancels (client_auth.c). On the sender's stack, in a list under mu. */
+ * cancels (client_auth.c). On the sender's stack, in a list under mu
+ * between client_auth_send_begin and client_auth_send_end. */
 struct client_send {
   nng_aio *aio;
   bool tokened; /* the request carries the token */
@@ -32,10 +34,14 @@ struct client_auth {
   uint32_t current;   /* nng_pipe_id, 0: none */
   uint32_t verified;  /* nng_pipe_id, 0: none */
   struct client_send *sends;
-  unsigned tokened;          /* sends in the list with the token */
-  pid_t peer_pid;            /* ipc://: the pid that must serve; 0: any */
-  bool peer_child;           /* or a child of it */
-  pid_t refused;             /* the peer of the last pipe refused for its pid */
+  unsigned tokened; /* sends in the list with the token */
+  pid_t peer_pid;   /* ipc://: the pid that must serve; 0: any */
+  bool peer_child;  /* or a child of it */
+  pid_t refused;    /* the peer of the last pipe refused for its pid */
+  /* The pipes admitted and not yet gone, each counted up in the client's
+   * peer (shared/peer.h) once and down once. */
+  uint32_t up[4];
+  size_t nup;
   pthread_mutex_t handshake; /* one challenge at a time */
   bool live;                 /* the mutexes are set up */
 };
@@ -52,6 +58,7 @@ struct sbx_client {
   char url[256];
   char prefix[17];
   atomic_uint_fast64_t seq;
+  struct sbx_peer peer;
   struct client_auth auth;
 };
 
@@ -69,11 +76,16 @@ int client_auth_init(struct sbx_client *c, const struct sbx_client_config *cfg,
                      struct sbx_error *e);
 /* Releases what client_auth_init set up, once the socket is closed. */
 void client_auth_fini(struct sbx_client *c);
-/* Sends AIO's message on CTX and waits until nng has handed it to a
- * connection or failed. With TOKENED only over a verified connection:
- * first a challenge (client_auth_ready) when the connection is new.
- * Returns as client_attempt. */
-int client_auth_send(struct sbx_client *c, nng_ctx ctx, nng_aio *aio,
-                     unsigned timeout_ms, bool tokened, struct sbx_error *e);
+/* Before AIO's message is sent: with TOKENED, a challenge when the newest
+ * connection has not proved itself, then S (the caller's) listed so that
+ * a new connection cancels the send instead of carrying it; without, S
+ * listed only to be cancelled when the serving process is refused. Returns
+ * as client_attempt; on 0 the caller sends, waits for the send and calls
+ * client_auth_send_end. */
+int client_auth_send_begin(struct sbx_client *c, nng_aio *aio,
+                           unsigned timeout_ms, bool tokened,
+                           struct client_send *s, struct sbx_error *e);
+/* Once the send of S is done (handed to a connection, or failed). */
+void client_auth_send_end(struct sbx_client *c, struct client_send *s);
 
 #endif

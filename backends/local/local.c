@@ -768,6 +768,13 @@ static int local_start(struct sandbox *s, struct sbx_error *e) {
   if (!l->detached)
     return sbx_error_set(e, SBX_CONFLICT, ESRCH,
                          "the sandbox's sandboxd has exited");
+  /* A size-limited workspace was a tmpfs of the sandbox's own: it ended
+   * with its sandboxd. */
+  if (l->opt.workspace_bytes)
+    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
+                         "the sandbox's workspace (a %llu-byte tmpfs) ended "
+                         "with its sandboxd",
+                         (unsigned long long)l->opt.workspace_bytes);
   struct stat st;
   if (stat(l->workspace, &st) < 0)
     return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,

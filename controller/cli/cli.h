@@ -9,6 +9,8 @@
 #include "controller/sandbox/lifecycle.h"
 #include "shared/errors.h"
 
+struct snapshot_limits;
+
 int cli_main(int argc, char **argv);
 
 /* Loads and attaches to the developer-owned sandbox ID in STATE_DIR (NULL:
@@ -21,11 +23,13 @@ int cli_attach(const char *state_dir, const char *id,
 /* Resumes a saved session state (sbx sandbox save): the live sandbox when
  * it still runs under the same session id and accepts this controller's
  * token, else a new sandbox from the trusted manifest (TRUSTED, else the
- * state's) with the snapshot restored. ID_OUT gets the sandbox id. Returns
- * 0 or a negative errno with E saying which step failed (-EINVAL: the
- * state or manifest file is unusable). */
+ * state's) with the snapshot restored within LIMITS (NULL or 0 fields: the
+ * defaults). ID_OUT gets the sandbox id. Returns 0 or a negative errno with
+ * E saying which step failed (-EINVAL: the state or manifest file is
+ * unusable). */
 int cli_session_resume(const char *state_dir, const char *path,
-                       const char *trusted, bool progress,
+                       const char *trusted,
+                       const struct snapshot_limits *limits, bool progress,
                        char id_out[STATE_ID_LEN + 1], bool *reconnected,
                        struct sbx_error *e);
 

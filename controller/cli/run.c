@@ -63,6 +63,13 @@ static void usage_run(FILE *f) {
       "  --concurrency SPEC   manifest_entries=N,local_dir_files=N "
       "(default 4 and 4;\n"
       "                       0 is unlimited, at most 64 threads)\n"
+      "  --model-timeouts SPEC  connect=S,first_byte=S,idle=S,total=S: "
+      "how long a model\n"
+      "                       call may wait to connect (default 10), for the "
+      "first byte\n"
+      "                       of the response (60), between bytes of it (30), "
+      "and in all\n"
+      "                       (600); a timed-out call is retried once\n"
       "  --expose PORT        a port the sandbox exposes (repeatable); "
       "reported in\n"
       "                       the sandbox_created event\n"
@@ -193,6 +200,7 @@ enum {
   O_STATE_DIR,
   O_BASE_DIR,
   O_CONCURRENCY,
+  O_MODEL_TIMEOUTS,
   O_EXPOSE,
   O_TRACE,
   O_RESUME,
@@ -214,6 +222,7 @@ static const struct option run_opts[] = {
     {"state-dir", required_argument, NULL, O_STATE_DIR},
     {"base-dir", required_argument, NULL, O_BASE_DIR},
     {"concurrency", required_argument, NULL, O_CONCURRENCY},
+    {"model-timeouts", required_argument, NULL, O_MODEL_TIMEOUTS},
     {"expose", required_argument, NULL, O_EXPOSE},
     {"trace", required_argument, NULL, O_TRACE},
     {"resume", required_argument, NULL, O_RESUME},
@@ -268,6 +277,12 @@ static int take_checked(struct run_cmd *c, int ch, const char *arg) {
     return -1;
   case O_CONCURRENCY:
     if (materialize_parse_limits(arg, &c->o.materialize.limits, &oe) < 0) {
+      fprintf(stderr, "sbx run: --%s\n", oe.msg);
+      return 2;
+    }
+    return -1;
+  case O_MODEL_TIMEOUTS:
+    if (model_parse_timeouts(arg, &c->o.model_cfg, &oe) < 0) {
       fprintf(stderr, "sbx run: --%s\n", oe.msg);
       return 2;
     }
@@ -330,6 +345,7 @@ static int take_option(struct run_cmd *c, int ch, const char *arg) {
   case O_SECCOMP:
   case O_APPROVE:
   case O_CONCURRENCY:
+  case O_MODEL_TIMEOUTS:
   case O_EXPOSE:
     return take_checked(c, ch, arg);
   case O_HELP:
@@ -395,7 +411,7 @@ static int attach_sandbox(struct run_cmd *c) {
    * else a new sandbox. */
   if (c->session && !c->sandbox_id && !c->resume) {
     bool reconnected = false;
-    if (cli_session_resume(c->state_dir, c->session, NULL, isatty(2),
+    if (cli_session_resume(c->state_dir, c->session, NULL, NULL, isatty(2),
                            c->session_id, &reconnected, &e) < 0) {
       fprintf(stderr, "sbx run: %s\n", e.msg);
       return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;

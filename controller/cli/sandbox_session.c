@@ -3,6 +3,7 @@
  * sandbox or a new one restored from the snapshot. */
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,39 @@
 #include "shared/cleanup.h"
 #include "shared/log.h"
 
-/* Reads --snapshot TYPE, --snapshot-dir DIR and --snapshot-url URL. */
+/* The --snapshot-max-* flags: a snapshot's archive limits, applied by the
+ * save (a snapshot the restore would refuse is refused then) and by the
+ * restore. */
+static const struct {
+  const char *flag;
+  size_t off; /* of the field in struct snapshot_limits */
+} limit_flags[] = {
+    {"--snapshot-max-members", offsetof(struct snapshot_limits, max_members)},
+    {"--snapshot-max-bytes", offsetof(struct snapshot_limits, max_input_bytes)},
+    {"--snapshot-max-extracted-bytes",
+     offsetof(struct snapshot_limits, max_extracted_bytes)},
+};
+
+/* Reads a --snapshot-max-* flag OPT with its value VAL (a positive decimal)
+ * into LIM: 0, -EINVAL for a bad value, -ENOENT for another flag. */
+static int parse_limit_opt(const char *opt, const char *val,
+                           struct snapshot_limits *lim) {
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(limit_flags); i++) {
+    if (strcmp(opt, limit_flags[i].flag) != 0)
+      continue;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, 10);
+    if (errno || end == val || *end || val[0] == '-' || v == 0)
+      return -EINVAL;
+    memcpy((char *)lim + limit_flags[i].off, &(uint64_t){v}, sizeof(uint64_t));
+    return 0;
+  }
+  return -ENOENT;
+}
+
+/* Reads --snapshot TYPE, --snapshot-dir DIR, --snapshot-url URL and the
+ * --snapshot-max-* limits. */
 static int parse_snapshot_opt(const char *opt, const char *val,
                               struct snapshot_spec *spec) {
   if (strcmp(opt, "--snapshot") == 0)
@@ -29,7 +62,7 @@ static int parse_snapshot_opt(const char *opt, const char *val,
     spec->url = val;
     return 0;
   }
-  return -ENOENT;
+  return parse_limit_opt(opt, val, &spec->limits);
 }
 
 /* The session state of SB (recorded as REC) with snapshot SNAP: the SDK's
@@ -58,6 +91,25 @@ static json_t *session_state(const struct sandbox *sb,
                                   st) < 0)
     return NULL;
   return TAKE_PTR(st);
+}
+
+/* Tells the person on stderr which files SNAP left out (they have hard
+ * links outside the workspace), so that a restore missing them is no
+ * surprise. The names come from sandboxd, checked printable by the
+ * client. */
+static void warn_skipped(const struct cli_common *c,
+                         const struct snapshot_record *snap) {
+  for (size_t i = 0; i < snap->nskipped; i++)
+    fprintf(stderr,
+            "%s: warning: \"%s\" is not in the snapshot: it has hard links "
+            "outside the workspace\n",
+            c->prog, snap->skipped[i]);
+  if (snap->skipped_total > snap->nskipped)
+    fprintf(stderr,
+            "%s: warning: and %llu more files with hard links outside the "
+            "workspace are not in the snapshot\n",
+            c->prog,
+            (unsigned long long)(snap->skipped_total - snap->nskipped));
 }
 
 /* Snapshots the attached SB (recorded as REC) by SPEC, traced as
@@ -95,6 +147,7 @@ static int save_attached(struct cli_common *c, const struct snapshot_spec *spec,
   (void)trace_free(tracer);
   if (r < 0)
     return cli_fail(c, &e, r);
+  warn_skipped(c, &snap);
   _cleanup_json_ json_t *st = session_state(sb, rec, &snap);
   if (cli_print_json(c, st))
     return 1;
@@ -119,12 +172,20 @@ int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
     if (strcmp(argv[i], "--help") == 0) {
       printf(
           "usage: sbx sandbox save ID [--snapshot local|remote|none] "
-          "[--snapshot-dir DIR] [--snapshot-url URL]\n\n"
+          "[--snapshot-dir DIR] [--snapshot-url URL]\n"
+          "                        [--snapshot-max-members N] "
+          "[--snapshot-max-bytes BYTES]\n"
+          "                        [--snapshot-max-extracted-bytes BYTES]\n\n"
           "Snapshots the sandbox's workspace (default: local, under "
           "$XDG_STATE_HOME/sbx/snapshots)\nand prints its session state as "
           "JSON on stdout, for sbx sandbox resume. The state holds\nno "
           "token, no credentials and no host paths. A remote snapshot is "
-          "PUT to the URL with\nthe bearer token from $SBX_SNAPSHOT_TOKEN.\n");
+          "PUT to the URL with\nthe bearer token from $SBX_SNAPSHOT_TOKEN. "
+          "A workspace the restore would refuse is\nrefused now, with the "
+          "reason: more entries than --snapshot-max-members (default\n"
+          "1000000), an archive over --snapshot-max-bytes (16 GiB) or more "
+          "data than\n--snapshot-max-extracted-bytes (64 GiB; a sparse "
+          "file's holes do not count).\nGive resume the same limits.\n");
       return 0;
     }
     int pr = i + 1 < argc ? parse_snapshot_opt(argv[i], argv[i + 1], &spec)
@@ -179,10 +240,13 @@ static bool live_session(const char *state_dir, const char *sbid,
 }
 
 int cli_session_resume(const char *state_dir, const char *path,
-                       const char *trusted, bool progress,
+                       const char *trusted,
+                       const struct snapshot_limits *limits, bool progress,
                        char id_out[STATE_ID_LEN + 1], bool *reconnected,
                        struct sbx_error *e) {
   struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL};
+  if (limits)
+    spec.limits = *limits;
   *reconnected = false;
   _cleanup_json_ json_t *st = NULL;
   if (cli_load_json_file(path, &st, e) < 0)
@@ -284,18 +348,32 @@ int cli_session_resume(const char *state_dir, const char *path,
  * cli_session_resume). */
 int cli_sandbox_resume(struct cli_common *c, int argc, char **argv) {
   const char *path = NULL, *trusted = NULL;
+  struct snapshot_limits lim = {0};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: sbx sandbox resume STATE.json [--manifest M]\n\n"
+      printf("usage: sbx sandbox resume STATE.json [--manifest M] "
+             "[--snapshot-max-members N]\n"
+             "                          [--snapshot-max-bytes BYTES] "
+             "[--snapshot-max-extracted-bytes BYTES]\n\n"
              "Reconnects to the saved sandbox when it is still running and "
              "proves its identity\n(its session id, and the token this "
              "controller's state holds); otherwise creates a\nnew sandbox "
              "from the trusted manifest (--manifest, else the state's) and "
-             "restores\nthe snapshot into it. Prints the sandbox id.\n");
+             "restores\nthe snapshot into it, within the limits (as for "
+             "save). Prints the sandbox id.\n");
       return 0;
     }
     if (strcmp(argv[i], "--manifest") == 0 && i + 1 < argc) {
       trusted = argv[++i];
+      continue;
+    }
+    int pr =
+        i + 1 < argc ? parse_limit_opt(argv[i], argv[i + 1], &lim) : -ENOENT;
+    if (pr != -ENOENT) {
+      if (pr < 0)
+        return cli_usage_error(c, "resume", "%s \"%s\" is not valid", argv[i],
+                               argv[i + 1]);
+      i++;
       continue;
     }
     if (argv[i][0] == '-' || path)
@@ -308,7 +386,7 @@ int cli_sandbox_resume(struct cli_common *c, int argc, char **argv) {
   char id[STATE_ID_LEN + 1];
   bool reconnected = false;
   struct sbx_error e = {0};
-  int r = cli_session_resume(c->state_dir, path, trusted,
+  int r = cli_session_resume(c->state_dir, path, trusted, &lim,
                              progress_enabled(c->json), id, &reconnected, &e);
   if (r < 0) {
     fprintf(stderr, "%s: %s\n", c->prog, e.msg);

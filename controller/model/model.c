@@ -25,6 +25,10 @@
 #define DEFAULT_BASE_URL "https://api.openai.com/v1"
 #define DEFAULT_TIMEOUT_MS 600000u
 #define DEFAULT_CONNECT_TIMEOUT_MS 10000u
+#define DEFAULT_FIRST_BYTE_TIMEOUT_MS 60000u
+#define DEFAULT_IDLE_TIMEOUT_MS 30000u
+/* A server that times out once is likely to again: one more try only. */
+#define TIMEOUT_RETRIES 1u
 #define DEFAULT_MAX_RETRIES 4u
 #define DEFAULT_RETRY_BASE_MS 500u
 #define DEFAULT_MAX_RESPONSE ((size_t)64 << 20)
@@ -45,6 +49,8 @@ struct model_client {
   char *api_key;
   unsigned timeout_ms;
   unsigned connect_timeout_ms;
+  unsigned first_byte_timeout_ms;
+  unsigned idle_timeout_ms;
   unsigned max_retries;
   unsigned retry_base_ms;
   size_t max_response_bytes;
@@ -192,6 +198,11 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
   m->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
   m->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms
                                                   : DEFAULT_CONNECT_TIMEOUT_MS;
+  m->first_byte_timeout_ms = cfg->first_byte_timeout_ms
+                                 ? cfg->first_byte_timeout_ms
+                                 : DEFAULT_FIRST_BYTE_TIMEOUT_MS;
+  m->idle_timeout_ms =
+      cfg->idle_timeout_ms ? cfg->idle_timeout_ms : DEFAULT_IDLE_TIMEOUT_MS;
   m->max_retries = cfg->no_retries    ? 0
                    : cfg->max_retries ? cfg->max_retries
                                       : DEFAULT_MAX_RETRIES;
@@ -481,6 +492,8 @@ static int attempt_call(struct model_client *m, const char *body,
       .headers = headers,
       .timeout_ms = m->timeout_ms,
       .connect_timeout_ms = m->connect_timeout_ms,
+      .first_byte_timeout_ms = m->first_byte_timeout_ms,
+      .idle_timeout_ms = m->idle_timeout_ms,
       .max_response_bytes = m->max_response_bytes,
       .on_data = m->stream ? on_data : NULL,
       .data_arg = &sc,
@@ -598,11 +611,15 @@ static int live_call(struct model_client *m, json_t *body, json_t **reply,
                          &retry_after, e);
     if (r == 0)
       return 0;
-    if (!retry || attempt >= m->max_retries) {
+    unsigned limit = r == -ETIMEDOUT && m->max_retries > TIMEOUT_RETRIES
+                         ? TIMEOUT_RETRIES
+                         : m->max_retries;
+    if (!retry || attempt >= limit) {
       if (retry && attempt > 0 && e && !strstr(e->msg, "(after ")) {
         size_t n = strlen(e->msg);
-        (void)snprintf(e->msg + n, sizeof(e->msg) - n, " (after %u %s)",
-                       attempt, attempt == 1 ? "retry" : "retries");
+        (void)snprintf(e->msg + n, sizeof(e->msg) - n, " (after %u %s%s)",
+                       attempt, attempt == 1 ? "retry" : "retries",
+                       r == -ETIMEDOUT ? "; a timeout is retried once" : "");
       }
       return r;
     }

@@ -48,8 +48,12 @@ struct model_config {
                                   key: no Authorization header (local servers) */
   unsigned timeout_ms;         /* whole request; 0 means 600000 */
   unsigned connect_timeout_ms; /* 0 means 10000 */
-  unsigned max_retries;        /* on 429, 5xx and connection errors; 0 means 4;
-                                  use model_config.no_retries to disable */
+  unsigned first_byte_timeout_ms; /* nothing of the response this long after
+                                     the request; 0 means 60000 */
+  unsigned idle_timeout_ms; /* nothing more of it this long; 0 means 30000 */
+  unsigned max_retries;     /* on 429, 5xx and connection errors; 0 means 4;
+                               use model_config.no_retries to disable; a
+                               timeout is retried once at most */
   bool no_retries;
   unsigned retry_base_ms;    /* first backoff; 0 means 500 */
   size_t max_response_bytes; /* 0 means 64 MiB */
@@ -59,6 +63,12 @@ struct model_config {
   model_delta_fn on_delta;
   void *delta_arg;
 };
+
+/* Sets CFG's timeouts from SPEC, "NAME=SECONDS[,...]" with NAME connect,
+ * first_byte, idle or total (1..86400 s each). -EINVAL with E naming the
+ * bad part. */
+int model_parse_timeouts(const char *spec, struct model_config *cfg,
+                         struct sbx_error *e);
 
 struct model_request {
   const char *model;

@@ -14,6 +14,7 @@
 
 #include "shared/buf.h"
 #include "shared/cleanup.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 
 #define HTTP_DEFAULT_MAX_RESPONSE ((size_t)64 << 20)
@@ -39,6 +40,9 @@ struct xfer {
   int cb_err;             /* on_data's or upload's failure */
   unsigned long long put; /* upload bytes handed to curl */
   bool short_upload;      /* the upload source ended early */
+  uint64_t t_start;       /* sbx_now_ns() when the request began */
+  uint64_t t_last;        /* ...when the last response byte came; 0: none */
+  const char *gave_up;    /* the timeout that aborted it, or NULL */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -138,6 +142,7 @@ static long long parse_retry_after(const char *v, size_t n) {
 static size_t on_header(char *p, size_t size, size_t nitems, void *ud) {
   struct xfer *x = ud;
   size_t len = size * nitems;
+  x->t_last = sbx_now_ns();
   if (len > HTTP_MAX_HEADER_LINE)
     return len; /* too long to be one we read; ignore it */
   if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
@@ -187,6 +192,7 @@ static bool is_event_stream(const char *ct) {
 static size_t on_write(char *p, size_t size, size_t nmemb, void *ud) {
   struct xfer *x = ud;
   size_t len = size * nmemb;
+  x->t_last = sbx_now_ns();
   if (len > x->max - x->total) {
     x->toobig = true;
     return 0;
@@ -252,6 +258,21 @@ static size_t on_read(char *buf, size_t size, size_t nitems, void *ud) {
 }
 
 /* Sets the options of one transfer on a reset handle. */
+/* Aborts a transfer that waits past its first-byte or idle timeout
+ * (curl calls this at least once a second). */
+static int on_progress(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult,
+                       curl_off_t uln) {
+  (void)dlt, (void)dln, (void)ult, (void)uln;
+  struct xfer *x = ud;
+  uint64_t now = sbx_now_ns();
+  unsigned fb = x->req->first_byte_timeout_ms, idle = x->req->idle_timeout_ms;
+  if (!x->t_last && fb && now - x->t_start >= (uint64_t)fb * 1000000u)
+    x->gave_up = "first_byte";
+  else if (x->t_last && idle && now - x->t_last >= (uint64_t)idle * 1000000u)
+    x->gave_up = "idle";
+  return x->gave_up ? 1 : 0;
+}
+
 static int setup(struct xfer *x, const char *method, struct curl_slist *headers,
                  char *errbuf) {
   const struct http_request *req = x->req;
@@ -283,6 +304,12 @@ static int setup(struct xfer *x, const char *method, struct curl_slist *headers,
     SET(CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->upload_len);
   } else {
     return -EINVAL;
+  }
+  if (req->first_byte_timeout_ms || req->idle_timeout_ms) {
+    x->t_start = sbx_now_ns();
+    SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+    SET(CURLOPT_XFERINFODATA, x);
+    SET(CURLOPT_NOPROGRESS, 0L);
   }
   if (req->stall_timeout_ms) {
     SET(CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -384,6 +411,14 @@ static int perform(struct http_client *c, const char *method,
     r = sbx_error_set(e, SBX_INTERNAL, EIO,
                       "upload to %s ended after %llu of %llu bytes", shown,
                       x.put, req->upload_len);
+  } else if (x.gave_up) {
+    bool fb = strcmp(x.gave_up, "first_byte") == 0;
+    r = sbx_error_set(
+        e, SBX_TIMED_OUT, ETIMEDOUT,
+        fb ? "%s sent nothing for %u ms after the request (%s timeout)"
+           : "%s sent nothing more for %u ms (%s timeout)",
+        shown, fb ? req->first_byte_timeout_ms : req->idle_timeout_ms,
+        x.gave_up);
   } else if (x.cb_err < 0) {
     r = x.cb_err;
   } else if (x.nomem) {

@@ -60,6 +60,12 @@ struct http_request {
   unsigned long long upload_len;
   unsigned stall_timeout_ms; /* abort when under 1 byte/s for this long
                                 (-ETIMEDOUT); 0: never */
+  /* -ETIMEDOUT when nothing of the response (status line, headers or
+   * body) came this long after the request started, or nothing more came
+   * for idle_timeout_ms once it had begun; 0: no limit. Checked about
+   * once a second. */
+  unsigned first_byte_timeout_ms;
+  unsigned idle_timeout_ms;
 };
 
 struct http_response {

@@ -167,6 +167,8 @@ static void *call_main(void *arg) {
   sbx_client_set_tag(tag);
   run_call(j);
   sbx_client_set_tag(NULL);
+  if (j->rc == 0 && j->output)
+    j->rc = run_state_call_done(run, j->output, &j->err);
   const char *error = NULL;
   if (j->rc < 0)
     error = j->err.msg[0] ? j->err.msg : strerror(-j->rc);

@@ -86,6 +86,8 @@ int run_decide_calls(struct run *run, const struct agent *a,
   const struct run_options *o = sh->o;
   *awaiting = 0;
   for (size_t m = 0; m < n; m++) {
+    if (jobs[m].skip)
+      continue; /* answered already: recorded before a kill */
     json_t *it = jobs[m].item;
     const char *cid = json_string_value(json_object_get(it, "call_id"));
     const char *tool, *args;

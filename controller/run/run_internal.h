@@ -49,12 +49,15 @@ struct shared {
   pthread_mutex_t mu; /* clients */
   struct events *ev;  /* --stream, or NULL */
   char run_id[33];
-  json_t *rs;         /* the run state (root run only), or NULL */
-  char rs_path[4200]; /* where it is written */
-  size_t rs_items;    /* conversation items already in the journal */
-  int rs_jfd;         /* the journal, open for appending, or -1 */
-  bool rs_written;    /* the state file exists */
-  int64_t rs_seq;     /* saves so far: the state file and checkpoints say */
+  json_t *rs;            /* the run state (root run only), or NULL */
+  char rs_path[4200];    /* where it is written */
+  size_t rs_items;       /* conversation items already in the journal */
+  int rs_jfd;            /* the journal, open for appending, or -1 */
+  bool rs_written;       /* the state file exists */
+  int64_t rs_seq;        /* saves so far: the state file and checkpoints say */
+  json_t *rs_done;       /* resumed: the pending calls' recorded outputs by
+                            call_id, or NULL */
+  pthread_mutex_t rs_mu; /* the journal's appends, from the calls' threads */
 };
 
 /* Per agent of one run: its sandbox, manifest and tools. */
@@ -199,9 +202,14 @@ int run_state_begin(struct run *run, struct sbx_error *e);
 int run_state_resume(struct run *run, const struct agent **start,
                      struct sbx_error *e);
 /* Saves the root run's state with A as the current agent, STATUS and the
- * calls still to run (PENDING, borrowed); a no-op without a state dir. */
+ * calls still to run (PENDING, borrowed); a no-op without a state dir. A
+ * failed write fails the step: E says what could not be written. */
 int run_state_save(struct run *run, const struct agent *a, const char *status,
-                   json_t *pending);
+                   json_t *pending, struct sbx_error *e);
+/* Records the OUTPUT item (borrowed) of a call of the pending turn as soon
+ * as the call is done, so that a resume after a kill does not run it
+ * again; a no-op without a state dir or in a nested run. Thread-safe. */
+int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e);
 /* Ends the state of a run that returned R: closes the journal and, unless
  * the run paused, removes its files; sets res->state_path. */
 void run_state_end(struct run *run, int r);

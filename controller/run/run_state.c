@@ -27,6 +27,14 @@ static const char *const rs_progress_keys[] = {
 /* The journal's line for a checkpoint: an object with this one member,
  * which no conversation item has. */
 #define RS_CHECKPOINT "sbx.checkpoint"
+/* The journal's line for the output of one call of the pending turn,
+ * written as the call finishes: an object with this one member. */
+#define RS_CALL_OUTPUT "sbx.call_output"
+
+/* The most the journal may hold, and so one step's lines: what a run's
+ * limits let it grow to (tool outputs and model responses are bounded far
+ * below this), not a fixed buffer. */
+#define RS_JOURNAL_MAX ((size_t)1 << 30)
 
 #define JOURNAL_PATH_MAX 4300
 
@@ -35,21 +43,29 @@ static void journal_path(const char *path, char out[JOURNAL_PATH_MAX]) {
   (void)snprintf(out, JOURNAL_PATH_MAX, "%s.items", path);
 }
 
-/* Appends LEN bytes of TEXT to the journal, opening it the first time. */
-static int rs_append(struct shared *sh, const char *text, size_t len) {
+/* Appends LEN bytes of TEXT to the journal, opening it the first time;
+ * E names the journal on failure. */
+static int rs_append(struct shared *sh, const char *text, size_t len,
+                     struct sbx_error *e) {
+  char jpath[JOURNAL_PATH_MAX];
+  journal_path(sh->rs_path, jpath);
+  pthread_mutex_lock(&sh->rs_mu);
+  int r = 0;
   if (sh->rs_jfd < 0) {
-    char jpath[JOURNAL_PATH_MAX];
-    journal_path(sh->rs_path, jpath);
     sh->rs_jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (sh->rs_jfd < 0) {
-      int r = -errno;
-      log_warn("cannot write the run journal \"%s\": %m", jpath);
-      return r;
-    }
+    if (sh->rs_jfd < 0)
+      r = -errno;
   }
   /* One write: a kill leaves at most a partial last line, which a resume
    * ignores. */
-  return sbx_write_all(sh->rs_jfd, text, len);
+  if (r == 0)
+    r = sbx_write_all(sh->rs_jfd, text, len);
+  pthread_mutex_unlock(&sh->rs_mu);
+  if (r < 0)
+    return sbx_error_set(e, SBX_INTERNAL, -r,
+                         "cannot write the run journal \"%s\": %s", jpath,
+                         strerror(-r));
+  return 0;
 }
 
 /* The members of the run state that change as the run goes, as they are
@@ -126,37 +142,57 @@ static int journal_lines(struct shared *sh, json_t *items, bool checkpoint,
  * pauses or finishes, so that other processes (sbx approve) read it whole.
  * Both carry a sequence number; a resume takes the newer. */
 int run_state_save(struct run *run, const struct agent *a, const char *status,
-                   json_t *pending) {
+                   json_t *pending, struct sbx_error *e) {
   struct shared *sh = run->sh;
   if (!sh->rs || run->depth != 0)
     return 0;
   _cleanup_json_ json_t *now = progress(run, a, status, pending);
   if (!now || json_object_update(sh->rs, now) < 0)
-    return -ENOMEM;
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
+                         "cannot save the run state: out of memory");
   bool checkpoint = sh->rs_written && strcmp(status, "running") == 0;
   _cleanup_buf_ struct sbx_buf j;
-  sbx_buf_init(&j, 4096);
+  sbx_buf_init(&j, RS_JOURNAL_MAX);
   int r = journal_lines(sh, run->items, checkpoint, &j);
-  if (r == 0 && j.len)
-    r = rs_append(sh, j.data, j.len);
-  if (r < 0) {
-    log_warn("cannot write the run journal of \"%s\": %s", sh->rs_path,
-             strerror(-r));
+  if (r < 0)
+    return sbx_error_set(e, SBX_INTERNAL, -r,
+                         "cannot record the step in the run journal of "
+                         "\"%s\": %s",
+                         sh->rs_path, strerror(-r));
+  if (j.len && (r = rs_append(sh, j.data, j.len, e)) < 0)
     return r;
-  }
   sh->rs_items = json_array_size(run->items);
   if (checkpoint)
     return 0;
   _cleanup_free_ char *text = json_dumps(sh->rs, JSON_COMPACT);
   if (!text)
-    return -ENOMEM;
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
+                         "cannot save the run state: out of memory");
   r = sbx_write_file_replace(sh->rs_path, text, strlen(text), 0600);
   if (r < 0)
-    log_warn("cannot write the run state \"%s\": %s", sh->rs_path,
-             strerror(-r));
-  else
-    sh->rs_written = true;
-  return r;
+    return sbx_error_set(e, SBX_INTERNAL, -r,
+                         "cannot write the run state \"%s\": %s", sh->rs_path,
+                         strerror(-r));
+  sh->rs_written = true;
+  return 0;
+}
+
+int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e) {
+  struct shared *sh = run->sh;
+  if (!sh->rs || run->depth != 0)
+    return 0;
+  _cleanup_json_ json_t *line = json_pack("{s:O}", RS_CALL_OUTPUT, output);
+  _cleanup_free_ char *text =
+      line ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, RS_JOURNAL_MAX);
+  int r = text ? sbx_buf_printf(&b, "%s\n", text) : -ENOMEM;
+  if (r < 0)
+    return sbx_error_set(e, SBX_INTERNAL, -r,
+                         "cannot record a call's output in the run journal of "
+                         "\"%s\": %s",
+                         sh->rs_path, strerror(-r));
+  return rs_append(sh, b.data, b.len, e);
 }
 
 /* Starts a new run state under the state dir. */
@@ -190,13 +226,38 @@ int run_state_begin(struct run *run, struct sbx_error *e) {
   return sh->rs ? 0 : -ENOMEM;
 }
 
+/* The outputs of the pending turn's calls recorded after the journal's
+ * first CUT bytes of TEXT (LEN): the call_output lines that follow it,
+ * into DONE by call_id. Returns the end of the last one, where the journal
+ * is cut. */
+static size_t rs_done_calls(const char *text, size_t len, size_t cut,
+                            json_t *done) {
+  for (const char *p = text + cut, *end = text + len; p < end;) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl)
+      break;
+    json_error_t je;
+    _cleanup_json_ json_t *it = json_loadb(p, (size_t)(nl - p), 0, &je);
+    json_t *out = json_object_get(it, RS_CALL_OUTPUT);
+    const char *cid = json_string_value(json_object_get(out, "call_id"));
+    if (!cid || json_object_set(done, cid, out) < 0)
+      break;
+    p = nl + 1;
+    cut = (size_t)(p - text);
+  }
+  return cut;
+}
+
 /* Reads the journal of the run state RS saved at PATH: the conversation
- * into *ITEMS (new reference), and RS brought up to the newest checkpoint
- * that is newer than the state file. Then cuts the journal after what
- * counts: a kill can leave items without their checkpoint, or half a line.
- * Fails (-EINVAL) when items the state counts are missing. */
-static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
+ * into *ITEMS (new reference), the outputs of the pending calls that were
+ * done into *DONE (new), and RS brought up to the newest checkpoint that
+ * is newer than the state file. Then cuts the journal after what counts: a
+ * kill can leave items without their checkpoint, or half a line. Fails
+ * (-EINVAL) when items the state counts are missing. */
+static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
+                           json_t **done_out) {
   *items_out = NULL;
+  *done_out = NULL;
   json_int_t seq = json_integer_value(json_object_get(rs, "seq"));
   json_t *cnt = json_object_get(rs, "items_count");
   if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
@@ -206,10 +267,11 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
   journal_path(path, jpath);
   _cleanup_free_ char *text = NULL;
   size_t len = 0;
-  int r = sbx_read_file(jpath, 1u << 30, &text, &len);
+  int r = sbx_read_file(jpath, RS_JOURNAL_MAX, &text, &len);
   if (r < 0)
     return r;
   _cleanup_json_ json_t *items = json_array();
+  _cleanup_json_ json_t *done = json_object();
   _cleanup_json_ json_t *best = NULL; /* the newest good checkpoint */
   size_t best_end = 0, want_end = 0;
   bool have_want = false;
@@ -225,6 +287,10 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
     }
     size_t line_end = (size_t)(nl + 1 - text);
     p = nl + 1;
+    if (json_object_get(it, RS_CALL_OUTPUT)) {
+      json_decref(it); /* read after the cut, below */
+      continue;
+    }
     json_t *cp = json_object_get(it, RS_CHECKPOINT);
     if (cp) {
       json_t *cs = json_object_get(cp, "seq");
@@ -249,7 +315,7 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
       want_end = line_end;
     }
   }
-  if (!items)
+  if (!items || !done)
     return -ENOMEM;
   size_t cut = want_end;
   if (best) {
@@ -263,9 +329,11 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out) {
   /* Removing an array's last item cannot fail. */
   while (json_array_size(items) > want)
     (void)json_array_remove(items, json_array_size(items) - 1);
+  cut = rs_done_calls(text, len, cut, done);
   if (truncate(jpath, (off_t)cut) < 0)
     return -errno;
   *items_out = TAKE_PTR(items);
+  *done_out = TAKE_PTR(done);
   return 0;
 }
 
@@ -285,9 +353,9 @@ int run_state_resume(struct run *run, const struct agent **start,
   }
   json_error_t je;
   json_t *rs = json_loadb(text, len, 0, &je);
-  json_t *items = NULL;
+  json_t *items = NULL, *done = NULL;
   if (json_is_object(rs))
-    (void)rs_load_journal(o->resume_path, rs, &items);
+    (void)rs_load_journal(o->resume_path, rs, &items, &done);
   json_t *agent = json_object_get(rs, "agent");
   const char *id = json_string_value(json_object_get(rs, "run_id"));
   const char *status = json_string_value(json_object_get(rs, "status"));
@@ -297,6 +365,7 @@ int run_state_resume(struct run *run, const struct agent **start,
       json_integer_value(agent) < 0 ||
       (size_t)json_integer_value(agent) >= o->agents->n || !status) {
     json_decref(items);
+    json_decref(done);
     json_decref(rs);
     run->res->config_error = true;
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
@@ -305,6 +374,7 @@ int run_state_resume(struct run *run, const struct agent **start,
   }
   if (strcmp(status, "finished") == 0) {
     json_decref(items);
+    json_decref(done);
     json_decref(rs);
     run->res->config_error = true;
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
@@ -314,6 +384,7 @@ int run_state_resume(struct run *run, const struct agent **start,
   memcpy(sh->run_id, id, 33);
   (void)snprintf(sh->rs_path, sizeof(sh->rs_path), "%s", o->resume_path);
   run->items = items;
+  sh->rs_done = done;
   sh->rs_items = json_array_size(items);
   sh->rs_written = true;
   sh->rs_seq = json_integer_value(json_object_get(rs, "seq"));
@@ -377,4 +448,6 @@ void run_state_end(struct run *run, int r) {
   }
   json_decref(sh->rs);
   sh->rs = NULL;
+  json_decref(sh->rs_done);
+  sh->rs_done = NULL;
 }

@@ -155,10 +155,12 @@ int runner_run(const struct run_options *o, struct run_result *res,
   if (o->events && events_new(o->events, sh.run_id, &sh.ev, e) < 0)
     return -ENOMEM;
   pthread_mutex_init(&sh.mu, NULL);
+  pthread_mutex_init(&sh.rs_mu, NULL);
   struct run *run = calloc(1, sizeof(*run));
   if (!run) {
     events_free(sh.ev);
     pthread_mutex_destroy(&sh.mu);
+    pthread_mutex_destroy(&sh.rs_mu);
     return -ENOMEM;
   }
   run->sh = &sh;
@@ -191,6 +193,7 @@ int runner_run(const struct run_options *o, struct run_result *res,
   free(run);
   run_clients_free(&sh);
   pthread_mutex_destroy(&sh.mu);
+  pthread_mutex_destroy(&sh.rs_mu);
   events_free(sh.ev);
   return r;
 }

@@ -196,17 +196,71 @@ int run_ensure_sandbox(struct run *run, const struct agent *a,
   return r;
 }
 
+/* Fails the resume of RUN with the reason LE that agent A's sandbox
+ * RECORD_ID cannot be had, and the remedy. */
+static int sandbox_gone(struct run *run, const struct agent *a,
+                        const char *record_id, const struct sbx_error *le,
+                        int r, struct sbx_error *e) {
+  return sbx_error_set(e, SBX_UNAVAILABLE, r < 0 ? -r : EIO,
+                       "cannot resume run %s at turn %d: the sandbox %s of "
+                       "agent \"%s\" is gone (%s); its work cannot be "
+                       "recovered: remove it with `sbx sandbox rm -f %s` and "
+                       "run the prompt again",
+                       run->sh->run_id, run->first_turn, record_id, a->name,
+                       le->msg[0] ? le->msg : strerror(r < 0 ? -r : EIO),
+                       record_id);
+}
+
+/* Attaches to the sandbox of REC for agent A of RUN into *SB. A sandbox
+ * whose sandboxd is gone (killed with the controller, or the host
+ * rebooted) is started again over its workspace, which the backend kept;
+ * its exec sessions ended with it (*RESTARTED). */
+static int attach_or_start(struct run *run, const struct agent *a,
+                           struct lifecycle_record *rec, struct sandbox **sb,
+                           bool *restarted, struct sbx_error *e) {
+  const struct run_options *o = run->sh->o;
+  struct sbx_error le = {0};
+  *restarted = false;
+  int r = lifecycle_attach(rec, &o->backend_opts, sb, &le);
+  if (r < 0)
+    return sandbox_gone(run, a, rec->id, &le, r, e);
+  if ((*sb)->client)
+    return 0;
+  if (!(*sb)->backend->start)
+    r = sbx_error_set(&le, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                      "its sandboxd has exited and backend %s cannot start "
+                      "it again",
+                      (*sb)->backend->name);
+  else
+    r = (*sb)->backend->start(*sb, &le);
+  if (r == 0)
+    r = lifecycle_resave(rec, *sb, NULL, &le);
+  if (r < 0) {
+    (*sb)->backend->detach(*sb);
+    *sb = NULL;
+    return sandbox_gone(run, a, rec->id, &le, r, e);
+  }
+  log_warn("sandbox %s of agent \"%s\" was not running; started it again "
+           "over its workspace (its running commands ended with it)",
+           rec->id, a->name);
+  *restarted = true;
+  return 0;
+}
+
 /* Re-attaches agent IDX's sandbox, recorded under RECORD_ID, with the
  * exec sessions TOOLS (toolbox_save's) that were running in it. */
 int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
                          json_t *tools, struct sbx_error *e) {
   const struct run_options *o = run->sh->o;
+  const struct agent *a = o->agents->agents[idx];
   struct lifecycle_record rec;
-  int r = lifecycle_load(o->state_dir, record_id, &rec, e);
+  struct sbx_error le = {0};
+  int r = lifecycle_load(o->state_dir, record_id, &rec, &le);
   if (r < 0)
-    return r;
+    return sandbox_gone(run, a, record_id, &le, r, e);
   struct sandbox *sb = NULL;
-  r = lifecycle_attach(&rec, &o->backend_opts, &sb, e);
+  bool restarted = false;
+  r = attach_or_start(run, a, &rec, &sb, &restarted, e);
   if (r < 0) {
     lifecycle_record_clear(&rec);
     return r;
@@ -217,8 +271,9 @@ int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
   rec.manifest = NULL;
   lifecycle_record_clear(&rec);
   (void)snprintf(st->record_id, sizeof(st->record_id), "%s", record_id);
-  start_toolbox(st, o, o->agents->agents[idx]);
-  toolbox_load(&st->tb, tools);
+  start_toolbox(st, o, a);
+  if (!restarted)
+    toolbox_load(&st->tb, tools);
   return 0;
 }
 

@@ -156,8 +156,7 @@ static int turn_finish(struct turn *t, struct sbx_error *e) {
                            "match its output_type: %s",
                            a->name, se.msg);
   }
-  (void)run_state_save(run, a, "finished", NULL);
-  return 0;
+  return run_state_save(run, a, "finished", NULL, e);
 }
 
 /* The output of a handoff call: the first one names the next agent, any
@@ -202,11 +201,21 @@ static int turn_jobs(struct turn *t) {
         return -ENOMEM;
       continue;
     }
-    t->jobs[t->njobs++] = (struct call_job){
+    struct call_job *j = &t->jobs[t->njobs++];
+    *j = (struct call_job){
         .run = t->run,
         .agent = t->a,
         .item = it,
     };
+    /* Resumed: a call whose output the journal recorded is not run again. */
+    const char *cid = json_string_value(json_object_get(it, "call_id"));
+    json_t *done = t->resumed && cid && t->run->depth == 0
+                       ? json_object_get(t->run->sh->rs_done, cid)
+                       : NULL;
+    if (done) {
+      j->output = json_incref(done);
+      j->skip = true;
+    }
   }
   return 0;
 }
@@ -218,8 +227,8 @@ static int turn_pause(struct turn *t, struct sbx_error *e) {
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EACCES,
                          "a tool call needs approval, but the run has no "
                          "state to pause in");
-  (void)run_state_save(t->run, t->a, "awaiting_approval", t->resp.output);
-  return RUNNER_PAUSED;
+  int r = run_state_save(t->run, t->a, "awaiting_approval", t->resp.output, e);
+  return r < 0 ? r : RUNNER_PAUSED;
 }
 
 /* Adds the calls' outputs to the conversation, then the handoffs'; the
@@ -251,9 +260,11 @@ static int turn_collect(struct turn *t, struct sbx_error *e) {
  * RUNNER_PAUSED, or an error. */
 static int turn_run_calls(struct turn *t, struct sbx_error *e) {
   struct run *run = t->run;
-  if (!t->resumed)
-    (void)run_state_save(run, t->a, "running", t->resp.output);
-  int r = turn_jobs(t);
+  int r =
+      t->resumed ? 0 : run_state_save(run, t->a, "running", t->resp.output, e);
+  if (r < 0)
+    return r;
+  r = turn_jobs(t);
   size_t awaiting = 0;
   if (r == 0)
     r = run_decide_calls(run, t->a, &t->w, t->jobs, t->njobs, &awaiting);
@@ -270,7 +281,9 @@ static int turn_run_calls(struct turn *t, struct sbx_error *e) {
     events_handoff(run->sh->ev, &t->w, t->next->name, t->next_call_id);
     trace_set_str(run->turn_span, "sbx.handoff.to", t->next->name);
   }
-  (void)run_state_save(run, t->next ? t->next : t->a, "running", NULL);
+  r = run_state_save(run, t->next ? t->next : t->a, "running", NULL, e);
+  if (r < 0)
+    return r;
   events_turn_finished(run->sh->ev, &t->w, t->model, t->ncalls, &t->usage);
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/fileio.h"
+#include "shared/log.h"
 #include "shared/path.h"
 
 #define TREE_MAX_DEPTH 256
@@ -440,6 +441,17 @@ static int pull_spool(struct sbx_client *c, uint64_t handle, uint64_t total,
       continue;
     }
     last_ns = sbx_now_ns();
+    /* Files with hard links outside SRC were left out (the client checked
+     * the names printable): say which. */
+    const Sbx__V1__ArchiveExportReadReply *x = resp->archive_export_read;
+    for (size_t i = 0; eof && i < x->n_skipped; i++)
+      log_warn("\"%s\" in \"%s\" was not copied: it has hard links outside "
+               "it",
+               x->skipped[i], src);
+    if (eof && x->skipped_count > x->n_skipped)
+      log_warn("and %llu more files with hard links outside \"%s\" were not "
+               "copied",
+               (unsigned long long)(x->skipped_count - x->n_skipped), src);
     if (pwrite(fd, d->data, d->len, (off_t)off) != (ssize_t)d->len)
       return sbx_error_set(e, SBX_OK, errno, "cannot spool the archive: %m");
     off += d->len;

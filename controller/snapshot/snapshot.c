@@ -16,6 +16,9 @@
 void snapshot_record_clear(struct snapshot_record *r) {
   if (!r)
     return;
+  for (size_t i = 0; i < r->nskipped; i++)
+    free(r->skipped[i]);
+  free(r->skipped);
   free(r->location);
   memset(r, 0, sizeof(*r));
 }
@@ -53,6 +56,35 @@ char *snapshot_join3(const char *a, const char *b, const char *c) {
   memcpy(s + la, b, lb);
   memcpy(s + la + lb, c, lc + 1);
   return s;
+}
+
+/* ---- limits ---- */
+
+/* LIMITS with the defaults filled in: the limits a save and a restore of
+ * the same snapshot both apply. */
+struct snapshot_limits
+snapshot_limits_or_defaults(const struct snapshot_limits *limits) {
+  struct snapshot_limits lim = {
+      .max_input_bytes = SNAPSHOT_MAX_INPUT_BYTES,
+      .max_extracted_bytes = SNAPSHOT_MAX_EXTRACTED_BYTES,
+      .max_members = SNAPSHOT_MAX_MEMBERS,
+  };
+  if (limits && limits->max_input_bytes)
+    lim.max_input_bytes = limits->max_input_bytes;
+  if (limits && limits->max_extracted_bytes)
+    lim.max_extracted_bytes = limits->max_extracted_bytes;
+  if (limits && limits->max_members)
+    lim.max_members = limits->max_members;
+  return lim;
+}
+
+/* L as the ArchiveLimits of an export or import request. */
+Sbx__V1__ArchiveLimits snapshot_limits_proto(const struct snapshot_limits *l) {
+  Sbx__V1__ArchiveLimits al = SBX__V1__ARCHIVE_LIMITS__INIT;
+  al.max_input_bytes = l->max_input_bytes;
+  al.max_extracted_bytes = l->max_extracted_bytes;
+  al.max_members = l->max_members;
+  return al;
 }
 
 /* ---- excludes ---- */

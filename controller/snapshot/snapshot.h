@@ -55,10 +55,12 @@
 #define SNAPSHOT_FINGERPRINT_VERSION "workspace_tar_sha256_v1"
 #define SNAPSHOT_TOKEN_ENV "SBX_SNAPSHOT_TOKEN"
 #define SNAPSHOT_PRUNE_DAYS 30
-/* The SDK's archive limits (DEFAULT_SANDBOX_ARCHIVE_LIMITS). */
-#define SNAPSHOT_MAX_INPUT_BYTES (1ull << 30)
-#define SNAPSHOT_MAX_EXTRACTED_BYTES (4ull << 30)
-#define SNAPSHOT_MAX_MEMBERS 100000ull
+/* The default archive limits, sandboxd's: a checkout of a large monorepo
+ * (500k files and their directories) fits twice over. The SDK's
+ * DEFAULT_SANDBOX_ARCHIVE_LIMITS (100000 members, 1 GiB, 4 GiB) do not. */
+#define SNAPSHOT_MAX_INPUT_BYTES (16ull << 30)
+#define SNAPSHOT_MAX_EXTRACTED_BYTES (64ull << 30)
+#define SNAPSHOT_MAX_MEMBERS 1000000ull
 
 enum snapshot_type {
   SNAPSHOT_NONE = 0,
@@ -69,6 +71,16 @@ enum snapshot_type {
 enum snapshot_compression {
   SNAPSHOT_ZSTD = 0, /* the default */
   SNAPSHOT_UNCOMPRESSED = 1,
+};
+
+/* Archive limits of a snapshot, applied by the save (sandboxd refuses an
+ * export the restore would refuse, and says why) and by the restore; a 0
+ * field takes the default. sandboxd's own limits (its --archive-max-*
+ * flags) lower them, never raise them. */
+struct snapshot_limits {
+  uint64_t max_input_bytes;     /* the archive; default 16 GiB */
+  uint64_t max_extracted_bytes; /* its data, holes not counted; 64 GiB */
+  uint64_t max_members;         /* default 1000000 */
 };
 
 /* Everything borrowed. */
@@ -82,7 +94,7 @@ struct snapshot_spec {
    * restore's clearing (ephemeral entries, mounts); NULL-terminated, may be
    * NULL. "" or "." stands for the whole workspace. */
   const char *const *excludes;
-  uint64_t max_bytes; /* save refuses larger archives; 0: 1 GiB */
+  struct snapshot_limits limits;
 };
 
 struct snapshot_record {
@@ -91,13 +103,13 @@ struct snapshot_record {
   char sha256[65];  /* lowercase hex of the archive; "" for none */
   uint64_t size;    /* archive bytes */
   char version[32]; /* SNAPSHOT_FINGERPRINT_VERSION; "" for none */
-};
-
-/* Archive limits of a restore; a 0 field takes the SDK's default. */
-struct snapshot_limits {
-  uint64_t max_input_bytes;     /* default 1 GiB */
-  uint64_t max_extracted_bytes; /* default 4 GiB */
-  uint64_t max_members;         /* default 100000 */
+  /* What a save left out: files with hard links outside the workspace
+   * (their contents are not the workspace's). The first (at most 100)
+   * paths, new, printable UTF-8, and how many in all. For the person who
+   * asked for the snapshot; not part of a session state. */
+  char **skipped;
+  size_t nskipped;
+  uint64_t skipped_total;
 };
 
 struct snapshot_progress {
@@ -136,8 +148,13 @@ const char *snapshot_type_name(enum snapshot_type t);
  * failure *OUT is cleared and nothing was stored (a local save leaves the
  * previous snapshot in place; a failed PUT may leave what the server kept).
  * The archive streams from sandboxd to the file or request body in chunks,
- * hashed on the way. Progress: "archiving" (sandboxd builds the archive;
- * one call before and one after), then "saving" (bytes stored). */
+ * hashed on the way. sandboxd builds it within SPEC's limits, which the
+ * restore applies: a workspace the restore would refuse (too many entries,
+ * too much data) is refused now with LIMIT_EXCEEDED and the reason, and
+ * nothing is stored. A file with hard links outside the workspace is left
+ * out (its contents are not the workspace's) and named in OUT->skipped for
+ * the caller to tell the person. Progress: "archiving" (sandboxd builds the
+ * archive; one call before and one after), then "saving" (bytes stored). */
 int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
                   const char *session_id, const char *const *excludes,
                   struct snapshot_record *out, snapshot_progress_fn progress,
@@ -149,14 +166,17 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
  * limit), checks its size and SHA-256 against REC before anything in the
  * workspace changes (a tampered archive is refused with -EBADMSG), clears
  * the workspace except SPEC's excludes (as the SDK does on resume), and
- * imports it through sandboxd with LIMITS (NULL: defaults), which refuses
- * bombs, "../" members and links out before it writes. SPEC may be NULL; a
- * remote restore uses SPEC->url when given (an object URL, or a prefix to
- * which the record's file name is appended: presigned GET URLs differ from
- * PUT ones), else REC's location. RES may be NULL.
+ * imports it through sandboxd with LIMITS (NULL: SPEC's), which refuses
+ * bombs, "../" members and members beneath a symbolic link before it
+ * writes (symbolic links are restored as they were saved, wherever they
+ * point, and never followed). SPEC may be NULL; a remote restore uses
+ * SPEC->url when given (an object URL, or a prefix to which the record's
+ * file name is appended: presigned GET URLs differ from PUT ones), else
+ * REC's location. RES may be NULL.
  * sandboxd checks the archive only at the end of the import, after the
  * clearing: an archive that matches its record but is refused (a tar bomb,
- * "../", a link out) leaves the workspace cleared, never written outside.
+ * "../", a member beneath a link) leaves the workspace cleared, never
+ * written outside.
  * Progress: "loading" (remote download), then "restoring" (bytes sent to
  * sandboxd; files_done set on the final call). */
 int snapshot_restore(const struct snapshot_spec *spec,

@@ -15,6 +15,26 @@
 /* How long a streamed export may send nothing before we give up. */
 #define EXPORT_STALL_NS (120ull * 1000000000ull)
 
+/* Keeps the paths the eof reply R says sandboxd left out (checked by the
+ * client: few, printable) in X. */
+static int keep_skipped(struct snapshot_exporter *x,
+                        const Sbx__V1__ArchiveExportReadReply *r,
+                        struct sbx_error *e) {
+  x->skipped_total = r->skipped_count;
+  if (r->n_skipped == 0)
+    return 0;
+  x->skipped = calloc(r->n_skipped, sizeof(char *));
+  if (!x->skipped)
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  for (size_t i = 0; i < r->n_skipped; i++) {
+    x->skipped[i] = strdup(r->skipped[i]);
+    if (!x->skipped[i])
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+    x->nskipped++;
+  }
+  return 0;
+}
+
 /* Fetches chunk after chunk until eof, an error or a stop. A size given at
  * start must be met exactly (the sandbox may lie); a streamed archive is
  * held to x->max as it arrives. */
@@ -42,6 +62,10 @@ static void *export_reader(void *arg) {
       break;
     Sbx__V1__ArchiveExportReadReply *c = rep->archive_export_read;
     eof = c->eof;
+    if (eof && (r = keep_skipped(x, c, &e)) < 0) {
+      sbx_client_reply_free(rep);
+      break;
+    }
     if (x->total && (c->data.len > want || c->data.len == 0 ||
                      eof != (off + c->data.len == x->total))) {
       r = sbx_error_set(&e, SBX_INTERNAL, EPROTO,
@@ -99,10 +123,16 @@ static void *export_reader(void *arg) {
  * while it is read (its size is then unknown until the end). */
 int snapshot_export_open(struct snapshot_exporter *x, struct sandbox *sb,
                          const struct snapshot_excludes *ex,
-                         enum snapshot_compression comp, uint64_t max_bytes,
-                         bool stream, struct sbx_error *e) {
+                         enum snapshot_compression comp,
+                         const struct snapshot_limits *lim, bool stream,
+                         struct sbx_error *e) {
+  uint64_t max_bytes = lim ? lim->max_input_bytes : UINT64_MAX;
   *x = (struct snapshot_exporter){.client = sb->client, .max = max_bytes};
+  Sbx__V1__ArchiveLimits al = SBX__V1__ARCHIVE_LIMITS__INIT;
+  if (lim)
+    al = snapshot_limits_proto(lim);
   Sbx__V1__ArchiveExportStart a = SBX__V1__ARCHIVE_EXPORT_START__INIT;
+  a.limits = lim ? &al : NULL;
   a.path = (char *)".";
   a.stream = stream;
   a.excludes = ex->v;
@@ -210,6 +240,11 @@ void snapshot_export_close(struct snapshot_exporter *x) {
   }
   sbx_client_reply_free(x->reply);
   x->reply = NULL;
+  for (size_t i = 0; i < x->nskipped; i++)
+    free(x->skipped[i]);
+  free(x->skipped);
+  x->skipped = NULL;
+  x->nskipped = 0;
   if (x->open) {
     struct sbx_error ignored = {0};
     if (sbx_archive_close(x->client, x->handle, &ignored) < 0)
@@ -228,9 +263,8 @@ int snapshot_fingerprint(const struct snapshot_spec *spec, struct sandbox *sb,
   if (r < 0)
     return r;
   struct snapshot_exporter x;
-  r = snapshot_export_open(&x, sb, &ex,
-                           spec ? spec->compression : SNAPSHOT_ZSTD, UINT64_MAX,
-                           true, e);
+  r = snapshot_export_open(
+      &x, sb, &ex, spec ? spec->compression : SNAPSHOT_ZSTD, NULL, true, e);
   snapshot_excludes_free(&ex);
   struct sbx_sha256 sha;
   sbx_sha256_init(&sha);

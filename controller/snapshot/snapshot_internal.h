@@ -66,6 +66,14 @@ static inline void snapshot_meter_report(struct snapshot_meter *p,
   p->fn(p->arg, &sp);
 }
 
+/* ---- limits (snapshot.c) ---- */
+
+/* LIMITS (may be NULL) with the default for each 0 field. */
+struct snapshot_limits
+snapshot_limits_or_defaults(const struct snapshot_limits *limits);
+/* L as sandboxd's ArchiveLimits (nothing allocated). */
+Sbx__V1__ArchiveLimits snapshot_limits_proto(const struct snapshot_limits *l);
+
 /* ---- excludes (snapshot.c) ---- */
 
 struct snapshot_excludes {
@@ -108,20 +116,27 @@ struct snapshot_exporter {
   size_t qhead, qcount;
   uint64_t fetched; /* archive bytes fetched by the reader */
   bool eof;         /* the reader has fetched the whole archive */
-  bool done;        /* the reader has stopped: end, error or stop */
-  bool stop;        /* the caller gave up */
+  /* the eof reply's paths sandboxd left out: new, and how many in all */
+  char **skipped;
+  size_t nskipped;
+  uint64_t skipped_total;
+  bool done; /* the reader has stopped: end, error or stop */
+  bool stop; /* the caller gave up */
   int err;
   struct sbx_error rerr;
 };
 
-/* Starts the export of SB's workspace without EX, in COMP, at most
- * MAX_BYTES, and its reader. STREAM: sandboxd produces the archive while
- * it is read (its size is then unknown until the end). Close X whatever
- * the result. */
+/* Starts the export of SB's workspace without EX, in COMP, and its
+ * reader. LIM (defaults filled in; NULL: none but sandboxd's own) are the
+ * limits a restore applies: sandboxd refuses an export beyond them, and
+ * the reader more than LIM->max_input_bytes of archive. STREAM: sandboxd
+ * produces the archive while it is read (its size is then unknown until
+ * the end). Close X whatever the result. */
 int snapshot_export_open(struct snapshot_exporter *x, struct sandbox *sb,
                          const struct snapshot_excludes *ex,
-                         enum snapshot_compression comp, uint64_t max_bytes,
-                         bool stream, struct sbx_error *e);
+                         enum snapshot_compression comp,
+                         const struct snapshot_limits *lim, bool stream,
+                         struct sbx_error *e);
 /* The next piece of the archive, at most MAX bytes, into *DATA and *LEN;
  * *LEN is 0 at the end. The bytes stay valid until the next call. */
 int snapshot_export_next(struct snapshot_exporter *x, size_t max,

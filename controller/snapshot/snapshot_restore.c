@@ -109,23 +109,6 @@ static int check_record(const struct snapshot_record *rec,
   return 0;
 }
 
-/* LIMITS (may be NULL) with the SDK's default for each 0 field. */
-static struct snapshot_limits
-limits_or_defaults(const struct snapshot_limits *limits) {
-  struct snapshot_limits lim = {
-      .max_input_bytes = SNAPSHOT_MAX_INPUT_BYTES,
-      .max_extracted_bytes = SNAPSHOT_MAX_EXTRACTED_BYTES,
-      .max_members = SNAPSHOT_MAX_MEMBERS,
-  };
-  if (limits && limits->max_input_bytes)
-    lim.max_input_bytes = limits->max_input_bytes;
-  if (limits && limits->max_extracted_bytes)
-    lim.max_extracted_bytes = limits->max_extracted_bytes;
-  if (limits && limits->max_members)
-    lim.max_members = limits->max_members;
-  return lim;
-}
-
 /* The archive as a file: the local snapshot, or a download of at most
  * MAX_INPUT bytes whose SHA-256 is checked against REC on the way
  * (*VERIFIED), before anything in the workspace changes. */
@@ -185,10 +168,7 @@ struct import {
  * import started, whatever the result. */
 static int import_start(struct import *im, const struct snapshot_limits *lim,
                         struct snapshot_excludes *ex, struct sbx_error *e) {
-  Sbx__V1__ArchiveLimits al = SBX__V1__ARCHIVE_LIMITS__INIT;
-  al.max_input_bytes = lim->max_input_bytes;
-  al.max_extracted_bytes = lim->max_extracted_bytes;
-  al.max_members = lim->max_members;
+  Sbx__V1__ArchiveLimits al = snapshot_limits_proto(lim);
   Sbx__V1__ArchiveImportStart a = SBX__V1__ARCHIVE_IMPORT_START__INIT;
   a.path = (char *)".";
   a.limits = &al;
@@ -313,7 +293,10 @@ int snapshot_restore(const struct snapshot_spec *spec,
     res->skipped = true;
     return 0;
   }
-  struct snapshot_limits lim = limits_or_defaults(limits);
+  struct snapshot_limits lim =
+      snapshot_limits_or_defaults(limits ? limits
+                                  : spec ? &spec->limits
+                                         : NULL);
   const char *where = rec->location ? rec->location : "(no location)";
   if (rec->size > lim.max_input_bytes) {
     char sz[32];

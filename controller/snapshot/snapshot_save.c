@@ -63,9 +63,8 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
   snapshot_meter_report(&arch, 0, 0, false);
   /* A local file is written as the archive is produced; an upload needs
    * its length first. */
-  r = snapshot_export_open(&s.ex, sb, &ex, spec->compression,
-                           spec->max_bytes ? spec->max_bytes
-                                           : SNAPSHOT_MAX_INPUT_BYTES,
+  struct snapshot_limits lim = snapshot_limits_or_defaults(&spec->limits);
+  r = snapshot_export_open(&s.ex, sb, &ex, spec->compression, &lim,
                            spec->type == SNAPSHOT_LOCAL, e);
   snapshot_excludes_free(&ex);
   if (r == 0) {
@@ -87,6 +86,14 @@ int snapshot_save(const struct snapshot_spec *spec, struct sandbox *sb,
     uint8_t d[SBX_SHA256_BYTES];
     sbx_sha256_final(&s.sha, d);
     sbx_sha256_hex(d, out->sha256);
+  }
+  if (r == 0) {
+    /* The whole archive was read: the reader wrote these before its last
+     * chunk, and writes nothing more. */
+    out->skipped = TAKE_PTR(s.ex.skipped);
+    out->nskipped = s.ex.nskipped;
+    out->skipped_total = s.ex.skipped_total;
+    s.ex.nskipped = 0;
   }
   snapshot_export_close(&s.ex);
   if (r < 0) {

@@ -5,6 +5,8 @@
  *                             (the spool, names in messages, libarchive's
  *                             errors)
  *   export_tar.c    export_   a directory tree written as a pax tar
+ *   export_links.c  export_   the files with several hard links, and the
+ *                             names of those left out
  *   export_rpc.c    export_   ArchiveExportStart and ArchiveExportRead, and
  *                             the producer thread of a streamed export
  *   import_rpc.c              ArchiveImportStart, ArchiveImportWrite and
@@ -32,8 +34,64 @@
 #include "shared/errors.h"
 #include "shared/path.h"
 
-#define NAME_SHOWN 200             /* bytes of a name quoted in messages */
-#define LINK_STEPS_MAX (16u << 20) /* components walked for all links */
+#define NAME_SHOWN 200 /* bytes of a name quoted in messages */
+/* Member names and symlink targets of one archive, NUL-terminated: what an
+ * import keeps of them (1 000 000 members of 256 bytes), and so what an
+ * export may produce. */
+#define NAME_POOL_MAX (256u << 20)
+
+/* ---- export: hard links and what is left out (export_links.c) ---- */
+
+/* A file with more than one link met in the walk, and its paths there. */
+struct export_link {
+  dev_t dev;
+  ino_t ino;
+  uint32_t seen;       /* its links met in the exported tree */
+  uint32_t head, tail; /* its paths, in the order met */
+};
+
+struct export_link_path {
+  uint32_t off;  /* in the pool */
+  uint32_t next; /* the next path of the same file, or UINT32_MAX */
+};
+
+/* The files with more than one link, in the order they were met. */
+struct export_links {
+  struct export_link *v;
+  size_t n, cap;
+  uint32_t *ht; /* index + 1, by identity */
+  size_t htcap;
+  struct export_link_path *paths;
+  size_t np, pathcap;
+  char *pool;
+  size_t plen, pcap;
+};
+
+/* Records PATH as a link of the file DEV/INO: 0, -ENOMEM, or -E2BIG past
+ * NAME_POOL_MAX bytes of paths. */
+int export_links_note(struct export_links *l, dev_t dev, ino_t ino,
+                      const char *path);
+/* K's next path after *AT (UINT32_MAX: from the first; updated), or NULL
+ * after the last. Borrowed from L. */
+const char *export_links_path(const struct export_links *l,
+                              const struct export_link *k, uint32_t *at);
+void export_links_fini(struct export_links *l);
+
+#define EXPORT_SKIPPED_SHOWN 100         /* names reported */
+#define EXPORT_SKIPPED_BYTES (64u << 10) /* and their bytes at most */
+
+/* The paths an export left out (files with links outside the tree): the
+ * first EXPORT_SKIPPED_SHOWN of them, printable, and how many in all. */
+struct export_skipped {
+  char **names; /* new, valid UTF-8 without control bytes */
+  size_t n, cap;
+  size_t bytes;
+  uint64_t total;
+};
+
+/* Adds PATH (counted; named while there is room); 0 or -ENOMEM. */
+int export_skipped_add(struct export_skipped *s, const char *path);
+void export_skipped_fini(struct export_skipped *s);
 
 /* ---- transfers and the table (xfer_table.c) ---- */
 
@@ -49,6 +107,12 @@ struct xfer_limits {
   uint64_t extracted_bytes;
 };
 
+/* The limits of a transfer into OUT: the server's L, each lowered (never
+ * raised) by the client's AL (may be NULL; a 0 field keeps the server's). */
+void xfer_limits_make(const struct sandboxd_limits *l,
+                      const Sbx__V1__ArchiveLimits *al,
+                      struct xfer_limits *out);
+
 struct xfer {
   uint64_t handle;
   enum xfer_kind kind;
@@ -58,6 +122,7 @@ struct xfer {
   int spool_fd;           /* the unlinked archive file; -1 once finished */
   uint64_t size;          /* export: archive bytes; import: bytes received */
   struct xstream *stream; /* a streamed export; NULL otherwise */
+  struct export_skipped skipped; /* export not streamed: what it left out */
   /* import only */
   int dest_fd; /* O_PATH|O_DIRECTORY of the destination */
   struct xfer_limits lim;
@@ -117,7 +182,7 @@ struct xstream {
   bool started; /* the thread runs or ran: join it */
   bool cancel;  /* atomic: stop producing (close, expiry, shutdown) */
   /* the producer's job; its own until it is done */
-  struct sandboxd_limits lim;
+  struct xfer_limits lim;
   int dir_fd;
   int spool_fd; /* borrowed from the transfer */
   char *excl_pool;
@@ -130,17 +195,22 @@ struct xstream {
   uint64_t produced; /* bytes in the spool */
   uint64_t wake_at;  /* a waiting read wants this many */
   bool waiting;
-  bool done;             /* the producer has finished */
-  int err;               /* its result, once done */
-  struct sbx_error fail; /* why it failed */
+  bool done;                     /* the producer has finished */
+  int err;                       /* its result, once done */
+  struct sbx_error fail;         /* why it failed */
+  struct export_skipped skipped; /* the producer's; read once done */
 };
 
 /* Writes the archive of DIR_FD, less the NEXCL excluded paths EXCL, into
- * OUT_FD (zstd at ZSTD_LEVEL when > 0) within the limits L; its size in
- * *TOTAL. With STREAM, publishes progress there and stops on its cancel. */
-int export_tree(const struct sandboxd_limits *l, struct sbx_error *e,
-                int dir_fd, int out_fd, char **excl, size_t nexcl,
-                int zstd_level, struct xstream *stream, uint64_t *total);
+ * OUT_FD (zstd at ZSTD_LEVEL when > 0) within the limits L, which are an
+ * import's (members, names, data, archive bytes): what it writes, an import
+ * with L accepts. Files whose other hard links lie outside the tree are
+ * left out and named in SKIPPED. Its size in *TOTAL. With STREAM, publishes
+ * progress there and stops on its cancel. */
+int export_tree(const struct xfer_limits *l, struct sbx_error *e, int dir_fd,
+                int out_fd, char **excl, size_t nexcl, int zstd_level,
+                struct xstream *stream, struct export_skipped *skipped,
+                uint64_t *total);
 /* Tells S's producer to stop at its next write; does not wait. */
 void export_stream_cancel(struct xstream *s);
 /* Stops and joins S's producer, frees S. Accepts NULL; returns NULL. */
@@ -180,7 +250,6 @@ struct importer {
   const void *map; /* the spool, mapped read-only; NULL: read it with read(2) */
   size_t maplen;
   bool fresh;     /* the destination was empty: nothing to replace */
-  uint64_t steps; /* symlink resolution work left */
   uint64_t total; /* sum of sizes in the headers */
   /* pass 2 */
   char parent[SBX_PATH_MAX]; /* the directory cached in pfd */
@@ -211,16 +280,22 @@ int import_reader(struct importer *im, struct archive **out);
 /* The next header from A into *ENT: 1, or 0 at the end. */
 int import_next(struct importer *im, struct archive *a,
                 struct archive_entry **ent);
+/* The next block of member I's data from A: 1 and the block (BUF, LEN
+ * bytes at OFF), 0 at its end. A block outside the member's size is
+ * refused. */
+int import_data_block(struct importer *im, struct archive *a, size_t i,
+                      const void **buf, size_t *len, uint64_t *off);
 /* Checks the header ENT just read from A against the limits and records
  * it as member im->n - 1. */
 int import_take(struct importer *im, struct archive *a,
                 struct archive_entry *ent);
-/* The checks that need every member: nothing beneath a symlink or a file,
- * symlinks that stay in the destination. */
+/* The check that needs every member: nothing beneath a symlink or a
+ * file. */
 int import_check_tree(struct importer *im);
 /* Whether the directory DIR_FD has no entries; 0 or -errno. */
 int import_dir_is_empty(int dir_fd, bool *empty);
-/* Pass 1: reads every header and refuses the archive unless all are fine. */
+/* Pass 1: reads every header and file's data blocks, and refuses the
+ * archive unless all are fine. */
 int import_check(struct importer *im);
 
 /* ---- import: extracting (extract.c) ---- */

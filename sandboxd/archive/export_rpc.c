@@ -44,6 +44,7 @@ struct xstream *export_stream_free(struct xstream *s) {
     (void)close(s->dir_fd);
   free(s->excl);
   free(s->excl_pool);
+  export_skipped_fini(&s->skipped);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -57,7 +58,7 @@ static void *export_producer(void *arg) {
   struct sbx_error e = {0};
   uint64_t total = 0;
   int r = export_tree(&s->lim, &e, s->dir_fd, s->spool_fd, s->excl, s->nexcl,
-                      s->level, s, &total);
+                      s->level, s, &s->skipped, &total);
   (void)close(s->dir_fd);
   s->dir_fd = -1;
   if (r < 0) {
@@ -104,7 +105,7 @@ static int export_stream_start(struct rpc_call *c, struct xfer *x, int *dir_fd,
     free(s);
     return rpc_fail(c, SBX_OK, r, "cannot start the export: %s", strerror(r));
   }
-  s->lim = c->d->limits;
+  s->lim = x->lim;
   s->dir_fd = TAKE_FD(*dir_fd);
   x->spool_fd = TAKE_FD(*spool);
   s->spool_fd = x->spool_fd;
@@ -201,6 +202,7 @@ int rpc_archive_export_start(struct rpc_call *c) {
   x->kind = XFER_EXPORT;
   x->spool_fd = -1;
   x->dest_fd = -1;
+  xfer_limits_make(&c->d->limits, rq->limits, &x->lim);
   r = xfer_table_insert(c, x);
   if (r < 0) {
     xfer_free(x);
@@ -215,8 +217,8 @@ int rpc_archive_export_start(struct rpc_call *c) {
       return r;
     }
   } else {
-    r = export_tree(&c->d->limits, &c->err, dir_fd, spool, excl, nexcl, level,
-                    NULL, &total);
+    r = export_tree(&x->lim, &c->err, dir_fd, spool, excl, nexcl, level, NULL,
+                    &x->skipped, &total);
     if (r < 0) {
       xfer_table_remove(c, x);
       return r;
@@ -242,11 +244,11 @@ int rpc_archive_export_start(struct rpc_call *c) {
 static int stream_wait(struct rpc_call *c, struct xstream *s, uint64_t offset,
                        uint64_t max, uint64_t *size, bool *done) {
   struct archive_table *t = c->d->archives;
-  if (offset > s->lim.archive_max_input_bytes)
+  if (offset > s->lim.input_bytes)
     return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
                     "offset %" PRIu64 " is past the largest archive (%" PRIu64
                     " bytes)",
-                    offset, s->lim.archive_max_input_bytes);
+                    offset, s->lim.input_bytes);
   uint64_t want = max < STREAM_MIN_REPLY ? max : STREAM_MIN_REPLY;
   uint64_t want_end = offset > UINT64_MAX - want ? UINT64_MAX : offset + want;
   pthread_mutex_lock(&s->mu);
@@ -281,6 +283,26 @@ static int stream_wait(struct rpc_call *c, struct xstream *s, uint64_t offset,
     return err;
   if (!*done && __atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
     return rpc_fail(c, SBX_UNAVAILABLE, ESHUTDOWN, "sandboxd is shutting down");
+  return 0;
+}
+
+/* Puts the names S holds into REP (copies in C's arena, which outlives X). */
+static int reply_skipped(struct rpc_call *c, const struct export_skipped *s,
+                         Sbx__V1__ArchiveExportReadReply *rep) {
+  rep->skipped_count = s->total;
+  if (s->n == 0)
+    return 0;
+  rep->skipped = sbx_arena_alloc(&c->arena, s->n * sizeof(char *));
+  if (!rep->skipped)
+    return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
+  for (size_t i = 0; i < s->n; i++) {
+    size_t len = strlen(s->names[i]) + 1;
+    rep->skipped[i] = sbx_arena_alloc(&c->arena, len);
+    if (!rep->skipped[i])
+      return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
+    memcpy(rep->skipped[i], s->names[i], len);
+  }
+  rep->n_skipped = s->n;
   return 0;
 }
 
@@ -327,6 +349,13 @@ static int export_read(struct rpc_call *c, struct xfer *x, const void *arg) {
   rep->data.len = n;
   rep->offset = rq->offset;
   rep->eof = done && rq->offset + n == size;
+  /* Production is over: the producer's list is no longer written. */
+  if (rep->eof) {
+    int r =
+        reply_skipped(c, x->stream ? &x->stream->skipped : &x->skipped, rep);
+    if (r < 0)
+      return r;
+  }
   c->resp->body_case = SBX__V1__RESPONSE__BODY_ARCHIVE_EXPORT_READ;
   c->resp->archive_export_read = rep;
   return 0;

@@ -1,13 +1,14 @@
 /* Export: a directory tree written as a pax tar (optionally zstd) into a
  * spool. The walk opens every entry beneath its directory's fd and never
  * follows a symbolic link; names are sorted, so the same tree gives the
- * same bytes. */
+ * same bytes. Files with holes are written as sparse members. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +28,24 @@
 #define OUT_BUF_BYTES (1u << 20)   /* coalesced small archive writes */
 #define DIRECT_WRITE (64u << 10)   /* larger writes bypass that buffer */
 #define EXPORT_MAX_DEPTH 512       /* directory levels (fds held) */
+#define ZERO_BUF_BYTES (1u << 20)  /* a sparse file's holes, written */
+/* A sparse file keeps at most this many data regions; past them the rest of
+ * the file is archived as data (holes as zeros). The map lives in the
+ * member's data, and the import allows a member's headers and map 16 KiB
+ * (import_check.c): 128 regions take at most 5.4 KiB. */
+#define SPARSE_REGIONS_MAX 128
 
-struct hardlink_slot {
-  dev_t dev;
-  ino_t ino;
-  char *path; /* new; NULL for an empty slot */
+/* A data region of a sparse file. */
+struct region {
+  uint64_t off, len;
+};
+
+/* A regular file's data: the whole file, or (sparse) its data regions. */
+struct file_map {
+  bool sparse;
+  size_t n;
+  struct region r[SPARSE_REGIONS_MAX];
+  uint64_t data; /* bytes in the regions (the size when not sparse) */
 };
 
 struct exporter {
@@ -47,14 +61,17 @@ struct exporter {
   char *obuf;
   size_t olen;
   char *rbuf; /* file contents */
+  char *zbuf; /* ZERO_BUF_BYTES of zeros, once a sparse file needs them */
   /* the member being written, relative to the exported directory */
   char path[SBX_PATH_MAX];
   char **excl;
   size_t nexcl;
   uint64_t members, max_members;
   uint64_t data_bytes, max_data;
-  struct hardlink_slot *hl;
-  size_t hl_n, hl_cap;
+  uint64_t names; /* bytes of names and symlink targets, as an import keeps */
+  int root_fd;    /* the exported directory */
+  struct export_links links;      /* files with several links, written last */
+  struct export_skipped *skipped; /* files left out: links outside */
 };
 
 /* Tells a streamed export's readers that ex->out_bytes are in the spool. */
@@ -145,67 +162,22 @@ static bool ex_excluded(const struct exporter *ex) {
   return false;
 }
 
-/* The slot hash of a file's identity for the hard link table. */
-static uint64_t hl_hash(dev_t dev, ino_t ino) {
-  uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
-  return h ^ (h >> 29);
-}
-
-/* The first path exported for DEV/INO, or NULL. */
-static const char *hl_find(const struct exporter *ex, dev_t dev, ino_t ino) {
-  if (ex->hl_cap == 0)
-    return NULL;
-  for (size_t i = hl_hash(dev, ino) & (ex->hl_cap - 1);;
-       i = (i + 1) & (ex->hl_cap - 1)) {
-    const struct hardlink_slot *s = &ex->hl[i];
-    if (!s->path)
-      return NULL;
-    if (s->dev == dev && s->ino == ino)
-      return s->path;
-  }
-}
-
-/* Records ex->path as the first path of DEV/INO, so later links to it are
- * archived as hard links; the table doubles at half full. */
-static int hl_add(struct exporter *ex, dev_t dev, ino_t ino) {
-  if ((ex->hl_n + 1) * 2 > ex->hl_cap) {
-    size_t cap = ex->hl_cap ? ex->hl_cap * 2 : 64;
-    struct hardlink_slot *n = calloc(cap, sizeof(*n));
-    if (!n)
-      return -ENOMEM;
-    for (size_t i = 0; i < ex->hl_cap; i++) {
-      struct hardlink_slot *s = &ex->hl[i];
-      if (!s->path)
-        continue;
-      size_t j = hl_hash(s->dev, s->ino) & (cap - 1);
-      while (n[j].path)
-        j = (j + 1) & (cap - 1);
-      n[j] = *s;
-    }
-    free(ex->hl);
-    ex->hl = n;
-    ex->hl_cap = cap;
-  }
-  char *p = strdup(ex->path);
-  if (!p)
-    return -ENOMEM;
-  size_t j = hl_hash(dev, ino) & (ex->hl_cap - 1);
-  while (ex->hl[j].path)
-    j = (j + 1) & (ex->hl_cap - 1);
-  ex->hl[j] = (struct hardlink_slot){.dev = dev, .ino = ino, .path = p};
-  ex->hl_n++;
-  return 0;
-}
-
-/* Writes the header of the member at ex->path. */
+/* Writes the header of the member at ex->path; MAP (may be NULL) gives a
+ * sparse file's data regions. */
 static int ex_header(struct exporter *ex, const struct stat *st,
-                     const char *symlink, const char *hardlink) {
+                     const char *symlink, const char *hardlink,
+                     const struct file_map *map) {
   char q[NAME_SHOWN + 4];
   if (++ex->members > ex->max_members)
     return sbx_error_set(ex->e, SBX_LIMIT_EXCEEDED, E2BIG,
                          "the tree has more than %" PRIu64
                          " entries to archive",
                          ex->max_members);
+  ex->names += strlen(ex->path) + 1 + (symlink ? strlen(symlink) + 1 : 0);
+  if (ex->names > NAME_POOL_MAX)
+    return sbx_error_set(ex->e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "the tree's names and link targets exceed %u bytes",
+                         NAME_POOL_MAX);
   struct archive_entry *ent = archive_entry_clear(ex->ent);
   archive_entry_copy_pathname(ent, ex->path);
   archive_entry_set_mode(ent, st->st_mode);
@@ -222,6 +194,13 @@ static int ex_header(struct exporter *ex, const struct stat *st,
   }
   if (symlink)
     archive_entry_copy_symlink(ent, symlink);
+  if (map && map->sparse) {
+    for (size_t i = 0; i < map->n; i++)
+      archive_entry_sparse_add_entry(ent, (la_int64_t)map->r[i].off,
+                                     (la_int64_t)map->r[i].len);
+    if (map->n == 0) /* all hole: libarchive wants one entry */
+      archive_entry_sparse_add_entry(ent, st->st_size, 0);
+  }
   int r = archive_write_header(ex->a, ent);
   if (r < ARCHIVE_WARN) {
     if (ex->err)
@@ -234,15 +213,145 @@ static int ex_header(struct exporter *ex, const struct stat *st,
   return 0;
 }
 
-/* Archives the regular file NAME in DFD (lstat'ed as LST). */
+/* The data of the regular file FD (ST) into MAP: its data regions when it
+ * has holes (SEEK_DATA/SEEK_HOLE; a file whose blocks cover its size is not
+ * asked), else the whole file. A file system that cannot tell gives the
+ * whole file. */
+static void file_map(int fd, const struct stat *st, struct file_map *map) {
+  uint64_t size = (uint64_t)st->st_size;
+  map->sparse = false;
+  map->n = 0;
+  map->data = size;
+  if (size == 0 || (uint64_t)st->st_blocks * 512 >= size)
+    return;
+  uint64_t off = 0, data = 0;
+  size_t n = 0;
+  while (off < size) {
+    off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+    if (d < 0 && errno == ENXIO)
+      break; /* a hole to the end */
+    if (d < 0 || (uint64_t)d < off)
+      return;
+    if ((uint64_t)d >= size)
+      break;
+    off_t e = lseek(fd, d, SEEK_HOLE);
+    if (e <= d)
+      return;
+    uint64_t end = (uint64_t)e < size ? (uint64_t)e : size;
+    if (n == SPARSE_REGIONS_MAX - 1)
+      end = size; /* the rest as data */
+    map->r[n++] = (struct region){.off = (uint64_t)d, .len = end - (uint64_t)d};
+    data += end - (uint64_t)d;
+    off = end;
+  }
+  if (n == 1 && map->r[0].off == 0 && map->r[0].len == size)
+    return; /* no hole after all */
+  map->sparse = true;
+  map->n = n;
+  map->data = data;
+}
+
+/* Writes LEN zero bytes of the member's data: a hole of a sparse file
+ * (libarchive skips it) or what a file that shrank meanwhile lacks. */
+static int ex_zeros(struct exporter *ex, uint64_t len) {
+  if (len > 0 && !ex->zbuf) {
+    ex->zbuf = calloc(1, ZERO_BUF_BYTES);
+    if (!ex->zbuf)
+      return sbx_error_set(ex->e, SBX_OK, ENOMEM, "out of memory");
+  }
+  while (len > 0) {
+    size_t n = len < ZERO_BUF_BYTES ? (size_t)len : ZERO_BUF_BYTES;
+    la_ssize_t w = archive_write_data(ex->a, ex->zbuf, n);
+    if (w <= 0) {
+      if (ex->err)
+        return ex->err;
+      return xfer_la_fail(ex->e, ex->a, "cannot write the archive");
+    }
+    len -= (uint64_t)w;
+  }
+  return 0;
+}
+
+/* Copies LEN bytes of FD from OFF into the archive; zeros stand for what a
+ * file that shrank meanwhile no longer has. */
+static int ex_copy(struct exporter *ex, int fd, uint64_t off, uint64_t len) {
+  char q[NAME_SHOWN + 4];
+  while (len > 0) {
+    if (ex_cancelled(ex))
+      return ex->err;
+    size_t want = len < COPY_BUF_BYTES ? (size_t)len : COPY_BUF_BYTES;
+    ssize_t n = pread(fd, ex->rbuf, want, (off_t)off);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return sbx_error_set(ex->e, SBX_OK, errno, "cannot read \"%s\": %s",
+                           xfer_shown(ex->path, q), strerror(errno));
+    }
+    if (n == 0)
+      return ex_zeros(ex, len); /* shrank meanwhile */
+    la_ssize_t w = archive_write_data(ex->a, ex->rbuf, (size_t)n);
+    if (w < 0) {
+      if (ex->err)
+        return ex->err;
+      return xfer_la_fail(ex->e, ex->a, "cannot write the archive");
+    }
+    off += (uint64_t)n;
+    len -= (uint64_t)n;
+  }
+  return 0;
+}
+
+/* Archives the open regular file FD (ST) at ex->path: its header, then its
+ * data; a sparse file as its data regions and holes, so that it stays
+ * sparse and its holes cost nothing. */
+static int ex_file_data(struct exporter *ex, int fd, const struct stat *st) {
+  struct file_map map;
+  file_map(fd, st, &map);
+  ex->data_bytes += map.data;
+  if (ex->data_bytes > ex->max_data)
+    return sbx_error_set(
+        ex->e, SBX_LIMIT_EXCEEDED, EFBIG,
+        "the tree holds more than %" PRIu64 " bytes to archive", ex->max_data);
+  int r = ex_header(ex, st, NULL, NULL, &map);
+  if (r < 0)
+    return r;
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  uint64_t size = (uint64_t)st->st_size;
+  if (!map.sparse)
+    return ex_copy(ex, fd, 0, size);
+  /* Every byte up to the size goes through libarchive, which writes the
+   * regions and skips the holes (it must be given the holes too). */
+  uint64_t pos = 0;
+  for (size_t i = 0; i < map.n && r == 0; i++) {
+    r = ex_zeros(ex, map.r[i].off - pos);
+    if (r == 0)
+      r = ex_copy(ex, fd, map.r[i].off, map.r[i].len);
+    pos = map.r[i].off + map.r[i].len;
+  }
+  if (r == 0)
+    r = ex_zeros(ex, size - pos);
+  return r;
+}
+
+/* Notes ex->path as a link of the file ST, which has more than one: it
+ * waits for the end of the walk (ex_links), when all its links in the tree
+ * are known. */
+static int ex_note_link(struct exporter *ex, const struct stat *st) {
+  int r = export_links_note(&ex->links, st->st_dev, st->st_ino, ex->path);
+  if (r == -E2BIG)
+    return sbx_error_set(ex->e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "the tree's hard-linked names exceed %u bytes",
+                         NAME_POOL_MAX);
+  return r < 0 ? sbx_error_set(ex->e, SBX_OK, -r, "out of memory") : 0;
+}
+
+/* Archives the regular file NAME in DFD (lstat'ed as LST), or notes it for
+ * later when it has more than one link. */
 static int ex_file(struct exporter *ex, int dfd, const char *name,
                    const struct stat *lst) {
   char q[NAME_SHOWN + 4];
-  if (lst->st_nlink > 1) {
-    const char *first = hl_find(ex, lst->st_dev, lst->st_ino);
-    if (first)
-      return ex_header(ex, lst, NULL, first);
-  }
+  if (lst->st_nlink > 1)
+    return ex_note_link(ex, lst);
   _cleanup_close_ int fd = openat(
       dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
@@ -257,41 +366,94 @@ static int ex_file(struct exporter *ex, int dfd, const char *name,
                          xfer_shown(ex->path, q), strerror(errno));
   if (!S_ISREG(st.st_mode))
     return 0; /* replaced by something else meanwhile */
-  if (st.st_nlink > 1) {
-    int r = hl_add(ex, st.st_dev, st.st_ino);
-    if (r < 0)
-      return sbx_error_set(ex->e, SBX_OK, -r, "out of memory");
+  if (st.st_nlink > 1)
+    return ex_note_link(ex, &st); /* linked meanwhile */
+  return ex_file_data(ex, fd, &st);
+}
+
+/* Finds the first of file K's paths that is still K beneath the exported
+ * directory (not through a link): its path in ex->path, its stat in *ST.
+ * 0, or -ENOENT when none is (all removed or replaced meanwhile). Only
+ * looks (O_PATH): a file left out need not be readable. */
+static int ex_link_find(struct exporter *ex, const struct export_link *k,
+                        struct stat *st) {
+  uint32_t at = UINT32_MAX;
+  for (const char *p; (p = export_links_path(&ex->links, k, &at));) {
+    int fd = sbx_openat2(ex->root_fd, p, O_PATH | O_NOFOLLOW, 0,
+                         RESOLVE_NO_SYMLINKS);
+    if (fd < 0)
+      continue; /* changed meanwhile */
+    int r = fstat(fd, st);
+    (void)close(fd);
+    if (r == 0 && S_ISREG(st->st_mode) && st->st_dev == k->dev &&
+        st->st_ino == k->ino) {
+      (void)snprintf(ex->path, sizeof(ex->path), "%s", p);
+      return 0;
+    }
   }
-  ex->data_bytes += (uint64_t)st.st_size;
-  if (ex->data_bytes > ex->max_data)
-    return sbx_error_set(
-        ex->e, SBX_LIMIT_EXCEEDED, EFBIG,
-        "the tree holds more than %" PRIu64 " bytes to archive", ex->max_data);
-  int r = ex_header(ex, &st, NULL, NULL);
-  if (r < 0)
-    return r;
-  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  uint64_t left = (uint64_t)st.st_size;
-  while (left > 0) {
-    if (ex_cancelled(ex))
-      return ex->err;
-    size_t want = left < COPY_BUF_BYTES ? (size_t)left : COPY_BUF_BYTES;
-    ssize_t n = read(fd, ex->rbuf, want);
-    if (n < 0) {
-      if (errno == EINTR)
+  return -ENOENT;
+}
+
+/* Opens ex->path, file K, for reading; its stat in *ST. -ENOENT when it
+ * changed meanwhile. */
+static int ex_link_open(struct exporter *ex, const struct export_link *k,
+                        struct stat *st) {
+  char q[NAME_SHOWN + 4];
+  int fd = sbx_openat2(ex->root_fd, ex->path,
+                       O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0,
+                       RESOLVE_NO_SYMLINKS);
+  if (fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
+    return -ENOENT;
+  if (fd < 0)
+    return sbx_error_set(ex->e, SBX_OK, -fd, "cannot read \"%s\": %s",
+                         xfer_shown(ex->path, q), strerror(-fd));
+  if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_dev == k->dev &&
+      st->st_ino == k->ino)
+    return fd;
+  (void)close(fd);
+  return -ENOENT;
+}
+
+/* Archives the files with more than one link, in the order they were met:
+ * each as a regular file at its first path and hard links at the others.
+ * A file with links outside the exported tree (more links than the walk
+ * met) is left out, each of its paths named in ex->skipped: its contents
+ * are not the tree's to give (another sandbox's token, a cache outside the
+ * workspace), and a hard link out of the archive cannot be restored. */
+static int ex_links(struct exporter *ex) {
+  for (size_t i = 0; i < ex->links.n; i++) {
+    const struct export_link *k = &ex->links.v[i];
+    struct stat st;
+    if (ex_link_find(ex, k, &st) < 0)
+      continue;
+    /* Opened only when it is to be archived; then its stat is the fd's. */
+    _cleanup_close_ int fd = -1;
+    if (st.st_nlink <= k->seen) {
+      fd = ex_link_open(ex, k, &st);
+      if (fd == -ENOENT)
         continue;
-      return sbx_error_set(ex->e, SBX_OK, errno, "cannot read \"%s\": %s",
-                           xfer_shown(ex->path, q), strerror(errno));
+      if (fd < 0)
+        return fd;
     }
-    if (n == 0)
-      break; /* shrank meanwhile: libarchive pads the member with zeros */
-    la_ssize_t w = archive_write_data(ex->a, ex->rbuf, (size_t)n);
-    if (w < 0) {
-      if (ex->err)
-        return ex->err;
-      return xfer_la_fail(ex->e, ex->a, "cannot write the archive");
+    uint32_t at = UINT32_MAX;
+    if (st.st_nlink > k->seen) {
+      for (const char *p; (p = export_links_path(&ex->links, k, &at));)
+        if (ex->skipped && export_skipped_add(ex->skipped, p) < 0)
+          return sbx_error_set(ex->e, SBX_OK, ENOMEM, "out of memory");
+      continue;
     }
-    left -= (uint64_t)n;
+    char first[SBX_PATH_MAX];
+    memcpy(first, ex->path, sizeof(first));
+    int r = ex_file_data(ex, fd, &st);
+    for (const char *p;
+         r == 0 && (p = export_links_path(&ex->links, k, &at));) {
+      if (strcmp(p, first) == 0)
+        continue;
+      (void)snprintf(ex->path, sizeof(ex->path), "%s", p);
+      r = ex_header(ex, &st, NULL, first, NULL);
+    }
+    if (r < 0)
+      return r;
   }
   return 0;
 }
@@ -328,7 +490,7 @@ static int ex_entry(struct exporter *ex, int dfd, const char *name, size_t clen,
                            "the target of \"%s\" is too long",
                            xfer_shown(ex->path, q));
     target[n] = '\0';
-    return ex_header(ex, &st, target, NULL);
+    return ex_header(ex, &st, target, NULL, NULL);
   }
   case S_IFDIR: {
     if (depth >= EXPORT_MAX_DEPTH)
@@ -346,7 +508,7 @@ static int ex_entry(struct exporter *ex, int dfd, const char *name, size_t clen,
     if (fstat(cfd, &st) < 0)
       return sbx_error_set(ex->e, SBX_OK, errno, "cannot stat \"%s\": %s",
                            xfer_shown(ex->path, q), strerror(errno));
-    int r = ex_header(ex, &st, NULL, NULL);
+    int r = ex_header(ex, &st, NULL, NULL, NULL);
     if (r < 0)
       return r;
     return ex_dir(ex, cfd, clen, depth + 1);
@@ -454,27 +616,29 @@ static void exporter_fini(struct exporter *ex) {
     archive_write_free(ex->a);
   if (ex->ent)
     archive_entry_free(ex->ent);
-  for (size_t i = 0; i < ex->hl_cap; i++)
-    free(ex->hl[i].path);
-  free(ex->hl);
+  export_links_fini(&ex->links);
   free(ex->obuf);
   free(ex->rbuf);
+  free(ex->zbuf);
 }
 
 /* Writes the archive of DIR_FD into OUT_FD within the limits L; returns its
  * size in *TOTAL. With STREAM, publishes its progress there as it goes. */
-int export_tree(const struct sandboxd_limits *l, struct sbx_error *e,
-                int dir_fd, int out_fd, char **excl, size_t nexcl,
-                int zstd_level, struct xstream *stream, uint64_t *total) {
+int export_tree(const struct xfer_limits *l, struct sbx_error *e, int dir_fd,
+                int out_fd, char **excl, size_t nexcl, int zstd_level,
+                struct xstream *stream, struct export_skipped *skipped,
+                uint64_t *total) {
   struct exporter ex = {
       .e = e,
       .out_fd = out_fd,
       .stream = stream,
-      .max_out = l->archive_max_input_bytes,
+      .root_fd = dir_fd,
+      .skipped = skipped,
+      .max_out = l->input_bytes,
       .excl = excl,
       .nexcl = nexcl,
-      .max_members = l->archive_max_members,
-      .max_data = l->archive_max_extracted_bytes,
+      .max_members = l->members,
+      .max_data = l->extracted_bytes,
   };
   int r = 0;
   ex.obuf = malloc(OUT_BUF_BYTES);
@@ -509,6 +673,8 @@ int export_tree(const struct sandboxd_limits *l, struct sbx_error *e,
   }
   if (!(nexcl == 1 && strcmp(excl[0], ".") == 0)) {
     r = ex_dir(&ex, dir_fd, 0, 0);
+    if (r == 0)
+      r = ex_links(&ex);
     if (r < 0)
       goto out;
   }

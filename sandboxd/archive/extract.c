@@ -154,25 +154,15 @@ static int file_finish(const struct importer *im, size_t i, int fd,
 static int im_block(struct importer *im, struct archive *a, size_t i,
                     const void **buf, size_t *len, uint64_t *off) {
   char q[NAME_SHOWN + 4];
-  const struct member *mm = &im->m[i];
-  la_int64_t o;
-  int r = archive_read_data_block(a, buf, len, &o);
-  if (r == ARCHIVE_EOF)
-    return 0;
-  if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
-    return xfer_la_fail(im->e, a, "cannot read the archive");
-  if (o < 0 || (uint64_t)o > mm->size || *len > mm->size - (uint64_t)o)
-    return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "member \"%s\" holds more data than its header "
-                         "says",
-                         xfer_shown(import_path(im, i), q));
+  int r = import_data_block(im, a, i, buf, len, off);
+  if (r <= 0)
+    return r;
   im->written += *len;
   if (im->written > im->x->lim.extracted_bytes)
     return sbx_error_set(
         im->e, SBX_LIMIT_EXCEEDED, EFBIG,
         "archive extracts to more than %" PRIu64 " bytes (at member \"%s\")",
         im->x->lim.extracted_bytes, xfer_shown(import_path(im, i), q));
-  *off = (uint64_t)o;
   return 1;
 }
 

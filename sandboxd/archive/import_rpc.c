@@ -48,11 +48,6 @@ static int mkdir_parents(int base_fd, const char *rel, struct sbx_error *e) {
   return 0;
 }
 
-/* A client's limit ASKED lowers the server's, never raises it (0: none). */
-static uint64_t lower_limit(uint64_t asked, uint64_t server) {
-  return asked && asked < server ? asked : server;
-}
-
 /* ArchiveImportStart: makes the destination, opens a spool under a new
  * handle, and starts staging when asked and possible. */
 int rpc_archive_import_start(struct rpc_call *c) {
@@ -93,19 +88,12 @@ int rpc_archive_import_start(struct rpc_call *c) {
     free(x);
     return rpc_fail(c, SBX_OK, ENOMEM, "out of memory");
   }
-  const struct sandboxd_limits *l = &c->d->limits;
-  const Sbx__V1__ArchiveLimits *al = rq->limits;
   x->kind = XFER_IMPORT;
   x->state = XFER_OPEN;
   x->spool_fd = TAKE_FD(spool);
   x->dest_fd = TAKE_FD(dest);
   x->compression = rq->compression;
-  x->lim.members =
-      lower_limit(al ? al->max_members : 0, l->archive_max_members);
-  x->lim.input_bytes =
-      lower_limit(al ? al->max_input_bytes : 0, l->archive_max_input_bytes);
-  x->lim.extracted_bytes = lower_limit(al ? al->max_extracted_bytes : 0,
-                                       l->archive_max_extracted_bytes);
+  xfer_limits_make(&c->d->limits, rq->limits, &x->lim);
   r = xfer_table_insert(c, x);
   if (r < 0) {
     xfer_free(x);
@@ -205,7 +193,6 @@ static int finish_two_passes(struct rpc_call *c, struct xfer *x) {
       .d = c->d,
       .e = &c->err,
       .base = x->dest_fd,
-      .steps = LINK_STEPS_MAX,
       .pfd = -1,
   };
   import_map(&im);

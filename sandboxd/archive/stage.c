@@ -229,7 +229,6 @@ void stage_start(struct rpc_call *c, struct xfer *x, const char *path,
       .base = s->dir_fd,
       .d = c->d,
       .e = &s->err,
-      .steps = LINK_STEPS_MAX,
       .pfd = -1,
       .fresh = true,
   };

@@ -6,10 +6,24 @@
  * unlinked temporary file at start, then serves ranges of it. The same tree
  * gives the same bytes: mtimes come from the files, owners are numeric, no
  * user or group names, no atime/ctime. Kept: regular files, directories,
- * symlinks (as symlinks), hard links; skipped: sockets, fifos, devices. An
- * export the server would refuse to import (more than archive_max_members
- * entries, archive_max_extracted_bytes of data or archive_max_input_bytes of
- * archive) is refused with LIMIT_EXCEEDED.
+ * symlinks (as symlinks), hard links; skipped: sockets, fifos, devices. A
+ * file with several links is archived after the walk, once its links in
+ * the tree are known: at its first path, with hard links at the others. A
+ * file with links outside the exported tree (elsewhere, or in an excluded
+ * path) is left out, neither opened nor read, and the final read's reply
+ * names it (skipped): its contents are not the tree's (another sandbox's
+ * token, a cache), and the import could not restore the link anyway. A
+ * file with holes is archived sparse (GNU tar's pax format 1.0: its data
+ * regions found with SEEK_DATA/SEEK_HOLE, at most 128, the rest as data),
+ * so a 5 GiB file of a few blocks takes a few blocks, and is extracted with
+ * the same holes. An export that an import with the same limits would
+ * refuse (more than archive_max_members entries, archive_max_extracted_bytes
+ * of data, holes not counted, archive_max_input_bytes of archive, or names
+ * and link targets over 256 MiB) is refused with LIMIT_EXCEEDED and the
+ * reason; ArchiveExportStart.limits lowers the server's for one export, as
+ * ArchiveImportStart.limits does for an import, so a client that will
+ * import the archive again (a snapshot) learns at export time that it could
+ * not.
  *
  * A streamed export (ArchiveExportStart.stream) is produced into the spool
  * by a thread of its own while reads serve the ranges already written: a
@@ -21,17 +35,22 @@
  *
  * Import spools received chunks (offset must equal the bytes received; a
  * repeated chunk is acknowledged, not appended), then at finish checks the
- * whole archive before it writes anything: member count, the sum of sizes,
+ * whole archive before it writes anything: member count, the sum of sizes
+ * (of a sparse member, its data regions; its size at most 16 TiB),
  * paths (relative, no "..", no duplicates, nothing beneath a symlink or a
- * file), types (no devices, fifos, sockets), symlink targets (resolved from
- * the link's directory through the archive's own links, they must stay in
- * the destination), hard links (to an earlier regular file). It then
- * extracts with its own code beneath the destination (openat2 with
- * RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS): setuid/setgid bits cleared, owners
- * applied only when sandboxd is root, directory modes and times applied
- * after their contents. A refused archive leaves the destination untouched;
- * an I/O error during extraction may leave part of it written. Client limits
- * lower the server's (archive_max_*) and never raise them (higher values are
+ * file), types (no devices, fifos, sockets), hard links (to an earlier
+ * regular file), file data (no block past the file's size, as a sparse map
+ * may claim). Symbolic links are made as they are, whatever they point
+ * to (absolute, "..", dangling: a Python venv's bin/python ->
+ * /usr/bin/python3): making a link is safe, following one is not, and
+ * extraction never follows one. It extracts with its own code beneath the
+ * destination, every path opened with openat2 RESOLVE_BENEATH and
+ * RESOLVE_NO_SYMLINKS (a link the archive or a process made is never passed
+ * through): setuid/setgid bits cleared, owners applied only when sandboxd
+ * is root, directory modes and times applied after their contents. A
+ * refused archive leaves the destination untouched; an I/O error during
+ * extraction may leave part of it written. Client limits lower the
+ * server's (archive_max_*) and never raise them (higher values are
  * clamped).
  *
  * With ArchiveImportStart.stage and a destination that is empty at start,

@@ -25,6 +25,7 @@ struct xfer *xfer_free(struct xfer *x) {
   if (!x)
     return NULL;
   export_stream_free(x->stream);
+  export_skipped_fini(&x->skipped);
   stage_free(x->stage);
   if (x->spool_fd >= 0)
     (void)close(x->spool_fd);
@@ -280,6 +281,22 @@ int xfer_spool_open(struct sbx_error *e) {
   return sbx_error_set(e, SBX_OK, errno,
                        "cannot create a temporary file for the archive: %s",
                        strerror(errno));
+}
+
+/* A client's limit ASKED lowers the server's, never raises it (0: none). */
+static uint64_t lower_limit(uint64_t asked, uint64_t server) {
+  return asked && asked < server ? asked : server;
+}
+
+/* The server's limits lowered by the client's, for one transfer. */
+void xfer_limits_make(const struct sandboxd_limits *l,
+                      const Sbx__V1__ArchiveLimits *al,
+                      struct xfer_limits *out) {
+  out->members = lower_limit(al ? al->max_members : 0, l->archive_max_members);
+  out->input_bytes =
+      lower_limit(al ? al->max_input_bytes : 0, l->archive_max_input_bytes);
+  out->extracted_bytes = lower_limit(al ? al->max_extracted_bytes : 0,
+                                     l->archive_max_extracted_bytes);
 }
 
 /* libarchive's error on A as an sbx_error; format errors are the archive's

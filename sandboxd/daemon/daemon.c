@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "sandboxd/archive/transfer.h"
+#include "sandboxd/daemon/leftovers.h"
 #include "sandboxd/proc/proc.h"
+#include "sandboxd/proc/reaper.h"
 #include "sandboxd/rpc/version.h"
 #include "sandboxd/server/server.h"
 #include "shared/cleanup.h"
@@ -212,6 +214,13 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   struct sandboxd d = {0};
   d.secret = (const uint8_t *)token;
   d.secret_len = token_len;
+  /* Before any thread: the reaper is a fork of this process. */
+  r = reaper_start(&d.reaper_fd);
+  if (r < 0) {
+    explicit_bzero(token, token_len);
+    return sbx_error_set(e, SBX_OK, -r, "cannot start the reaper: %s",
+                         strerror(-r));
+  }
   d.limits = o->limits;
   d.seccomp = o->seccomp;
   d.isolated = o->isolated;
@@ -256,6 +265,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     daemon_close_roots(&d);
     return r;
   }
+  struct leftovers *sweep = leftovers_sweep_start(d.root_fd);
   d.server = srv;
   if (o->listen_dir_fd >= 0)
     close(o->listen_dir_fd); /* bound: the host's directory is not needed */
@@ -283,6 +293,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
    * server still runs; only then may it free its calls. */
   proc_table_shutdown(d.procs, d.shutdown_grace_ms ? d.shutdown_grace_ms
                                                    : DAEMON_KILL_GRACE_MS);
+  leftovers_sweep_stop(sweep);
   archive_table_stop(d.archives);
   if (!server_wait_clients_gone(srv, DAEMON_LINGER_MS))
     log_debug("closing with clients still connected");
@@ -294,6 +305,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   daemon_close_roots(&d);
   if (d.gate_fd >= 0)
     close(d.gate_fd);
+  if (d.reaper_fd >= 0)
+    close(d.reaper_fd); /* the reaper ends too */
   pthread_mutex_destroy(&d.gate_mu);
   explicit_bzero(token, token_len);
   return 0;

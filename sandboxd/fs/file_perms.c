@@ -59,25 +59,76 @@ int files_check_mode(struct rpc_call *c, uint32_t mode) {
   return 0;
 }
 
-/* chmod of NAME in DIR_FD without following it: fchmodat2 with
- * AT_SYMLINK_NOFOLLOW (-EOPNOTSUPP for a symlink); before Linux 6.6, an fd
- * opened O_NOFOLLOW (then regular files and directories only). */
+/* Opens NAME in DIR_FD without following it (O_PATH) and fills ST: an fd
+ * of an inode that had no name but NAME when it was checked
+ * (files_sole_link), so a mode or owner set through it changes nothing
+ * outside; or a negative errno. A name swapped after the check does not
+ * matter: the change goes through the fd. */
+static int open_sole(int dir_fd, const char *name, struct stat *st) {
+  _cleanup_close_ int fd =
+      openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  if (fstat(fd, st) < 0)
+    return -errno;
+  int r = files_sole_link(dir_fd, name, st);
+  if (r < 0)
+    return r;
+  return TAKE_FD(fd);
+}
+
+/* chmod of NAME in DIR_FD without following it, refused (-EMLINK) when its
+ * inode has other links: through an O_PATH fd with fchmodat2's
+ * AT_EMPTY_PATH (-EOPNOTSUPP for a symlink); before Linux 6.6 (or where
+ * seccomp refuses fchmodat2), through the same inode opened for reading
+ * (then regular files and directories only). */
 int files_chmod_nofollow(int dir_fd, const char *name, mode_t mode) {
-  if (syscall(SYS_fchmodat2, dir_fd, name, mode, AT_SYMLINK_NOFOLLOW) == 0)
+  struct stat st;
+  _cleanup_close_ int fd = open_sole(dir_fd, name, &st);
+  if (fd < 0)
+    return fd;
+  if (S_ISLNK(st.st_mode))
+    return -EOPNOTSUPP;
+  if (syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH) == 0)
     return 0;
-  if (errno != ENOSYS && errno != EPERM)
+  if (errno != ENOSYS && errno != EPERM && errno != EINVAL)
     return -errno;
   int saved = errno;
-  struct stat st;
-  if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return -errno;
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
     return saved == EPERM ? -EPERM : -EOPNOTSUPP;
-  _cleanup_close_ int fd = openat(
+  _cleanup_close_ int rfd = openat(
       dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0)
-    return errno == ELOOP ? -EOPNOTSUPP : -errno;
-  return fchmod(fd, mode) < 0 ? -errno : 0;
+  if (rfd < 0)
+    return errno == ELOOP ? -EAGAIN : -errno;
+  struct stat now;
+  if (fstat(rfd, &now) < 0)
+    return -errno;
+  if (now.st_dev != st.st_dev || now.st_ino != st.st_ino)
+    return -EAGAIN;
+  return fchmod(rfd, mode) < 0 ? -errno : 0;
+}
+
+/* One change applied to a tree: FN with ARG on each entry, LINKS when it
+ * changes symbolic links too, WHAT for messages. */
+struct tree_op {
+  files_walk_fn fn;
+  void *arg;
+  bool links;
+  const char *what;
+};
+
+/* A files_walk_fn: refuses (-EMLINK) an entry with other hard links that
+ * the tree_op ARG would change, so that a recursive change is refused
+ * before it starts rather than half done. The change itself checks again
+ * (open_sole): this pass only spares a refused request its partial work. */
+static int check_sole(int dir_fd, const char *name, const struct stat *st,
+                      void *arg) {
+  (void)dir_fd;
+  (void)name;
+  const struct tree_op *op = arg;
+  if (S_ISDIR(st->st_mode) || (S_ISLNK(st->st_mode) && !op->links))
+    return 0;
+  return st->st_nlink > 1 ? -EMLINK : 0;
 }
 
 /* A files_walk_fn: the mode ARG on an entry, skipping symbolic links. */
@@ -93,29 +144,35 @@ struct owner {
   gid_t gid;
 };
 
-/* A files_walk_fn: the owner ARG on an entry, a link itself included. */
+/* A files_walk_fn: the owner ARG on an entry, a link itself included,
+ * refused (-EMLINK) when its inode has other links. */
 static int chown_one(int dir_fd, const char *name, const struct stat *st,
                      void *arg) {
   (void)st;
   const struct owner *o = arg;
-  return fchownat(dir_fd, name, o->uid, o->gid, AT_SYMLINK_NOFOLLOW) < 0
-             ? -errno
-             : 0;
+  struct stat cur;
+  _cleanup_close_ int fd = open_sole(dir_fd, name, &cur);
+  if (fd < 0)
+    return fd;
+  return fchownat(fd, "", o->uid, o->gid, AT_EMPTY_PATH) < 0 ? -errno : 0;
 }
 
-/* Applies FN to NAME in DFD (stat ST, the client's PATH) and, when
- * RECURSIVE and it is a directory, to everything beneath it first. */
+/* Applies OP to NAME in DFD (stat ST, the client's PATH) and, when
+ * RECURSIVE and it is a directory, to everything beneath it first, once no
+ * entry beneath it turned out to have other hard links. */
 static int apply_tree(struct rpc_call *c, int dfd, const char *name,
-                      const struct stat *st, bool recursive, files_walk_fn fn,
-                      void *arg, const char *what, const char *path) {
+                      const struct stat *st, bool recursive, struct tree_op *op,
+                      const char *path) {
   if (S_ISDIR(st->st_mode) && recursive) {
-    int r = files_walk_dir(&c->err, dfd, name, fn, arg, what, path);
+    int r = files_walk_dir(&c->err, dfd, name, check_sole, op, op->what, path);
+    if (r == 0)
+      r = files_walk_dir(&c->err, dfd, name, op->fn, op->arg, op->what, path);
     if (r < 0)
       return r;
   }
-  int r = fn(dfd, name, st, arg);
+  int r = op->fn(dfd, name, st, op->arg);
   if (r < 0)
-    return files_fail_path(c, -r, what, path);
+    return files_fail_at_e(&c->err, -r, op->what, path, NULL);
   return 0;
 }
 
@@ -143,8 +200,8 @@ int rpc_file_chmod(struct rpc_call *c) {
                     "cannot change the mode of \"%s\": it is a symbolic link",
                     path);
   mode_t mode = m->mode;
-  r = apply_tree(c, dfd, loc.name, &st, m->recursive, chmod_one, &mode,
-                 "cannot change the mode of", path);
+  struct tree_op op = {chmod_one, &mode, false, "cannot change the mode of"};
+  r = apply_tree(c, dfd, loc.name, &st, m->recursive, &op, path);
   if (r < 0)
     return r;
   return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_CHMOD);
@@ -168,8 +225,8 @@ int rpc_file_chown(struct rpc_call *c) {
   struct stat st;
   if (fstatat(dfd, loc.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return files_fail_path(c, errno, "cannot change the owner of", path);
-  r = apply_tree(c, dfd, loc.name, &st, m->recursive, chown_one, &o,
-                 "cannot change the owner of", path);
+  struct tree_op op = {chown_one, &o, true, "cannot change the owner of"};
+  r = apply_tree(c, dfd, loc.name, &st, m->recursive, &op, path);
   if (r < 0)
     return r;
   return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_CHOWN);

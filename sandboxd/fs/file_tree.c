@@ -67,11 +67,7 @@ static int walk_tree(struct sbx_error *e, int top, files_walk_fn fn, void *arg,
         struct walk_level *p = &stack[sp - 2];
         r = fn(dirfd(p->dir), l->name, &l->st, arg);
         if (r < 0) {
-          r = sbx_error_set(e, SBX_OK, -r,
-                            "%s \"%s\": failed on \"%s\" beneath "
-                            "it: %s",
-                            what, path, l->name,
-                            sbx_strerror_lc(-r, eb, sizeof(eb)));
+          r = files_fail_at_e(e, -r, what, path, l->name);
           break;
         }
       }
@@ -128,9 +124,7 @@ static int walk_tree(struct sbx_error *e, int top, files_walk_fn fn, void *arg,
     }
     r = fn(dfd, n, &st, arg);
     if (r < 0) {
-      r = sbx_error_set(e, SBX_OK, -r,
-                        "%s \"%s\": failed on \"%s\" beneath it: %s", what,
-                        path, n, sbx_strerror_lc(-r, eb, sizeof(eb)));
+      r = files_fail_at_e(e, -r, what, path, n);
       break;
     }
   }
@@ -249,7 +243,8 @@ int rpc_file_mkdir(struct rpc_call *c) {
   }
   r = files_chmod_nofollow(dfd, loc.name, mode);
   if (r < 0)
-    return files_fail_path(c, -r, "cannot change the mode of", path);
+    return files_fail_at_e(&c->err, -r, "cannot change the mode of", path,
+                           NULL);
   return rpc_reply_empty(c, SBX__V1__RESPONSE__BODY_FILE_MKDIR);
 }
 

@@ -1,6 +1,8 @@
 /* FileWrite: in place (the leaf opened without following it, created when
  * missing) or atomic (a temporary file beside it, fsynced, renamed over
- * it). */
+ * it). No write goes through an inode with other hard links, which may lie
+ * outside the workspace: a whole-file write replaces such a file, an append
+ * or a write at an offset is refused. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -40,8 +42,26 @@ struct write_req {
   gid_t gid;
 };
 
+/* The whole-file write beside and over the leaf (below), which also
+ * replaces a file with other links. */
+static int write_atomic(struct rpc_call *c, int dfd, const char *name,
+                        const struct write_req *w, uint64_t *size);
+
+/* What a refused in-place write of MODE was, for its message. */
+static const char *in_place_what(Sbx__V1__WriteMode mode) {
+  switch (mode) {
+  case SBX__V1__WRITE_MODE__WRITE_APPEND:
+    return "cannot append to";
+  case SBX__V1__WRITE_MODE__WRITE_AT:
+    return "cannot write at an offset into";
+  default:
+    return "cannot write";
+  }
+}
+
 /* Writes in place: the leaf is opened O_NOFOLLOW in its parent, created
- * when missing (then with the requested mode). */
+ * when missing (then with the requested mode). An existing leaf whose inode
+ * has other links is replaced (WRITE_TRUNCATE) or refused (-EMLINK). */
 static int write_in_place(struct rpc_call *c, int dfd, const char *name,
                           const struct write_req *w, uint64_t *size) {
   const Sbx__V1__FileWrite *m = w->m;
@@ -97,6 +117,15 @@ static int write_in_place(struct rpc_call *c, int dfd, const char *name,
   } else if (!S_ISREG(st.st_mode)) {
     r = rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
                  "cannot write \"%s\": not a regular file", w->path);
+  } else if (!created && (r = files_sole_link(dfd, name, &st)) < 0) {
+    /* Other names share the inode (maybe from outside), or the name was
+     * swapped: a whole-file write replaces the file. An append or an offset
+     * write would first have to copy the old data, of any size, from a file
+     * that is perhaps not the workspace's: it is refused with the reason. */
+    if (m->mode == SBX__V1__WRITE_MODE__WRITE_TRUNCATE &&
+        (r == -EMLINK || r == -EAGAIN))
+      return write_atomic(c, dfd, name, w, size);
+    r = files_fail_at_e(&c->err, -r, in_place_what(m->mode), w->path, NULL);
   } else if (m->mode == SBX__V1__WRITE_MODE__WRITE_TRUNCATE && !created &&
              ftruncate(fd, 0) < 0) {
     r = files_fail_path(c, errno, "cannot truncate", w->path);
@@ -143,8 +172,9 @@ static int rename_into_place(int dfd, const char *tmp, const char *name,
 
 /* Writes a temporary file beside the leaf, fsyncs it and renames it into
  * place: readers see the old or the new file, never a part. Replacing keeps
- * an existing regular file's mode (and, as root, owner); a symlink leaf is
- * replaced, not followed. */
+ * an existing regular file's mode (without setuid and setgid when it has
+ * other links) and, as root, owner; a symlink leaf is replaced, not
+ * followed. */
 static int write_atomic(struct rpc_call *c, int dfd, const char *name,
                         const struct write_req *w, uint64_t *size) {
   const Sbx__V1__FileWrite *m = w->m;
@@ -160,6 +190,10 @@ static int write_atomic(struct rpc_call *c, int dfd, const char *name,
       return files_fail_path(c, EISDIR, "cannot write", w->path);
     if (S_ISREG(old.st_mode)) {
       perm = old.st_mode & 07777;
+      /* A file with other links may be an outside one linked in (a setuid
+       * program, say): its data is not kept, nor are its setuid bits. */
+      if (old.st_nlink > 1)
+        perm &= ~(mode_t)(S_ISUID | S_ISGID);
       if (c->d->is_root) {
         if (uid == (uid_t)-1)
           uid = old.st_uid;

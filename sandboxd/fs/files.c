@@ -2,7 +2,9 @@
  * beneath a base, the FileInfo of a reply. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,6 +51,35 @@ int files_fail_path_e(struct sbx_error *e, int err, const char *what,
   }
 }
 
+/* Fills E for ERR (positive) met while changing PATH itself (BENEATH NULL)
+ * or the entry BENEATH inside it, and returns -ERR: EMLINK and EAGAIN as
+ * files_sole_link means them, anything else as files_fail_path_e would. */
+int files_fail_at_e(struct sbx_error *e, int err, const char *what,
+                    const char *path, const char *beneath) {
+  char in[NAME_MAX + 32] = "it"; /* BENEATH is one component */
+  if (beneath)
+    (void)snprintf(in, sizeof(in), "\"%s\" beneath it", beneath);
+  char b[128];
+  switch (err) {
+  case EMLINK:
+    return sbx_error_set(e, SBX_PERMISSION_DENIED, err,
+                         "%s \"%s\": %s has other hard links, which may lie "
+                         "outside the workspace, and would change through "
+                         "them too",
+                         what, path, in);
+  case EAGAIN:
+    return sbx_error_set(e, SBX_CONFLICT, err,
+                         "%s \"%s\": %s changed while it was being opened; "
+                         "try again",
+                         what, path, in);
+  default:
+    if (!beneath)
+      return files_fail_path_e(e, err, what, path);
+    return sbx_error_set(e, SBX_OK, err, "%s \"%s\": failed on %s: %s", what,
+                         path, in, sbx_strerror_lc(err, b, sizeof(b)));
+  }
+}
+
 /* files_fail_path_e into C's error. */
 int files_fail_path(struct rpc_call *c, int err, const char *what,
                     const char *path) {
@@ -85,6 +116,38 @@ int files_lstat_leaf(const struct sbxd_loc *loc, int *dfd, struct stat *st) {
     return -*dfd;
   if (fstatat(*dfd, loc->name, st, AT_SYMLINK_NOFOLLOW) < 0)
     return errno;
+  return 0;
+}
+
+/* Whether NAME in DIR_FD, a file the caller holds open (ST: its fstat, made
+ * just after the open), is its inode's only name: 0; -EMLINK when the inode
+ * has other links (they may lie outside the workspace, and a change made
+ * through one name shows through all); -EAGAIN when NAME no longer names
+ * it. Directories pass: they cannot be hard-linked.
+ *
+ * A rename over NAME drops the old inode's count before the name moves on,
+ * so for a moment NAME shows the inode with its other links only, maybe
+ * all outside. Renaming NAME onto itself does nothing but wait for the
+ * directory's lock, so any such rename has finished when NAME is looked at
+ * again; an inode linked back meanwhile has a new ctime (fine-grained once
+ * ST queried it, since Linux 6.13 on ext4, xfs, btrfs and tmpfs; within one
+ * clock tick before that). */
+int files_sole_link(int dir_fd, const char *name, const struct stat *st) {
+  if (S_ISDIR(st->st_mode))
+    return 0;
+  if (st->st_nlink > 1)
+    return -EMLINK;
+  struct stat now;
+  if (renameat(dir_fd, name, dir_fd, name) < 0 ||
+      fstatat(dir_fd, name, &now, AT_SYMLINK_NOFOLLOW) < 0)
+    return errno == ENOENT ? -EAGAIN : -errno;
+  if (now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+    return -EAGAIN;
+  if (now.st_nlink > 1)
+    return -EMLINK;
+  if (now.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+      now.st_ctim.tv_nsec != st->st_ctim.tv_nsec)
+    return -EAGAIN;
   return 0;
 }
 

@@ -19,7 +19,24 @@
  *   chmod                 refused (a link has no mode of its own); skipped
  *                         when recursive
  * Symlinks met while recursing (list, remove, chmod, chown) are never
- * followed. */
+ * followed.
+ *
+ * Hard links: no RPC changes an inode that has other names, which may lie
+ * outside the workspace (a file linked in from outside where the two share
+ * a filesystem); reading one is what its link already allows.
+ *   write            a whole-file write replaces the file (a new inode, the
+ *                    old mode without setuid/setgid, as root the old owner);
+ *                    an append or a write at an offset is refused
+ *                    (PERMISSION_DENIED), as it would need the old data
+ *                    copied from a file shared with who knows what
+ *   chmod, chown     refused (PERMISSION_DENIED), also for such an entry met
+ *                    while recursing; the tree is checked first, so a refused
+ *                    request changes nothing unless the tree changes under it
+ * Refused even when every other name is inside the workspace: a scan for
+ * them cannot hold against a workload that moves its links while it runs,
+ * and costs a walk of the workspace. Whether the inode has other names is
+ * decided on the fd that is then changed (files_sole_link in
+ * files_internal.h), after any rename over its name has finished. */
 #ifndef SANDBOXD_FILES_H
 #define SANDBOXD_FILES_H
 

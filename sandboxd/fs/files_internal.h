@@ -29,6 +29,16 @@
  * WHAT names the operation ("cannot remove") or is NULL. */
 int files_fail_path_e(struct sbx_error *e, int err, const char *what,
                       const char *path);
+/* Fills E for ERR (positive) met while changing PATH itself (BENEATH NULL)
+ * or the entry BENEATH inside it, and returns -ERR; EMLINK and EAGAIN are
+ * the refusals of files_sole_link. */
+int files_fail_at_e(struct sbx_error *e, int err, const char *what,
+                    const char *path, const char *beneath);
+/* Whether NAME in DIR_FD, whose open fd the caller holds (ST, its fstat),
+ * is its inode's only name: 0, -EMLINK (other hard links: a change would
+ * show through them, and they may lie outside the workspace) or -EAGAIN
+ * (NAME was changed meanwhile). Directories pass. */
+int files_sole_link(int dir_fd, const char *name, const struct stat *st);
 /* sbxd_openat of REL beneath BASE; its error names PATH, after WHAT. */
 int files_open_beneath(struct rpc_call *c, int base, const char *rel, int flags,
                        mode_t mode, const char *what, const char *path);
@@ -74,7 +84,7 @@ int files_owner_ids(struct rpc_call *c, const char *user, const char *group,
 /* Checks a requested permission MODE. */
 int files_check_mode(struct rpc_call *c, uint32_t mode);
 /* chmod of NAME in DIR_FD without following it; 0 or -errno (-EOPNOTSUPP
- * for a symlink). */
+ * for a symlink, -EMLINK or -EAGAIN as files_sole_link refuses). */
 int files_chmod_nofollow(int dir_fd, const char *name, mode_t mode);
 
 #endif

@@ -530,12 +530,45 @@ static int enable_ctrls(const char *dir, unsigned want, struct sbx_error *e) {
   return 0;
 }
 
-/* Makes PATH; EEXIST is fine when EXIST_OK. */
+/* Whether the cgroup DIR lists a process (an unreadable list counts). */
+static bool has_procs(const char *dir) {
+  char path[CG_PATH_MAX];
+  if (join(path, sizeof(path), dir, "cgroup.procs") < 0)
+    return true;
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  char c;
+  return fd < 0 ? errno != ENOENT : read(fd, &c, 1) != 0;
+}
+
+/* Removes the cgroup PATH when it is a leftover: a sandbox of the same
+ * name that was killed before it could remove it. Such a cgroup empties
+ * as the dead sandbox's PID namespace is torn down (and a v1 memory cgroup
+ * is uncharged), so up to 2 s are given to it; one that still holds
+ * processes belongs to a live sandbox and stays. 0 when removed. */
+static int reclaim(const char *path) {
+  for (int i = 0; i < 200; i++) {
+    if (!has_procs(path)) {
+      if (rmdir(path) == 0)
+        return 0;
+      if (errno != EBUSY)
+        return -1; /* not a cgroup: a directory with files */
+    }
+    (void)usleep(10000);
+  }
+  return -1;
+}
+
+/* Makes PATH; EEXIST is fine when EXIST_OK. Otherwise a leftover of a
+ * killed sandbox of the same name (see reclaim) is removed and made again;
+ * a cgroup in use is refused. */
 static int make_dir(const char *path, bool exist_ok, struct sbx_error *e) {
   char eb[64];
   if (mkdir(path, 0755) == 0 || (exist_ok && errno == EEXIST))
     return 0;
   int err = errno;
+  if (err == EEXIST && !exist_ok && reclaim(path) == 0 &&
+      mkdir(path, 0755) == 0)
+    return 0;
   if (err == EEXIST)
     return sbx_error_set(e, SBX_ALREADY_EXISTS, EEXIST,
                          "cgroup %s already exists", path);

@@ -10,6 +10,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <linux/mount.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -399,6 +400,13 @@ static int become_sandbox(const struct isolate_options *io,
   if (setresgid(0, 0, 0) < 0 || (may_setgroups && setgroups(0, NULL) < 0) ||
       setresuid(0, 0, 0) < 0) {
     log_error("isolation: cannot become the sandbox's root: %m");
+    _exit(1);
+  }
+  /* The change of ids cleared the death signal: armed again, then a
+   * supervisor that died in between is seen by its end of the socket. */
+  struct pollfd hup = {.fd = go, .events = POLLRDHUP};
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || poll(&hup, 1, 0) != 0) {
+    log_error("isolation: the supervisor has gone");
     _exit(1);
   }
   int r = unshare(CLONE_NEWCGROUP) < 0

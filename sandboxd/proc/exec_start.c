@@ -19,6 +19,7 @@
 #include "sandboxd/fs/resolve.h"
 #include "sandboxd/proc/launch.h"
 #include "sandboxd/proc/proc_internal.h"
+#include "sandboxd/proc/reaper.h"
 #include "sandboxd/proc/tty.h"
 #include "sandboxd/users/userdb.h"
 #include "shared/cleanup.h"
@@ -607,6 +608,7 @@ int rpc_exec_start(struct rpc_call *c) {
   }
   struct proc *p = r < 0 ? NULL : insert(t, c, st, &sp, &f, pid, pidfd);
   if (p) {
+    reaper_add(c->d->reaper_fd, pid);
     reply->exec_id = p->id;
     reply->pid = pid;
     /* Its exit wakes the thread through the pidfd (or SIGCHLD); its

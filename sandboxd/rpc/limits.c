@@ -9,9 +9,9 @@ void sandboxd_limits_default(struct sandboxd_limits *l) {
       .retention_tail = 1u << 20,
       .max_list_entries = 10000,
       .max_read_bytes = 4u << 20,
-      .archive_max_members = 100000,
-      .archive_max_input_bytes = 1ull << 30,
-      .archive_max_extracted_bytes = 4ull << 30,
+      .archive_max_members = 1000000,
+      .archive_max_input_bytes = 16ull << 30,
+      .archive_max_extracted_bytes = 64ull << 30,
       .max_archives = 16,
       .idempotency_entries = 1024,
   };

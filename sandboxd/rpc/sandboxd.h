@@ -28,7 +28,10 @@ struct sandboxd_limits {
 
 /* The defaults: 64 MiB messages, 256 in flight, 64 processes, 64 KiB head and
  * 1 MiB tail retention, 10000 list entries, 4 MiB reads, archive limits of
- * 100000 members, 1 GiB input and 4 GiB extracted (the SDK's). */
+ * 1000000 members, 16 GiB input and 64 GiB extracted: a checkout of a large
+ * monorepo (500k files and their directories) fits twice over. The SDK's
+ * 100000, 1 GiB and 4 GiB do not; a sandbox's disk quota still bounds what
+ * an import writes. */
 void sandboxd_limits_default(struct sandboxd_limits *l);
 
 enum sandboxd_seccomp {
@@ -61,6 +64,9 @@ struct sandboxd {
    * context that has none (a test harness). */
   const uint8_t *secret;
   size_t secret_len;
+  /* Not PID 1 of a namespace: the reaper that kills the commands' groups
+   * when sandboxd dies (proc/reaper.h); -1 otherwise. */
+  int reaper_fd;
   uid_t uid; /* sandboxd's own identity */
   gid_t gid;
   bool is_root; /* may switch users, chown */

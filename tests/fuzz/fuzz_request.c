@@ -12,16 +12,23 @@
 
 #include "sandboxd.pb-c.h"
 #include "sandboxd/server/dispatch.h"
+#include "tests/fuzz/fuzz_tmp.h"
 
 static struct sandboxd d;
 static int ready;
+static char root[256];
 
+/* Removes the scratch workspace at exit, with what the requests wrote. */
+static void teardown(void) {
+  fuzz_tmpdir_remove(root);
+}
+
+/* The scratch workspace: a file, a directory and a symlink out of it. */
 static void setup(void) {
-  char tmpl[] = "/tmp/sbx-fuzz-XXXXXX";
-  if (!mkdtemp(tmpl))
-    abort();
-  d.root = strdup(tmpl);
-  d.root_fd = open(tmpl, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  fuzz_tmpdir(root, sizeof(root), "request");
+  (void)atexit(teardown);
+  d.root = root;
+  d.root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (d.root_fd < 0)
     abort();
   sandboxd_limits_default(&d.limits);

@@ -27,7 +27,10 @@ Test(daemon, hello_reports_root_limits_and_version) {
   cr_expect_str_eq(h->root, real);
   cr_expect_eq(h->limits->max_processes, 64);
   cr_expect_eq(h->limits->retention_tail, 1u << 20);
-  cr_expect_eq(h->limits->archive_max_members, 100000);
+  /* Archive limits that fit a large monorepo's checkout (500k files). */
+  cr_expect_eq(h->limits->archive_max_members, 1000000);
+  cr_expect_eq(h->limits->archive_max_input_bytes, 16ull << 30);
+  cr_expect_eq(h->limits->archive_max_extracted_bytes, 64ull << 30);
   /* What a client may rely on; run_as only when sandboxd is root. */
   static const char *const want[] = {"exec", "archive", "exec_start_wait",
                                      "export_stream", "run_as"};
@@ -41,6 +44,26 @@ Test(daemon, hello_reports_root_limits_and_version) {
   sbx_client_reply_free(r);
   int st = test_daemon_stop(&t);
   cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+}
+
+Test(daemon, archive_limits_are_flags) {
+  struct test_daemon t;
+  const char *args[] = {"--archive-max-members",
+                        "2000000",
+                        "--archive-max-bytes",
+                        "1048576",
+                        "--archive-max-extracted-bytes",
+                        "4096",
+                        NULL};
+  test_daemon_start(&t, args);
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_hello(t.client, &r, &e), 0, "%s", e.msg);
+  cr_expect_eq(r->hello->limits->archive_max_members, 2000000);
+  cr_expect_eq(r->hello->limits->archive_max_input_bytes, 1048576);
+  cr_expect_eq(r->hello->limits->archive_max_extracted_bytes, 4096);
+  sbx_client_reply_free(r);
+  test_daemon_stop(&t);
 }
 
 Test(daemon, wrong_and_missing_token_are_refused) {

@@ -50,23 +50,6 @@ static char *paused_state(const char *err) {
   return strndup(p, n);
 }
 
-static const char *output_of(json_t *reqs, const char *call_id) {
-  for (size_t n = json_array_size(reqs); n-- > 0;) {
-    json_t *input = json_object_get(
-        json_object_get(json_array_get(reqs, n), "body"), "input");
-    size_t i;
-    json_t *it;
-    json_array_foreach(input, i, it) {
-      const char *c = json_string_value(json_object_get(it, "call_id"));
-      const char *t = json_string_value(json_object_get(it, "type"));
-      if (c && t && strcmp(c, call_id) == 0 &&
-          strcmp(t, "function_call_output") == 0)
-        return json_string_value(json_object_get(it, "output"));
-    }
-  }
-  return NULL;
-}
-
 /* Approves CALL in the paused run state RS, resumes it against the model
  * server at BASE_URL and expects it to finish with WANT on stdout. */
 static void approve_and_resume(const char *rs, const char *call,
@@ -111,10 +94,10 @@ Test(resume, paused_for_approval_approved_from_another_process) {
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   cr_expect_eq(json_array_size(reqs), 3, "no model call was repeated");
-  const char *w = output_of(reqs, "w1");
+  const char *w = test_call_output(reqs, -1, "w1");
   cr_assert_not_null(w);
   cr_expect(strstr(w, "Process exited with code 0") != NULL, "%s", w);
-  const char *c = output_of(reqs, "r1");
+  const char *c = test_call_output(reqs, -1, "r1");
   cr_assert_not_null(c);
   cr_expect(strstr(c, "Output:\nmade\n") != NULL,
             "the approved call ran in "
@@ -152,55 +135,10 @@ Test(resume, rejected_call_reason_reaches_the_model) {
   sbx_run_free(&r);
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
-  cr_expect_str_eq(output_of(reqs, "x1"),
+  cr_expect_str_eq(test_call_output(reqs, -1, "x1"),
                    "The user rejected this tool call: too risky");
   json_decref(reqs);
   free(rs);
-}
-
-/* Starts sbx without waiting; returns its pid. */
-static pid_t spawn_sbx(const char *base_url, const char *const *argv) {
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    const char *args[32];
-    size_t n = 0;
-    args[n++] = test_sbx_path();
-    for (size_t i = 0; argv[i] && n < 31; i++)
-      args[n++] = argv[i];
-    args[n] = NULL;
-    int devnull = open("/dev/null", O_RDWR);
-    dup2(devnull, 0);
-    dup2(devnull, 1);
-    dup2(devnull, 2);
-    setenv("OPENAI_BASE_URL", base_url, 1);
-    setenv("OPENAI_API_KEY", "test-key", 1);
-    execv(args[0], (char *const *)args);
-    _exit(127);
-  }
-  return pid;
-}
-
-/* The one run state file in STATE/runs, or NULL. */
-static char *find_run_state(void) {
-  char runs[160];
-  (void)snprintf(runs, sizeof(runs), "%s/runs", state);
-  DIR *d = opendir(runs);
-  if (!d)
-    return NULL;
-  char *found = NULL;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    size_t n = strlen(de->d_name);
-    if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
-      char p[512];
-      (void)snprintf(p, sizeof(p), "%s/%s", runs, de->d_name);
-      free(found);
-      found = strdup(p);
-    }
-  }
-  closedir(d);
-  return found;
 }
 
 Test(resume, killed_at_five_points_resumes_to_the_same_answer) {
@@ -227,13 +165,13 @@ Test(resume, killed_at_five_points_resumes_to_the_same_answer) {
     struct test_model_server srv;
     test_model_server_start(&srv, script, NULL);
     const char *run[] = {"run", "--state-dir", state, a, "log twice", NULL};
-    pid_t pid = spawn_sbx(srv.base_url, run);
+    pid_t pid = sbx_spawn(srv.base_url, NULL, 0, run);
     struct timespec ts = {kill_at[k] / 1000, (kill_at[k] % 1000) * 1000000L};
     nanosleep(&ts, NULL);
     kill(pid, SIGKILL);
     int st;
     waitpid(pid, &st, 0);
-    char *rs = find_run_state();
+    char *rs = test_run_state(state);
     /* From the first model answer on, a state exists to resume from. */
     if (kill_at[k] >= 1000)
       cr_expect_not_null(rs, "kill at %d ms left no run state", kill_at[k]);
@@ -251,7 +189,7 @@ Test(resume, killed_at_five_points_resumes_to_the_same_answer) {
     sbx_run_free(&r);
     json_t *reqs = test_model_server_requests(&srv);
     test_model_server_stop(&srv);
-    const char *log = output_of(reqs, "c3");
+    const char *log = test_call_output(reqs, -1, "c3");
     cr_assert_not_null(log, "kill at %d ms: no cat output", kill_at[k]);
     cr_expect(strstr(log, "Output:\none\ntwo\n") != NULL,
               "kill at %d ms: each command ran once: %s", kill_at[k], log);
@@ -391,7 +329,7 @@ Test(resume, approve_ask_asks_on_the_terminal) {
   cr_expect(strstr(out, "done") != NULL, "%s", out);
   free(out);
   json_t *reqs = test_model_server_requests(&srv);
-  const char *o = output_of(reqs, "q1");
+  const char *o = test_call_output(reqs, -1, "q1");
   cr_assert_not_null(o);
   cr_expect(strstr(o, "it-ran") != NULL, "%s", o);
   json_decref(reqs);
@@ -401,7 +339,7 @@ Test(resume, approve_ask_asks_on_the_terminal) {
   free(out);
   reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
-  cr_expect_str_eq(output_of(reqs, "q1"),
+  cr_expect_str_eq(test_call_output(reqs, -1, "q1"),
                    "The user rejected this tool call: not now");
   json_decref(reqs);
 }
@@ -438,10 +376,10 @@ Test(resume, a_running_process_is_picked_up_after_a_pause) {
   sbx_run_free(&r);
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
-  const char *s1 = output_of(reqs, "s1");
+  const char *s1 = test_call_output(reqs, -1, "s1");
   cr_assert_not_null(s1);
   cr_expect(strstr(s1, "Process running with session ID 1") != NULL, "%s", s1);
-  const char *w1 = output_of(reqs, "w1");
+  const char *w1 = test_call_output(reqs, -1, "w1");
   cr_assert_not_null(w1);
   cr_expect(strstr(w1, "Process exited with code 0\nOutput:\nlate\n") != NULL,
             "the process started before the pause: %s", w1);

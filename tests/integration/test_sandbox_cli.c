@@ -133,22 +133,6 @@ static const char agent_text[] =
     "\"file\", \"content\": \"from the manifest\\n\"}},\n"
     "   \"environment\": {\"GREETING\": \"hi\"}}}\n";
 
-/* A run's function_call_output for CALL_ID in request N. */
-static const char *call_output(json_t *reqs, size_t n, const char *call_id) {
-  json_t *input = json_object_get(
-      json_object_get(json_array_get(reqs, n), "body"), "input");
-  size_t i;
-  json_t *it;
-  json_array_foreach(input, i, it) {
-    const char *c = json_string_value(json_object_get(it, "call_id"));
-    const char *t = json_string_value(json_object_get(it, "type"));
-    if (c && t && strcmp(c, call_id) == 0 &&
-        strcmp(t, "function_call_output") == 0)
-      return json_string_value(json_object_get(it, "output"));
-  }
-  return NULL;
-}
-
 static void run_in(const char *id, const char *agent, const char *cmd,
                    const char *const *extra, struct sbx_run_out *out,
                    json_t **reqs) {
@@ -229,14 +213,14 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
   run_in(id, agent_path, "echo one > run1.txt; echo $GREETING", NULL, &o,
          &reqs);
   cr_assert_eq(o.status, 0, "run 1: %s", o.err);
-  const char *c1 = call_output(reqs, 1, "c1");
+  const char *c1 = test_call_output(reqs, 1, "c1");
   cr_assert_not_null(c1);
   cr_expect(strstr(c1, "Output:\nhi\n"), "%s", c1);
   sbx_run_free(&o);
   json_decref(reqs);
   run_in(id, agent_path, "cat run1.txt notes.txt", NULL, &o, &reqs);
   cr_assert_eq(o.status, 0, "run 2: %s", o.err);
-  c1 = call_output(reqs, 1, "c1");
+  c1 = test_call_output(reqs, 1, "c1");
   cr_assert_not_null(c1);
   cr_expect(strstr(c1, "Output:\none\nfrom the manifest\n"), "%s", c1);
   sbx_run_free(&o);
@@ -270,7 +254,7 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
   (void)snprintf(more_path, sizeof(more_path), "%s", more);
   run_in(id, more_path, "cat extra.txt", NULL, &o, &reqs);
   cr_expect_eq(o.status, 0, "%s", o.err);
-  c1 = call_output(reqs, 1, "c1");
+  c1 = test_call_output(reqs, 1, "c1");
   cr_expect(c1 && strstr(c1, "Output:\nadded\n"), "%s", c1 ? c1 : "(none)");
   sbx_run_free(&o);
   json_decref(reqs);
@@ -523,7 +507,7 @@ Test(sandbox_cli, run_as_writes_files_owned_by_that_user) {
   run_in(id, ap, "id -un; echo mine > mine.txt",
          (const char *const[]){"--cwd", "shared", NULL}, &o, &reqs);
   cr_expect_eq(o.status, 0, "%s", o.err);
-  const char *c1 = call_output(reqs, 1, "c1");
+  const char *c1 = test_call_output(reqs, 1, "c1");
   cr_expect(c1 && strstr(c1, "Output:\nsbxclitu\n"), "%s", c1 ? c1 : "-");
   json_decref(reqs);
   sbx_run_free(&o);

@@ -2,6 +2,7 @@
  * sandbox resume reconnects to the live sandbox, or restores the snapshot
  * into a new one, or says why it cannot. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,26 +49,59 @@ static char *create(void) {
   return id;
 }
 
-static char *save(const char *id) {
+/* Saves ID's session state into a file; its path (new), and what sbx said
+ * on stderr in *ERR (new) when ERR is not NULL. */
+static char *save_err(const char *id, char **err) {
   struct sbx_run_out r;
   const char *args[] = {"save", id, "--snapshot-dir", snaps, NULL};
   sbx(&r, args);
   cr_assert_eq(r.status, 0, "%s", r.err);
   const char *p = test_write_file(dir, "state.json", r.out);
   char *path = strdup(p);
+  if (err)
+    *err = strdup(r.err);
   sbx_run_free(&r);
   return path;
+}
+
+static char *save(const char *id) {
+  return save_err(id, NULL);
+}
+
+/* The contents of the file at PATH (new). */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "%s", path);
+  char *text = NULL;
+  size_t cap = 0;
+  (void)getdelim(&text, &cap, '\0', f);
+  fclose(f);
+  cr_assert_not_null(text);
+  return text;
+}
+
+/* The member names of the snapshot the session state at STATE records,
+ * one a line (new). */
+static char *snapshot_names(const char *state) {
+  json_t *j = json_load_file(state, 0, NULL);
+  cr_assert_not_null(j, "%s", state);
+  const char *loc = json_string_value(
+      json_object_get(json_object_get(j, "snapshot"), "location"));
+  cr_assert_not_null(loc);
+  char cmd[600];
+  (void)snprintf(cmd, sizeof(cmd), "tar -I zstd -tf %s > %s/list.txt", loc,
+                 dir);
+  json_decref(j);
+  cr_assert_eq(system(cmd), 0);
+  char lp[160];
+  (void)snprintf(lp, sizeof(lp), "%s/list.txt", dir);
+  return read_text(lp);
 }
 
 Test(session, save_holds_no_secret_and_resume_reconnects) {
   char *id = create();
   char *st = save(id);
-  char *text = NULL;
-  size_t cap = 0;
-  FILE *f = fopen(st, "r");
-  cr_assert_not_null(f);
-  (void)getdelim(&text, &cap, '\0', f);
-  fclose(f);
+  char *text = read_text(st);
   json_t *j = json_loads(text, 0, NULL);
   cr_assert_not_null(j, "%s", text);
   cr_expect_str_eq(json_string_value(json_object_get(j, "type")), "local");
@@ -105,9 +139,9 @@ Test(session, save_holds_no_secret_and_resume_reconnects) {
   free(id);
 }
 
-Test(session, resume_of_a_removed_sandbox_restores_the_snapshot) {
-  char *id = create();
-  char *st = save(id);
+/* Removes the sandbox ID and resumes its session state ST, which must
+ * restore the snapshot into a new sandbox; its id (new). */
+static char *remove_and_resume(const char *id, const char *st) {
   struct sbx_run_out r;
   const char *rm[] = {"rm", id, NULL};
   free(sbx_sandbox_line(sdir, rm));
@@ -118,11 +152,24 @@ Test(session, resume_of_a_removed_sandbox_restores_the_snapshot) {
   cr_expect_str_neq(nid, id);
   cr_expect(strstr(r.err, "restored its snapshot") != NULL, "%s", r.err);
   sbx_run_free(&r);
-  const char *cat[] = {"exec", nid, "--", "cat", "notes.txt", NULL};
-  sbx(&r, cat);
+  return nid;
+}
+
+/* Runs the shell command CMD in sandbox ID and expects it to print WANT. */
+static void expect_shell(const char *id, const char *cmd, const char *want) {
+  struct sbx_run_out r;
+  const char *args[] = {"exec", id, "--", "sh", "-c", cmd, NULL};
+  sbx(&r, args);
   cr_expect_eq(r.status, 0, "%s", r.err);
-  cr_expect_str_eq(r.out, "from the manifest\nchanged\n");
+  cr_expect_str_eq(r.out, want, "%s", cmd);
   sbx_run_free(&r);
+}
+
+Test(session, resume_of_a_removed_sandbox_restores_the_snapshot) {
+  char *id = create();
+  char *st = save(id);
+  char *nid = remove_and_resume(id, st);
+  expect_shell(nid, "cat notes.txt", "from the manifest\nchanged\n");
   free(nid);
   free(st);
   free(id);
@@ -221,12 +268,7 @@ Test(session, progress_only_on_a_terminal_and_never_with_json) {
                  "/dev/null > %s 2>&1",
                  test_sbx_path(), sdir, dir, id, out);
   cr_expect_eq(system(cmd), 0);
-  FILE *f = fopen(out, "r");
-  cr_assert_not_null(f);
-  char *text = NULL;
-  size_t cap = 0;
-  (void)getdelim(&text, &cap, '\0', f);
-  fclose(f);
+  char *text = read_text(out);
   cr_expect(text && strstr(text, "copying in: ") && strstr(text, "MiB"), "%s",
             text);
   free(text);
@@ -245,11 +287,7 @@ Test(session, progress_only_on_a_terminal_and_never_with_json) {
                  "%s:big3\" /dev/null > %s 2>&1",
                  test_sbx_path(), sdir, dir, id, out);
   cr_expect_eq(system(cmd), 0);
-  f = fopen(out, "r");
-  cr_assert_not_null(f);
-  text = NULL;
-  (void)getdelim(&text, &cap, '\0', f);
-  fclose(f);
+  text = read_text(out);
   cr_expect(text && !strstr(text, "copying in"), "%s", text);
   free(text);
   free(id);
@@ -292,26 +330,125 @@ Test(session, ephemeral_entries_stay_out_of_the_snapshot) {
   const char *args[] = {"create", "--manifest", mp, NULL};
   char *id = sbx_sandbox_line(sdir, args);
   char *st = save(id);
-  json_t *j = json_load_file(st, 0, NULL);
-  const char *loc = json_string_value(
-      json_object_get(json_object_get(j, "snapshot"), "location"));
-  cr_assert_not_null(loc);
-  char cmd[600];
-  (void)snprintf(cmd, sizeof(cmd), "tar -I zstd -tf %s > %s/list.txt", loc,
-                 dir);
-  cr_assert_eq(system(cmd), 0);
-  char lp[160];
-  (void)snprintf(lp, sizeof(lp), "%s/list.txt", dir);
-  FILE *f = fopen(lp, "r");
-  cr_assert_not_null(f);
-  char *text = NULL;
-  size_t cap = 0;
-  (void)getdelim(&text, &cap, '\0', f);
-  fclose(f);
-  cr_expect(text && strstr(text, "keep.txt"), "%s", text);
-  cr_expect(text && !strstr(text, "scratch.txt"), "%s", text);
+  char *text = snapshot_names(st);
+  cr_expect(strstr(text, "keep.txt"), "%s", text);
+  cr_expect(!strstr(text, "scratch.txt"), "%s", text);
   free(text);
-  json_decref(j);
   free(st);
+  free(id);
+}
+
+Test(session, a_venv_with_an_absolute_symlink_round_trips) {
+  /* Every Python venv has bin/python -> /usr/bin/python3: a snapshot keeps
+   * the link as a link, and resume restores the whole workspace. */
+  const char *args[] = {"create", NULL};
+  char *id = sbx_sandbox_line(sdir, args);
+  const char *ex[] = {"exec",
+                      id,
+                      "--",
+                      "sh",
+                      "-c",
+                      "echo work > w.txt; mkdir -p venv/bin; "
+                      "ln -s /usr/bin/python3 venv/bin/python",
+                      NULL};
+  free(sbx_sandbox_line(sdir, ex));
+  char *st = save(id);
+  char *nid = remove_and_resume(id, st);
+  expect_shell(nid, "cat w.txt; readlink venv/bin/python",
+               "work\n/usr/bin/python3\n");
+  free(nid);
+  free(st);
+  free(id);
+}
+
+Test(session, save_refuses_a_snapshot_its_limits_could_not_restore) {
+  char *id = create();
+  const char *ex[] = {"exec", id, "--", "touch", "other.txt", NULL};
+  free(sbx_sandbox_line(sdir, ex));
+  struct sbx_run_out r;
+  const char *args[] = {
+      "save", id, "--snapshot-dir", snaps, "--snapshot-max-members", "1", NULL};
+  sbx(&r, args);
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "more than 1 entries"), "%s", r.err);
+  cr_expect_str_eq(r.out, "", "no state for a refused snapshot");
+  sbx_run_free(&r);
+  const char *bad[] = {"save", id, "--snapshot-max-members", "lots", NULL};
+  sbx(&r, bad);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  sbx_run_free(&r);
+  /* The restore applies the limits it is given as well. */
+  char *st = save(id);
+  const char *rm[] = {"rm", id, NULL};
+  sbx(&r, rm);
+  sbx_run_free(&r);
+  const char *res[] = {"resume", st, "--snapshot-max-members", "1", NULL};
+  sbx(&r, res);
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "more than 1 members"), "%s", r.err);
+  sbx_run_free(&r);
+  free(st);
+  free(id);
+}
+
+/* The "local" object of sbx sandbox info ID (new). */
+static json_t *local_info(const char *id) {
+  struct sbx_run_out r;
+  const char *args[] = {"--json", "info", id, NULL};
+  sbx(&r, args);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  json_t *j = json_loads(r.out, 0, NULL);
+  cr_assert_not_null(j, "%s", r.out);
+  sbx_run_free(&r);
+  json_t *l = json_incref(json_object_get(j, "local"));
+  json_decref(j);
+  cr_assert_not_null(l);
+  return l;
+}
+
+Test(session, a_file_hard_linked_outside_is_left_out_and_named) {
+  /* Another sandbox's token, hard-linked into this one's workspace: the
+   * snapshot leaves it out, and the person saving is told which file. */
+  char *id = create();
+  const char *args[] = {"create", NULL};
+  char *other = sbx_sandbox_line(sdir, args);
+  json_t *mine = local_info(id), *theirs = local_info(other);
+  const char *ws = json_string_value(json_object_get(mine, "workspace"));
+  const char *tok = json_string_value(json_object_get(theirs, "token_file"));
+  cr_assert(ws && tok);
+  char link_path[512];
+  (void)snprintf(link_path, sizeof(link_path), "%s/stolen-token", ws);
+  cr_assert_eq(link(tok, link_path), 0, "link %s: %s", tok, strerror(errno));
+  char *err = NULL;
+  char *st = save_err(id, &err);
+  cr_expect(strstr(err, "\"stolen-token\" is not in the snapshot: it has "
+                        "hard links outside the workspace"),
+            "%s", err);
+  free(err);
+  char *text = snapshot_names(st);
+  cr_expect(strstr(text, "notes.txt"), "%s", text);
+  cr_expect(!strstr(text, "stolen-token"), "%s", text);
+  free(text);
+  free(st);
+  /* A copy out (an export too) leaves it out and says so. */
+  char from[64], to[160];
+  (void)snprintf(from, sizeof(from), "%s:.", id);
+  (void)snprintf(to, sizeof(to), "%s/out", dir);
+  const char *cp[] = {"cp", from, to, NULL};
+  struct sbx_run_out r;
+  sbx(&r, cp);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.err, "\"stolen-token\" in \".\" was not copied: it has "
+                          "hard links outside it"),
+            "%s", r.err);
+  sbx_run_free(&r);
+  char copied[200];
+  (void)snprintf(copied, sizeof(copied), "%s/out/notes.txt", dir);
+  cr_expect_eq(access(copied, F_OK), 0, "%s was not copied", copied);
+  (void)snprintf(copied, sizeof(copied), "%s/out/stolen-token", dir);
+  cr_expect_neq(access(copied, F_OK), 0, "%s was copied", copied);
+  json_decref(mine);
+  json_decref(theirs);
+  free(other);
   free(id);
 }

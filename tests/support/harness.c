@@ -22,6 +22,8 @@ void harness_init(struct harness *h) {
   h->d.uid = getuid();
   h->d.gid = getgid();
   h->d.is_root = h->d.uid == 0;
+  h->d.gate_fd = -1;
+  h->d.reaper_fd = -1;
 }
 
 void harness_fini(struct harness *h) {

@@ -78,3 +78,29 @@ int test_closed_port(void) {
   close(fd);
   return ntohs(a.sin_port);
 }
+
+/* The output of CALL_ID among the items of request R, or NULL. */
+static const char *output_in(json_t *r, const char *call_id) {
+  json_t *input = json_object_get(json_object_get(r, "body"), "input");
+  size_t i;
+  json_t *it;
+  json_array_foreach(input, i, it) {
+    const char *c = json_string_value(json_object_get(it, "call_id"));
+    const char *t = json_string_value(json_object_get(it, "type"));
+    if (c && t && strcmp(c, call_id) == 0 &&
+        strcmp(t, "function_call_output") == 0)
+      return json_string_value(json_object_get(it, "output"));
+  }
+  return NULL;
+}
+
+const char *test_call_output(json_t *reqs, long n, const char *call_id) {
+  if (n >= 0)
+    return output_in(json_array_get(reqs, (size_t)n), call_id);
+  for (size_t k = json_array_size(reqs); k-- > 0;) {
+    const char *o = output_in(json_array_get(reqs, k), call_id);
+    if (o)
+      return o;
+  }
+  return NULL;
+}

@@ -61,7 +61,7 @@ response.function_call_arguments.delta/.done, response.output_item.done and
 response.completed; for chat, chat.completion.chunk deltas (content and
 tool_calls by index), a usage chunk when stream_options.include_usage is set,
 and "data: [DONE]". "stream_cut": true ends such a stream after the deltas,
-without the completion.
+without the completion; "stall_ms": N pauses N ms after its first event.
 
 Example:
 
@@ -429,13 +429,16 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(status, reply, extra)
         cut = bool(step.get("stream_cut"))
         self.start_stream(status, extra)
+        stall = step.get("stall_ms")
         if api == "responses":
-            for name, data in responses_events(reply, cut):
-                self.send_event(name, data)
+            events = list(responses_events(reply, cut))
         else:
             usage = (body.get("stream_options") or {}).get("include_usage")
-            for c in chat_chunks(reply, usage, cut):
-                self.send_event(None, c)
+            events = [(None, c) for c in chat_chunks(reply, usage, cut)]
+        for i, (name, data) in enumerate(events):
+            self.send_event(name, data)
+            if i == 0 and stall:
+                time.sleep(stall / 1000.0)
 
 
 class Server(ThreadingHTTPServer):

@@ -1,6 +1,7 @@
 #include "tests/support/sbxrun.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -162,4 +163,56 @@ int test_rm_rf(const char *path) {
   if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
     return -errno;
   return 0;
+}
+
+pid_t sbx_spawn(const char *base_url, const char *err_path, rlim_t fsize,
+                const char *const *argv) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    const char *args[32];
+    size_t n = 0;
+    args[n++] = test_sbx_path();
+    for (size_t i = 0; argv[i] && n < 31; i++)
+      args[n++] = argv[i];
+    args[n] = NULL;
+    int devnull = open("/dev/null", O_RDWR);
+    int err =
+        err_path ? open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600) : devnull;
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    dup2(err, 2);
+    if (base_url)
+      setenv("OPENAI_BASE_URL", base_url, 1);
+    setenv("OPENAI_API_KEY", "test-key", 1);
+    if (fsize) {
+      struct rlimit rl = {fsize, fsize};
+      (void)signal(SIGXFSZ, SIG_IGN);
+      (void)setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    execv(args[0], (char *const *)args);
+    _exit(127);
+  }
+  return pid;
+}
+
+char *test_run_state(const char *state_dir) {
+  char runs[4200];
+  (void)snprintf(runs, sizeof(runs), "%s/runs", state_dir);
+  DIR *d = opendir(runs);
+  if (!d)
+    return NULL;
+  char *found = NULL;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t n = strlen(de->d_name);
+    if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
+      char p[4500];
+      (void)snprintf(p, sizeof(p), "%s/%s", runs, de->d_name);
+      free(found);
+      found = strdup(p);
+    }
+  }
+  closedir(d);
+  return found;
 }

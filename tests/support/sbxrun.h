@@ -2,6 +2,9 @@
 #ifndef SBX_TEST_SBXRUN_H
 #define SBX_TEST_SBXRUN_H
 
+#include <sys/resource.h>
+#include <sys/types.h>
+
 struct sbx_run_out {
   int status;  /* exit code, or 128+signal */
   char *out;   /* stdout (new) */
@@ -23,6 +26,14 @@ void sbx_sandbox_run(struct sbx_run_out *r, const char *state_dir,
 char *sbx_sandbox_line(const char *state_dir, const char *const *args);
 /* Removes every sandbox recorded in STATE_DIR (sbx sandbox rm --force). */
 void sbx_sandbox_remove_all(const char *state_dir);
+/* Starts "sbx ARGV..." against BASE_URL (as sbx_run) without waiting;
+ * its stderr goes to ERR_PATH (NULL: /dev/null). With FSIZE, no file it
+ * writes may grow past FSIZE bytes (EFBIG, not SIGXFSZ). Returns its pid. */
+pid_t sbx_spawn(const char *base_url, const char *err_path, rlim_t fsize,
+                const char *const *argv);
+/* The run state file in STATE_DIR/runs (new; the last one listed), or
+ * NULL. */
+char *test_run_state(const char *state_dir);
 /* Path of the built sbx. */
 const char *test_sbx_path(void);
 /* Removes the tree at PATH, never following a symbolic link; 0 (also when

@@ -478,13 +478,25 @@ Test(cgroup, destroy_removes_directories) {
   cr_expect_null(cgroup_destroy(NULL));
 }
 
+/* A cgroup that holds a process belongs to a live sandbox: another of the
+ * same name is refused. */
 Test(cgroup, duplicate_name_is_refused) {
   struct sbx_error e = {0};
   struct cgroup *b = NULL;
   struct isolate_limits l = {.pids = 4};
   const char *name = unique("dup");
   struct cgroup *a = create_or_skip(name, &l);
-  cr_expect_eq(cgroup_create(name, &l, &b, &e), -EEXIST);
+  pid_t child = fork();
+  cr_assert_geq(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  cr_assert_eq(cgroup_add(a, child, &e), 0, "%s", e.msg);
+  int rc = cgroup_create(name, &l, &b, &e);
+  (void)kill(child, SIGKILL);
+  (void)waitpid(child, NULL, 0);
+  cr_expect_eq(rc, -EEXIST);
   cr_expect_null(b);
   cr_expect_eq(e.code, SBX_ALREADY_EXISTS);
   cr_expect(strstr(e.msg, "already exists") && strstr(e.msg, name), "%s",
@@ -603,6 +615,40 @@ Test(cgroup, v1_limit_on_non_cgroup_dir_names_file, .init = make_fake) {
   cr_expect_neq(access(path, F_OK), 0, "%s is left behind", path);
 }
 
+/* An empty cgroup of the same name, left by a sandbox killed before it
+ * could remove it, is made again for the new one. */
+Test(cgroup, a_leftover_of_the_same_name_is_reclaimed) {
+  struct sbx_error e = {0};
+  struct isolate_limits l = {.pids = 4};
+  const char *name = unique("left");
+  cgroup_destroy(create_or_skip(name, &l)); /* skips where none can be made */
+  cur = NULL;
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t child = fork();
+  cr_assert_geq(child, 0);
+  if (child == 0) {
+    /* Makes the cgroup and dies without removing it. */
+    struct cgroup *cg = NULL;
+    if (cgroup_create(name, &l, &cg, &e) == 0 && cgroup_path(cg, NULL))
+      (void)!write(fds[1], cgroup_path(cg, NULL),
+                   strlen(cgroup_path(cg, NULL)));
+    _exit(0);
+  }
+  close(fds[1]);
+  char left[512] = "";
+  ssize_t n = read(fds[0], left, sizeof(left) - 1);
+  close(fds[0]);
+  (void)waitpid(child, NULL, 0);
+  cr_assert_gt(n, 0, "the child made no cgroup");
+  cr_assert_eq(access(left, F_OK), 0, "%s", left);
+  struct cgroup *b = NULL;
+  cr_expect_eq(cgroup_create(name, &l, &b, &e), 0, "%s", e.msg);
+  cr_expect_str_eq(cgroup_path(b, NULL), left);
+  cgroup_destroy(b);
+  cr_expect_neq(access(left, F_OK), 0, "%s not removed", left);
+}
+
 Test(cgroup, no_limits_creates_what_it_can, .init = fake_machine) {
   struct sbx_error e = {0};
   struct cgroup *cg = NULL;
@@ -614,10 +660,20 @@ Test(cgroup, no_limits_creates_what_it_can, .init = fake_machine) {
   cr_expect_str_eq(cgroup_path(cg, "pids"), want);
   cr_expect_null(cgroup_path(cg, "memory"));
   cr_expect_eq(cgroup_kill(cg), 0, "no processes listed");
+  /* In use (it lists a process): another of the name is refused. */
+  static const char *const procs[] = {"sys/fs/cgroup/sbx/sbx-d/cgroup.procs",
+                                      "v1/p ids/sbx/sbx-d/cgroup.procs"};
+  for (size_t i = 0; i < 2; i++)
+    put(fake, procs[i], "1\n");
   struct cgroup *again = NULL;
   cr_expect_eq(cgroup_create_in(fake, "sbx-d", NULL, &again, &e), -EEXIST);
   cr_expect_null(again);
   cr_expect_eq(e.code, SBX_ALREADY_EXISTS);
+  for (size_t i = 0; i < 2; i++) {
+    char p[256];
+    (void)snprintf(p, sizeof(p), "%s/%s", fake, procs[i]);
+    (void)unlink(p);
+  }
   cgroup_destroy(cg);
   cr_expect_neq(access(want, F_OK), 0, "%s not removed", want);
 }

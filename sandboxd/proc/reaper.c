@@ -1,0 +1,104 @@
+#include "sandboxd/proc/reaper.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shared/log.h"
+
+/* The most groups the reaper keeps; sandboxd's process limit is below. */
+#define REAPER_MAX 65536
+
+/* A message: 'a' (add) or 'f' (forget), then the group id. */
+struct reaper_msg {
+  char op;
+  int32_t pgid;
+} __attribute__((packed));
+
+/* The reaper's loop: keeps the groups it is told of until sandboxd's end
+ * of the pipe closes, then kills them. Only async-signal-safe calls. */
+static void reaper_main(int rfd) {
+  static pid_t groups[REAPER_MAX];
+  size_t n = 0;
+  struct reaper_msg m;
+  for (;;) {
+    ssize_t k = read(rfd, &m, sizeof(m));
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k != (ssize_t)sizeof(m))
+      break; /* sandboxd is gone (or wrote nonsense: treat it so) */
+    if (m.pgid <= 1)
+      continue;
+    if (m.op == 'a' && n < REAPER_MAX) {
+      groups[n++] = m.pgid;
+    } else if (m.op == 'f') {
+      for (size_t i = 0; i < n; i++)
+        if (groups[i] == m.pgid) {
+          groups[i] = groups[--n];
+          break;
+        }
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    (void)kill(-groups[i], SIGKILL);
+  _exit(0);
+}
+
+int reaper_start(int *fd) {
+  *fd = -1;
+  if (getpid() == 1)
+    return 0;
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return -errno;
+  pid_t pid = fork();
+  if (pid < 0) {
+    int err = errno;
+    (void)close(p[0]);
+    (void)close(p[1]);
+    return -err;
+  }
+  if (pid == 0) {
+    /* Nothing of sandboxd's but the read end and stderr. */
+    (void)close(p[1]);
+    if (p[0] != 3 && (dup2(p[0], 3) < 0 || close(p[0]) < 0))
+      _exit(1);
+    (void)syscall(SYS_close_range, 4, ~0u, 0);
+    (void)prctl(PR_SET_NAME, "sandboxd-reaper");
+    /* Signals to sandboxd's group (a terminal's ^C) must not stop it
+     * before sandboxd has gone. */
+    (void)signal(SIGINT, SIG_IGN);
+    (void)signal(SIGHUP, SIG_IGN);
+    (void)signal(SIGTERM, SIG_IGN);
+    reaper_main(3);
+  }
+  (void)close(p[0]);
+  *fd = p[1];
+  return 0;
+}
+
+/* Sends OP for PGID; a lost message is logged, not fatal. */
+static void send_msg(int fd, char op, pid_t pgid) {
+  if (fd < 0)
+    return;
+  struct reaper_msg m = {.op = op, .pgid = (int32_t)pgid};
+  ssize_t k;
+  do
+    k = write(fd, &m, sizeof(m));
+  while (k < 0 && errno == EINTR);
+  if (k != (ssize_t)sizeof(m))
+    log_debug("reaper: cannot record group %d: %m", (int)pgid);
+}
+
+void reaper_add(int fd, pid_t pgid) {
+  send_msg(fd, 'a', pgid);
+}
+
+void reaper_forget(int fd, pid_t pgid) {
+  send_msg(fd, 'f', pgid);
+}
