@@ -11,6 +11,7 @@
 #include "sandboxd/daemon/daemon.h"
 #include "sandboxd/isolate/isolate.h"
 #include "sandboxd/rpc/version.h"
+#include "sandboxd/server/server.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
 
@@ -52,12 +53,31 @@ static void usage(FILE *f) {
           "  --archive-max-extracted-bytes BYTES\n"
           "                        data an import writes, an export reads "
           "(default 64 GiB)\n"
+          "  --max-connections N   connections at once, with or without a "
+          "valid token\n"
+          "                        (default %d)\n"
+          "  --max-unauthenticated N\n"
+          "                        of those, connections that have not sent "
+          "a valid token\n"
+          "                        yet (default %d; as many again may be in "
+          "their TLS or\n"
+          "                        SP handshake); past either limit the "
+          "oldest of them is\n"
+          "                        closed, and a connection is refused only "
+          "when all have\n"
+          "                        the token\n"
+          "  --handshake-timeout SECONDS\n"
+          "                        close a connection that sends no valid "
+          "token within\n"
+          "                        SECONDS of connecting (default %d)\n"
           "  --log-level LEVEL     error | warn | info | debug (default "
           "warn)\n"
           "  --version             print the version and exit\n"
           "  --help                print this help and exit\n"
           "\n"
-          "Isolation (Linux namespaces, cgroups and pasta):\n");
+          "Isolation (Linux namespaces, cgroups and pasta):\n",
+          SERVER_MAX_CONNECTIONS, SERVER_MAX_UNAUTHENTICATED,
+          SERVER_HANDSHAKE_TIMEOUT_MS / 1000);
   for (size_t i = 0; i < isolate_nflags; i++) {
     char flag[64];
     (void)snprintf(flag, sizeof(flag), "%s%s%s", isolate_flags[i].name,
@@ -101,6 +121,9 @@ enum {
   O_ARCHIVE_MEMBERS,
   O_ARCHIVE_BYTES,
   O_ARCHIVE_EXTRACTED,
+  O_MAX_CONN,
+  O_MAX_UNAUTH,
+  O_HANDSHAKE,
   O_LOG,
   O_VERSION,
   O_HELP,
@@ -126,6 +149,9 @@ static const struct option base_opts[] = {
     {"archive-max-bytes", required_argument, NULL, O_ARCHIVE_BYTES},
     {"archive-max-extracted-bytes", required_argument, NULL,
      O_ARCHIVE_EXTRACTED},
+    {"max-connections", required_argument, NULL, O_MAX_CONN},
+    {"max-unauthenticated", required_argument, NULL, O_MAX_UNAUTH},
+    {"handshake-timeout", required_argument, NULL, O_HANDSHAKE},
     {"log-level", required_argument, NULL, O_LOG},
     {"version", no_argument, NULL, O_VERSION},
     {"help", no_argument, NULL, O_HELP},
@@ -166,6 +192,9 @@ static const struct {
      ": expected 4096..2^50"},
     {O_ARCHIVE_EXTRACTED, "--archive-max-extracted-bytes", 1, 1ull << 50,
      ": expected 1..2^50"},
+    {O_MAX_CONN, "--max-connections", 1, 65536, ": expected 1..65536"},
+    {O_MAX_UNAUTH, "--max-unauthenticated", 1, 65536, ": expected 1..65536"},
+    {O_HANDSHAKE, "--handshake-timeout", 1, 3600, ": expected 1..3600 seconds"},
 };
 
 /* The --seccomp modes. */
@@ -280,6 +309,15 @@ static int parse_option(int opt, const char *arg, struct daemon_options *o,
     break;
   case O_ARCHIVE_EXTRACTED:
     o->limits.archive_max_extracted_bytes = v;
+    break;
+  case O_MAX_CONN:
+    o->max_connections = (uint32_t)v;
+    break;
+  case O_MAX_UNAUTH:
+    o->max_unauthenticated = (uint32_t)v;
+    break;
+  case O_HANDSHAKE:
+    o->handshake_timeout_ms = (unsigned)v * 1000;
     break;
   case O_LOG: {
     enum sbx_log_level lvl;

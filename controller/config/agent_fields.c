@@ -592,9 +592,12 @@ static int parse_approval(const struct agent_ctx *c, struct agent_approval *ap,
   size_t n = json_array_size(v);
   if (n > AGENT_MAX_LIST)
     return too_many(c, key);
-  ap->mode = AGENT_APPROVAL_PREFIXES;
   if (n == 0)
-    return 0;
+    return agent_invalid(c,
+                         "\"%s\" lists no command prefix (\"never\" says "
+                         "that none needs approval)",
+                         key);
+  ap->mode = AGENT_APPROVAL_PREFIXES;
   ap->prefixes = calloc(n, sizeof(*ap->prefixes));
   if (!ap->prefixes)
     return agent_nomem(c);

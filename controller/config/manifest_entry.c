@@ -157,6 +157,17 @@ static int check_rel_path(const char *p, const char *ewhere, char *out,
                                  SBX_PATH_NO_DOTDOT | SBX_PATH_POSIX_ONLY, &pe);
   if (r < 0)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, -r, "%s: %s", ewhere, pe.msg);
+  /* What normalizing bared ("./ x" is " x") is trimmed too, so that the
+   * path saved is the path it parses to again. */
+  size_t on = strlen(out);
+  if (on && (out[0] == ' ' || out[0] == '\t' || out[on - 1] == ' ' ||
+             out[on - 1] == '\t')) {
+    char again[4096];
+    if (on >= sizeof(again))
+      return manifest_invalid(e, "%s: the path is too long", ewhere);
+    memcpy(again, out, on + 1);
+    return check_rel_path(again, ewhere, out, outsz, e);
+  }
   if (strcmp(out, ".") == 0)
     return manifest_invalid(e, "%s: the path must not be the root", ewhere);
   return 0;

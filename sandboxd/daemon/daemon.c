@@ -36,6 +36,9 @@ void daemon_options_init(struct daemon_options *o) {
   o->listen_dir_fd = -1;
   o->gate_fd = -1;
   sandboxd_limits_default(&o->limits);
+  o->max_connections = SERVER_MAX_CONNECTIONS;
+  o->max_unauthenticated = SERVER_MAX_UNAUTHENTICATED;
+  o->handshake_timeout_ms = SERVER_HANDSHAKE_TIMEOUT_MS;
 }
 
 int daemon_read_token(const char *file, int fd, char **out, size_t *len,
@@ -255,6 +258,9 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
         .tls_key = o->tls_key,
         .tls_ca = o->tls_ca,
         .insecure = o->insecure,
+        .max_connections = o->max_connections,
+        .max_unauthenticated = o->max_unauthenticated,
+        .handshake_timeout_ms = o->handshake_timeout_ms,
     };
     r = server_new(&d, &sc, &srv, e);
   }

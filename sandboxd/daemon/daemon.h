@@ -22,6 +22,10 @@ struct daemon_options {
   size_t ngrants;
   enum sandboxd_seccomp seccomp;
   struct sandboxd_limits limits;
+  /* Connection limits (server.h's server_config). */
+  uint32_t max_connections;
+  uint32_t max_unauthenticated;
+  unsigned handshake_timeout_ms;
   /* Isolated (isolate.h): commands get a reduced capability set. */
   bool isolated;
   int listen_dir_fd; /* -1, or an fd to close once listening */

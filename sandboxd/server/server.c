@@ -14,6 +14,7 @@
 
 #include "sandboxd/rpc/auth.h"
 #include "sandboxd/rpc/version.h"
+#include "sandboxd/server/conns.h"
 #include "sandboxd/server/dispatch.h"
 #include "shared/cleanup.h"
 #include "shared/clock.h"
@@ -37,6 +38,7 @@ struct work {
   Sbx__V1__Error error;
   struct rpc_call call;
   const struct rpc_entry *entry;
+  uint32_t pipe;             /* the connection the request came in on */
   struct cache_entry *cache; /* when this work runs a mutating request */
   bool shutdown_after;       /* the reply is to a Shutdown */
   struct work *next;         /* worker queue, or a cache entry's followers */
@@ -58,6 +60,7 @@ struct server {
   nng_socket sock;
   nng_listener listener;
   nng_tls_config *tls;
+  struct conns *conns; /* admitted connections, their caps and deadlines */
   uint8_t *token;
   size_t token_len;
   struct work **works;
@@ -85,12 +88,16 @@ struct server {
 static void work_cb(void *arg);
 static void work_reset(struct work *w);
 
-/* Counts connections, for server_wait_clients_gone. nng reports REM_POST
- * for the pipes it reported ADD_PRE for; the count never goes below 0 in
- * case it did not, which would at worst end the wait early. */
+/* Admits or refuses a new connection (conns.h) and counts connections, for
+ * server_wait_clients_gone. nng reports REM_POST for the pipes it reported
+ * ADD_PRE for, refused ones too; the count never goes below 0 in case it
+ * did not, which would at worst end the wait early. */
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
   struct server *s = arg;
-  (void)p;
+  if (ev == NNG_PIPE_EV_ADD_PRE)
+    conns_add(s->conns, p);
+  else if (ev == NNG_PIPE_EV_REM_POST)
+    conns_remove(s->conns, p);
   pthread_mutex_lock(&s->smu);
   if (ev == NNG_PIPE_EV_ADD_PRE)
     s->npipes++;
@@ -353,6 +360,7 @@ static void handle(struct work *w, nng_msg *msg) {
   struct server *s = w->s;
   w->state = W_BUSY;
   w->req = sbx__v1__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
+  w->pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
   nng_msg_free(msg);
   w->call.req = w->req;
   w->resp.version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
@@ -378,6 +386,7 @@ static void handle(struct work *w, nng_msg *msg) {
     reply_error(w, SBX_UNAUTHENTICATED, "wrong or missing token");
     return;
   }
+  server_pipe_authenticated(s, w->pipe);
   if (w->req->version != SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
     reply_error(w, SBX_VERSION_MISMATCH, "this sandboxd speaks protocol 1");
     return;
@@ -542,6 +551,41 @@ static int setup_tls(struct server *s, const struct server_config *cfg,
   return 0;
 }
 
+/* The connection limits of CFG (0: the defaults) into S's table and onto
+ * its listener: nng bounds the connections still in their TLS or SP
+ * handshake and each step of it (NNG_OPT_NEGO_*, which
+ * third_party/nng/handshake-limits.patch adds: nng has no such limit of its
+ * own), the table the admitted connections and their wait for a token. */
+static int setup_limits(struct server *s, const struct server_config *cfg,
+                        struct sbx_error *e) {
+  struct conns_config cc = {
+      .max_total =
+          cfg->max_connections ? cfg->max_connections : SERVER_MAX_CONNECTIONS,
+      .max_unauth = cfg->max_unauthenticated ? cfg->max_unauthenticated
+                                             : SERVER_MAX_UNAUTHENTICATED,
+      .handshake_ms = cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms
+                                                : SERVER_HANDSHAKE_TIMEOUT_MS,
+  };
+  if (cc.max_unauth > cc.max_total)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--max-unauthenticated %u is more than "
+                         "--max-connections %u",
+                         cc.max_unauth, cc.max_total);
+  int r = conns_new(&cc, &s->conns);
+  if (r < 0)
+    return sbx_error_set(e, SBX_INTERNAL, -r,
+                         "cannot set up the connection table: %s",
+                         strerror(-r));
+  int rv = nng_listener_set_size(s->listener, NNG_OPT_NEGO_MAX,
+                                 (size_t)cc.max_unauth);
+  if (rv == 0)
+    rv = nng_listener_set_ms(s->listener, NNG_OPT_NEGO_TIMEOUT,
+                             (nng_duration)cc.handshake_ms);
+  if (rv != 0)
+    return nng_err(e, rv, "cannot limit the handshakes on", cfg->url);
+  return 0;
+}
+
 int server_check_url(const char *url, bool insecure, struct sbx_error *e) {
   bool ok = strncmp(url, "ipc://", 6) == 0 ||
             strncmp(url, "tls+tcp://", 10) == 0 ||
@@ -616,6 +660,10 @@ int server_new(struct sandboxd *d, const struct server_config *cfg,
     if (r < 0)
       goto fail;
   }
+  r = setup_limits(s, cfg, e);
+  if (r < 0)
+    goto fail;
+  r = -ENOMEM; /* what the allocations below fail with */
 
   unsigned nthreads = cfg->workers ? cfg->workers : 4;
   s->threads = calloc(nthreads, sizeof(*s->threads));
@@ -685,6 +733,7 @@ void server_free(struct server *s) {
     (void)pthread_join(s->threads[i], NULL);
   if (nng_socket_id(s->sock) > 0)
     (void)nng_close(s->sock);
+  s->conns = conns_free(s->conns); /* no pipe events after the close */
   for (size_t i = 0; s->works && i < s->nworks; i++) {
     struct work *w = s->works[i];
     if (!w)
@@ -739,6 +788,10 @@ bool server_wait_clients_gone(struct server *s, unsigned timeout_ms) {
   bool gone = s->npipes == 0;
   pthread_mutex_unlock(&s->smu);
   return gone;
+}
+
+void server_pipe_authenticated(struct server *s, uint32_t pipe) {
+  conns_authenticated(s->conns, (nng_pipe){.id = pipe});
 }
 
 void server_wait_shutdown(struct server *s, unsigned timeout_ms) {

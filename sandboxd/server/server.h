@@ -2,7 +2,9 @@
  * each a small state machine driven by aio callbacks that never block.
  * Blocking handlers run on a worker pool; long-polls park. Every request is
  * authenticated (constant-time token compare) and mutating requests are
- * answered from a reply cache when retried with the same id. */
+ * answered from a reply cache when retried with the same id. Connections
+ * are capped, in total and while unauthenticated, and one that sends no
+ * valid token in time is closed (conns.h). */
 #ifndef SANDBOXD_SERVER_H
 #define SANDBOXD_SERVER_H
 
@@ -22,7 +24,19 @@ struct server_config {
   const char *tls_ca; /* client certificates must chain to it */
   bool insecure;      /* allow tcp:// */
   unsigned workers;   /* worker threads for blocking handlers; 0 means 4 */
+  /* Connection limits (conns.h); 0 means the default below. Unauthenticated
+   * connections are those that have not sent a request with the token yet;
+   * as many again may be in their TLS or SP handshake (in nng, before they
+   * are connections of the socket). handshake_timeout_ms bounds each step of
+   * the handshake and the wait for the first valid token. */
+  uint32_t max_connections;
+  uint32_t max_unauthenticated; /* at most max_connections */
+  unsigned handshake_timeout_ms;
 };
+
+#define SERVER_MAX_CONNECTIONS 256
+#define SERVER_MAX_UNAUTHENTICATED 64
+#define SERVER_HANDSHAKE_TIMEOUT_MS 10000
 
 /* Checks the listen URL's scheme; plain tcp:// needs INSECURE. */
 int server_check_url(const char *url, bool insecure, struct sbx_error *e);
@@ -34,6 +48,12 @@ int server_new(struct sandboxd *d, const struct server_config *cfg,
 void server_free(struct server *s);
 /* True once a Shutdown request was answered. Thread-safe. */
 bool server_shutdown_requested(struct server *s);
+/* Marks the connection PIPE (nng_pipe_id of nng_msg_get_pipe on a received
+ * request) authenticated: it leaves the unauthenticated cap and its
+ * handshake deadline. Call it where a request's credentials were found
+ * valid, and only there: never for a request let through without them.
+ * Thread-safe; a pipe not connected is ignored. */
+void server_pipe_authenticated(struct server *s, uint32_t pipe);
 /* Blocks until the shutdown flag is set or TIMEOUT_MS passes. */
 void server_wait_shutdown(struct server *s, unsigned timeout_ms);
 /* Blocks until no client is connected or TIMEOUT_MS passes; true when none

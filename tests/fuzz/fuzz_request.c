@@ -38,6 +38,8 @@ static void setup(void) {
   d.uid = getuid();
   d.gid = getgid();
   d.is_root = false; /* never chown or create users */
+  d.gate_fd = -1;
+  d.reaper_fd = -1;
   int fd = openat(d.root_fd, ".", O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     (void)mkdirat(fd, "dir", 0755);

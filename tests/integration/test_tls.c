@@ -10,38 +10,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sandboxd/server/server.h"
+#include "tests/support/certs.h"
 #include "tests/support/daemon.h"
 #include "tests/support/sbxrun.h"
 
 static char certs[64];
 
-/* Makes a CA, a server certificate for 127.0.0.1 and two client
- * certificates: one from the CA, one from an unrelated CA. */
+/* The certificates of every test here (certs.h). */
 static void make_certs(void) {
-  (void)snprintf(certs, sizeof(certs), "/tmp/sbx-tls-XXXXXX");
-  cr_assert_not_null(mkdtemp(certs));
-  char cmd[4096];
-  (void)snprintf(
-      cmd, sizeof(cmd),
-      "set -e; cd %s; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
-      "-nodes'\n"
-      "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj "
-      "/CN=sbx-test-ca\n"
-      "openssl req -x509 $K -keyout evil.key -out evil.crt -days 2 -subj "
-      "/CN=evil-ca\n"
-      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext\n"
-      "for n in server client; do openssl req $K -keyout $n.key -out $n.csr "
-      "-subj /CN=$n; openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key "
-      "-CAcreateserial -out $n.crt -days 2 -extfile san.ext; done\n"
-      "openssl req $K -keyout rogue.key -out rogue.csr -subj /CN=rogue\n"
-      "openssl x509 -req -in rogue.csr -CA evil.crt -CAkey evil.key "
-      "-CAcreateserial -out rogue.crt -days 2\n",
-      certs);
-  (void)snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd),
-                 ") >/dev/null 2>&1");
-  char full[4200];
-  (void)snprintf(full, sizeof(full), "(%s", cmd);
-  cr_assert_eq(system(full), 0, "openssl could not make test certificates");
+  cr_assert_eq(test_make_certs(certs, sizeof(certs)), 0,
+               "openssl could not make test certificates");
 }
 
 static int free_port(void) {
@@ -77,15 +56,23 @@ static struct sbx_client *tls_client(struct test_daemon *t, const char *who) {
   return c;
 }
 
-static void start_tls(struct test_daemon *t) {
+/* Starts sandboxd on a free loopback port with the server certificate,
+ * and EXTRA arguments (NULL-terminated, at most 8; may be NULL). */
+static void start_tls_with(struct test_daemon *t, const char *const *extra) {
   char url[64], cert[128], key[128], ca[128];
   (void)snprintf(url, sizeof(url), "tls+tcp://127.0.0.1:%d", free_port());
   (void)snprintf(cert, sizeof(cert), "%s/server.crt", certs);
   (void)snprintf(key, sizeof(key), "%s/server.key", certs);
   (void)snprintf(ca, sizeof(ca), "%s/ca.crt", certs);
-  const char *args[] = {"--listen", url,        "--tls-cert", cert, "--tls-key",
-                        key,        "--tls-ca", ca,           NULL};
+  const char *args[20] = {"--listen",  url, "--tls-cert", cert,
+                          "--tls-key", key, "--tls-ca",   ca};
+  for (size_t i = 0; extra && extra[i] && i < 8; i++)
+    args[8 + i] = extra[i];
   test_daemon_start(t, args);
+}
+
+static void start_tls(struct test_daemon *t) {
+  start_tls_with(t, NULL);
 }
 
 static void cleanup_certs(void) {
@@ -131,6 +118,39 @@ Test(tls, hung_up_handshakes_do_not_stop_the_listener) {
   struct sbx_client *c = tls_client(&t, "client");
   cr_expect_eq(sbx_hello(c, NULL, &e), 0, "%s", e.msg);
   t.client = c;
+  test_daemon_stop(&t);
+}
+
+/* 3000 connections that never begin the TLS handshake: nng keeps at most
+ * --max-unauthenticated of them in their handshake (the oldest make room
+ * for newer ones), an authenticated client and a new one are served
+ * meanwhile, the handshake timeout closes the rest, and the daemon's RSS
+ * comes back down. */
+Test(tls, a_handshake_flood_is_capped_timed_out_and_its_memory_returned,
+     .timeout = 120) {
+  struct test_daemon t;
+  const char *extra[] = {"--handshake-timeout", "2", NULL};
+  start_tls_with(&t, extra);
+  struct sbx_error e = {0};
+  t.client = tls_client(&t, "client");
+  cr_assert_eq(sbx_hello(t.client, NULL, &e), 0, "%s", e.msg);
+  struct flood *f = test_daemon_flood(&t, 3000, FLOOD_SILENT);
+  cr_log_info("%u of 3000 connected; VmRSS %ld KiB", flood_connected(f),
+              flood_rss_kib(t.pid));
+  unsigned open = 0;
+  cr_assert_eq(flood_wait_open(f, SERVER_MAX_UNAUTHENTICATED, 1000, &open), 0);
+  cr_expect_leq(open, SERVER_MAX_UNAUTHENTICATED,
+                "%u connections held in their handshake (cap %d)", open,
+                SERVER_MAX_UNAUTHENTICATED);
+  cr_expect_eq(sbx_hello(t.client, NULL, &e), 0, "during the flood: %s", e.msg);
+  struct sbx_client *late = tls_client(&t, "client");
+  cr_expect_eq(sbx_hello(late, NULL, &e), 0, "a new client: %s", e.msg);
+  sbx_client_free(late);
+  cr_assert_eq(flood_wait_open(f, 0, 4000, &open), 0);
+  cr_expect_eq(open, 0, "%u handshakes left after the timeout", open);
+  f = flood_stop(f);
+  long after = flood_wait_rss(t.pid, 32 * 1024, 5000);
+  cr_expect_lt(after, 32 * 1024, "VmRSS %ld KiB after the flood", after);
   test_daemon_stop(&t);
 }
 

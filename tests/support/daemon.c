@@ -1,10 +1,8 @@
 #include "tests/support/daemon.h"
 
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +10,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -174,27 +171,10 @@ void test_daemon_send_twice(struct test_daemon *t, Sbx__V1__Request *req,
 }
 
 void test_daemon_hang_ups(const char *url, unsigned n) {
-  struct sockaddr_un un = {.sun_family = AF_UNIX};
-  struct sockaddr_in in = {.sin_family = AF_INET};
-  struct sockaddr *sa;
-  socklen_t salen;
-  if (strncmp(url, "ipc://", 6) == 0) {
-    cr_assert_lt(strlen(url + 6), sizeof(un.sun_path));
-    memcpy(un.sun_path, url + 6, strlen(url + 6) + 1);
-    sa = (struct sockaddr *)&un;
-    salen = sizeof(un);
-  } else {
-    const char *hp = strstr(url, "://");
-    cr_assert_not_null(hp, "%s", url);
-    const char *colon = strrchr(hp + 3, ':');
-    cr_assert_not_null(colon, "%s", url);
-    char host[64];
-    (void)snprintf(host, sizeof(host), "%.*s", (int)(colon - hp - 3), hp + 3);
-    cr_assert_eq(inet_pton(AF_INET, host, &in.sin_addr), 1, "%s", host);
-    in.sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10));
-    sa = (struct sockaddr *)&in;
-    salen = sizeof(in);
-  }
+  struct sockaddr_storage ss;
+  socklen_t salen = 0;
+  cr_assert_eq(flood_sockaddr(url, &ss, &salen), 0, "%s", url);
+  struct sockaddr *sa = (struct sockaddr *)&ss;
   static const char half[] = {0, 'S', 'P', 0};
   static const char wrong[] = {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T'};
   for (unsigned i = 0; i < n; i++) {
@@ -208,4 +188,16 @@ void test_daemon_hang_ups(const char *url, unsigned n) {
       (void)!write(fd, wrong, sizeof(wrong));
     close(fd);
   }
+}
+
+struct flood *test_daemon_flood(struct test_daemon *t, unsigned n,
+                                enum flood_mode mode) {
+  struct flood *f = NULL;
+  int r = flood_start(t->url, n, mode, &f);
+  if (r == -EMFILE) {
+    test_daemon_stop(t);
+    cr_skip_test("the hard RLIMIT_NOFILE is below %d", FLOOD_PER_PROC + 64);
+  }
+  cr_assert_eq(r, 0, "flood of %s: %s", t->url, strerror(-r));
+  return f;
 }

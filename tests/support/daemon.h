@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "shared/client.h"
+#include "tests/support/flood.h"
 
 struct test_daemon {
   pid_t pid;
@@ -41,6 +42,11 @@ void test_daemon_send_twice(struct test_daemon *t, Sbx__V1__Request *req,
  * N times and hangs up during the handshake: at once, after half an SP
  * header, or after a wrong one. */
 void test_daemon_hang_ups(const char *url, unsigned n);
+/* Starts a flood (flood.h) of N connections in MODE on T's URL, or skips
+ * the test, T stopped, when the descriptors it needs cannot be had. Asserts
+ * on any other failure. */
+struct flood *test_daemon_flood(struct test_daemon *t, unsigned n,
+                                enum flood_mode mode);
 /* Path of the built sandboxd. */
 const char *test_sandboxd_path(void);
 

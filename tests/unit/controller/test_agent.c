@@ -391,6 +391,11 @@ Test(agent, bad_tools_and_approvals) {
                "agents/a.json: \"approvals.exec_command[1]\" must be a "
                "command prefix string (got integer)");
   expect_error("{\"name\": \"a\", \"approvals\": {\"exec_command\": "
+               "[]}}",
+               -EINVAL,
+               "agents/a.json: \"approvals.exec_command\" lists no command "
+               "prefix (\"never\" says that none needs approval)");
+  expect_error("{\"name\": \"a\", \"approvals\": {\"exec_command\": "
                "[\"\"]}}",
                -EINVAL,
                "agents/a.json: \"approvals.exec_command[0]\" must not be "

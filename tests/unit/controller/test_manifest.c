@@ -251,6 +251,24 @@ Test(manifest, backend_checks_name_the_rule) {
   manifest_free(m);
 }
 
+/* A path that normalizing leaves with a space in front ("./ a") is
+ * trimmed again: the path saved is the one it parses to again. */
+Test(manifest, normalized_paths_parse_to_themselves) {
+  struct manifest *m =
+      parse_ok("{\"entries\": {\"./ a\": {\"type\": \"file\"}, \" ./ ./b \": "
+               "{\"type\": \"file\"}}}");
+  cr_expect_not_null(entry(m, "a"));
+  cr_expect_not_null(entry(m, "b"));
+  _cleanup_json_ json_t *j1 = manifest_to_json(m);
+  struct manifest *m2 = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(manifest_parse(j1, "persisted", &m2, &e), 0, "%s", e.msg);
+  _cleanup_json_ json_t *j2 = manifest_to_json(m2);
+  cr_expect(json_equal(j1, j2));
+  manifest_free(m2);
+  manifest_free(m);
+}
+
 Test(manifest, persisted_form_drops_ephemeral_values_and_host_paths) {
   struct manifest *m = parse_ok(
       "{\"entries\": {\"keep\": {\"type\": \"file\", \"content\": \"k\"},"
