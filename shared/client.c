@@ -13,27 +13,13 @@
 #include <time.h>
 
 #include "shared/cleanup.h"
+#include "shared/client_internal.h"
 #include "shared/clock.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/path.h"
 #include "shared/peer.h"
 #include "shared/rand.h"
-
-struct sbx_client {
-  nng_socket sock;
-  nng_dialer dialer;
-  nng_tls_config *tls;
-  uint8_t *token;
-  size_t token_len;
-  unsigned timeout_ms;
-  unsigned retries;
-  size_t max_msg;
-  char url[256];
-  char prefix[17];
-  atomic_uint_fast64_t seq;
-  struct sbx_peer peer;
-};
 
 /* How often a waiting call looks at the peer (shared/peer.h). */
 #define CLIENT_CHECK_MS 100
@@ -108,16 +94,6 @@ static int nng_to_errno(int rv) {
   }
 }
 
-/* A connection of C's socket came up or went down. */
-static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
-  (void)p;
-  struct sbx_client *c = arg;
-  if (ev == NNG_PIPE_EV_ADD_POST)
-    sbx_peer_up(&c->peer);
-  else if (ev == NNG_PIPE_EV_REM_POST)
-    sbx_peer_down(&c->peer);
-}
-
 int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
                    struct sbx_error *e) {
   if (!cfg->url || strlen(cfg->url) >= sizeof(((struct sbx_client *)0)->url))
@@ -152,10 +128,10 @@ int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
     goto fail;
   }
   int rv = nng_req0_open(&c->sock);
-  if (rv == 0)
-    rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
-  if (rv == 0)
-    rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
+  if (rv == 0 && (r = client_auth_init(c, cfg, e)) < 0)
+    goto fail;
+  /* nng must never resend a request by itself: it would send the token
+   * over a new connection before that connection proved itself. */
   if (rv == 0)
     rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME,
                            NNG_DURATION_INFINITE);
@@ -222,6 +198,7 @@ struct sbx_client *sbx_client_free(struct sbx_client *c) {
     return NULL;
   if (nng_socket_id(c->sock) > 0)
     (void)nng_close(c->sock);
+  client_auth_fini(c);
   sbx_peer_fini(&c->peer);
   if (c->tls)
     nng_tls_config_free(c->tls);
@@ -282,10 +259,12 @@ static int op_wait(struct sbx_client *c, struct op *o, nng_aio *aio,
   return r;
 }
 
-/* One attempt: send a copy of MSG on a fresh context and wait for a reply.
- * An nng error, or -EPIPE (E filled) when the peer is gone. */
-static int attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
-                   nng_msg **reply, struct sbx_error *e) {
+/* One attempt (client_internal.h): a copy of MSG on a fresh context; a
+ * tokened one goes out only over a connection that proved itself
+ * (client_auth.c). An nng error, or -EPIPE (E filled) when the peer is
+ * gone. */
+int client_attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
+                   bool tokened, nng_msg **reply, struct sbx_error *e) {
   nng_ctx ctx;
   int rv = nng_ctx_open(&ctx, c->sock);
   if (rv != 0)
@@ -306,9 +285,14 @@ static int attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
   if (rv == 0) {
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
     nng_aio_set_msg(aio, copy);
-    nng_ctx_send(ctx, aio);
-    gone = op_wait(c, &o, aio, e);
-    rv = nng_aio_result(aio);
+    struct client_send s;
+    rv = client_auth_send_begin(c, aio, timeout_ms, tokened, &s, e);
+    if (rv == 0) {
+      nng_ctx_send(ctx, aio);
+      gone = op_wait(c, &o, aio, e);
+      client_auth_send_end(c, &s);
+      rv = nng_aio_result(aio);
+    }
     if (rv != 0)
       nng_msg_free(copy); /* still ours after a failed send */
   }
@@ -439,7 +423,7 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
   unsigned tries = 0;
   for (unsigned i = 0; i <= c->retries; i++) {
     tries++;
-    rv = attempt(c, msg, tmo, &reply, e);
+    rv = client_attempt(c, msg, tmo, true, &reply, e);
     if (rv <= 0)
       break; /* answered, or the peer is gone (E says how) */
     if (rv != NNG_ETIMEDOUT && rv != NNG_ECONNREFUSED && rv != NNG_ECLOSED &&
@@ -451,6 +435,8 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
   nng_msg_free(msg);
   if (rv < 0)
     return rv;
+  if (rv == NNG_EPEERAUTH)
+    return -EKEYREJECTED; /* E says which peer failed to prove itself */
   if (rv != 0) {
     if (rv == NNG_ETIMEDOUT)
       return sbx_error_set(e, SBX_TIMED_OUT, ETIMEDOUT,

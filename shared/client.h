@@ -10,6 +10,27 @@
  * be hostile: protocol version, echoed id, body type, data sizes against
  * what was asked, and UTF-8 where text is expected (paths, messages).
  *
+ * sandboxd proves itself before it gets the token (shared/auth.h): on each
+ * new connection (nng redials in the background after any drop) the first
+ * thing sent is a Hello with a fresh nonce and no token, and no request
+ * carrying the token goes out on that connection until its answer holds a
+ * valid proof, checked in constant time. The client follows nng's pipes
+ * (nng_pipe_notify): a connection that appears while a tokened request
+ * waits in nng's queue is closed before anything is sent on it, and the
+ * waiting requests are cancelled and retried after a challenge; nng never
+ * resends by itself (NNG_OPT_REQ_RESENDTIME stays infinite). A peer that
+ * fails is refused with -EKEYREJECTED (UNAUTHENTICATED), naming the URL,
+ * and its connection is closed; the next call challenges again. On ipc://
+ * the caller may also name the process that must serve the socket
+ * (peer_pid): a connection to any other is closed when nng adds it.
+ *
+ * What the proof does not stop: a process that can both reach the real
+ * sandboxd and put its own socket where the client dials could pass the
+ * challenge on to sandboxd and its answer back (a relay). peer_pid closes
+ * that on ipc://, TLS with a CA (tls_ca) on tls+tcp://; plain tcp:// has
+ * no defence. A sandboxd older than the proof cannot answer the challenge
+ * and is refused.
+ *
  * A reply (Sbx__V1__Response) is new; free it with sbx_client_reply_free. */
 #ifndef SBX_CLIENT_H
 #define SBX_CLIENT_H
@@ -37,25 +58,32 @@ struct sbx_client_config {
   size_t max_message_bytes; /* 0 means 64 MiB */
   const char *client_name;  /* for sandboxd's logs */
   /* sandboxd's process on this host, when sbx can see it (0: not known):
-   * its exit fails every waiting call at once (shared/peer.h). */
+   * its exit fails every waiting call at once (shared/peer.h), and on
+   * ipc:// a connection is refused unless this process serves it
+   * (SO_PEERCRED, as this process's PID namespace sees it), or with
+   * peer_child a child of it (an isolated sandboxd serves from a clone of
+   * the process started). */
   pid_t peer_pid;
+  bool peer_child;
   /* A connection that was up and has been down this long fails every
    * waiting call; 0 means SBX_PEER_HEARTBEAT_MS. */
   unsigned heartbeat_ms;
 };
 
 /* Opens the socket and dials (nng dials in the background and redials).
- * Does not wait for the server; the first call does. */
+ * Does not wait for the server; the first call does, and challenges it. */
 int sbx_client_new(const struct sbx_client_config *cfg, struct sbx_client **out,
                    struct sbx_error *e);
 /* Closes and wipes the token; accepts NULL; returns NULL. */
 struct sbx_client *sbx_client_free(struct sbx_client *c);
 
 /* Sends REQ (body set by the caller; version, id and token are filled in)
- * and waits for the reply. TIMEOUT_MS 0 means the client's default; for a
- * long-poll pass at least its wait_ms plus a margin. On success *OUT is the
- * reply, whose body case is EXPECT. A reply carrying an error is returned
- * as that error: a negative errno with E filled from the code and message. */
+ * and waits for the reply; first the challenge, on a new connection. TIMEOUT_MS
+ * 0 means the client's default; for a long-poll pass at least its wait_ms plus
+ * a margin. On success *OUT is the reply, whose body case is EXPECT. A reply
+ * carrying an error is returned as that error: a negative errno with E filled
+ * from the code and message. -EKEYREJECTED (UNAUTHENTICATED) when the peer did
+ * not prove it holds the token: nothing carrying the token was sent to it. */
 int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
                     Sbx__V1__Response__BodyCase expect, unsigned timeout_ms,
                     Sbx__V1__Response **out, struct sbx_error *e);

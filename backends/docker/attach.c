@@ -184,11 +184,15 @@ int docker_resume(const struct backend_options *bo,
   r = connect_sandboxd(
       s, d, sock, bo && bo->ready_timeout_ms ? bo->ready_timeout_ms : 10000, e);
   if (r < 0) {
-    if (e && e->code == SBX_UNAUTHENTICATED)
+    /* Another token, or an impostor on the socket: the client said which
+     * socket did not prove itself. */
+    if (e && e->code == SBX_UNAUTHENTICATED) {
+      char why[SBX_ERROR_MSG_MAX];
+      memcpy(why, e->msg, sizeof(why));
       r = sbx_error_set(e, SBX_UNAUTHENTICATED, EACCES,
-                        "sandboxd in container %.12s did not accept this "
-                        "controller's token; refusing to resume it",
+                        "%.400s; refusing to resume container %.12s", why,
                         d->container);
+    }
     goto fail;
   }
   const char *root = label_of(j, DOCKER_LABEL_ROOT);

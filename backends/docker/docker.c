@@ -255,8 +255,22 @@ int check_running(struct docker *d, const char *image, struct sbx_error *e) {
       tail[0] ? ": " : "", tail);
 }
 
+/* The host pid of the container's entrypoint, sandboxd (State.Pid); 0
+ * when the engine does not say, and then it is not checked. */
+static int entrypoint_pid(struct docker *d, pid_t *pid, struct sbx_error *e) {
+  _cleanup_json_ json_t *j = NULL;
+  int r = inspect_container(d->en, d->container, &j, e);
+  if (r < 0)
+    return r;
+  json_int_t p =
+      json_integer_value(json_object_get(json_object_get(j, "State"), "Pid"));
+  *pid = p > 0 && p <= INT32_MAX ? (pid_t)p : 0;
+  return 0;
+}
+
 /* Connects S's client to the sandboxd behind SOCK and checks with Hello,
- * within BUDGET_MS in all, that it takes D's token. */
+ * within BUDGET_MS in all, that it takes D's token: only a sandboxd that
+ * is the container's entrypoint and proves it holds the token gets it. */
 int connect_sandboxd(struct sandbox *s, struct docker *d, const char *sock,
                      unsigned budget_ms, struct sbx_error *e) {
   char url[PATH_MAX + 16];
@@ -264,13 +278,18 @@ int connect_sandboxd(struct sandbox *s, struct docker *d, const char *sock,
   if (n < 0 || (size_t)n >= sizeof(url))
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
                          "runtime directory path is too long");
+  pid_t pid = 0;
+  int r = entrypoint_pid(d, &pid, e);
+  if (r < 0)
+    return r;
   struct sbx_client_config cc = {
       .url = url,
       .token = (const uint8_t *)d->token,
       .token_len = strlen(d->token),
       .client_name = "sbx",
+      .peer_pid = pid,
   };
-  int r = sbx_client_new(&cc, &s->client, e);
+  r = sbx_client_new(&cc, &s->client, e);
   if (r < 0)
     return r;
   /* The client tries a call 4 times (3 retries): a quarter each keeps a

@@ -65,7 +65,9 @@ int check_running(struct docker *d, const char *image, struct sbx_error *e);
 /* The container's last lines of output, flattened into OUT ("" when none). */
 void container_log_tail(struct docker_engine *en, const char *id, char *out,
                         size_t size);
-/* Connects S's client to sandboxd at SOCK with D's token (Hello). */
+/* Connects S's client to sandboxd at SOCK with D's token (Hello): the
+ * socket must be served by the container's entrypoint (State.Pid) and
+ * sandboxd prove it holds the token before the token is sent. */
 int connect_sandboxd(struct sandbox *s, struct docker *d, const char *sock,
                      unsigned timeout_ms, struct sbx_error *e);
 /* Records where the container's exposed ports are published (inspection
@@ -78,16 +80,18 @@ int record_ports(struct docker *d, json_t *j, struct sbx_error *e);
 
 /* Makes D's runtime directory (0700) and its listen subdirectory. */
 int rundir_make(struct docker *d, struct sbx_error *e);
-/* Writes D's token file (0400) and hands the directory, the subdirectory
- * and the token to d->sd_uid/sd_gid when sandboxd runs as someone else. */
+/* Makes the FIFO the token goes through (0600) in the listen subdirectory
+ * and hands the directory, the subdirectory and the FIFO to
+ * d->sd_uid/sd_gid when sandboxd runs as someone else. */
 int rundir_prepare(struct docker *d, struct sbx_error *e);
 /* Before a stopped container starts again: the stale socket removed, the
- * listen subdirectory emptied, the token written again (rundir_prepare). */
+ * listen subdirectory made afresh with its FIFO (rundir_prepare). */
 int rundir_reset(struct docker *d, struct sbx_error *e);
-/* Waits up to TIMEOUT_MS for sandboxd's socket in the listen subdirectory
- * (failing early with what the container said when it stops), then deletes
- * the token and moves the socket to where the container cannot touch it;
- * its path in SOCK. */
+/* Passes D's token to sandboxd through the FIFO and waits up to TIMEOUT_MS
+ * for its socket in the listen subdirectory (failing early with what the
+ * container said when it stops), then moves the socket to where the
+ * container cannot touch it (its path in SOCK) and removes the
+ * subdirectory, the container's last writable place in it. */
 int rundir_wait_ready(struct docker *d, const char *image, unsigned timeout_ms,
                       char *sock, size_t size, struct sbx_error *e);
 /* The path of sandboxd's socket in RUNDIR once it is ready, into OUT. */

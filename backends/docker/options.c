@@ -378,7 +378,8 @@ int docker_spec_json(const struct docker_options *o,
   if (n < 0 || (size_t)n >= sizeof(listen_dir))
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
                          "runtime directory path is too long");
-  (void)snprintf(token, sizeof(token), "%s/token", DOCKER_RUN_DIR);
+  (void)snprintf(token, sizeof(token), "%s/%s/token", DOCKER_RUN_DIR,
+                 DOCKER_LISTEN_DIR);
   const char *cmd[] = {"--listen",     listen, "--root",    sp->root,
                        "--token-file", token,  "--seccomp", sp->seccomp};
 

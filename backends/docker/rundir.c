@@ -1,21 +1,27 @@
 /* The host runtime directory of a docker sandbox: made for it, handed to
- * the host uid its sandboxd runs as, the token written and taken back, and
+ * the host uid its sandboxd runs as, the token passed through it, and
  * sandboxd's socket moved out of the workload's reach once it appears.
  *
  * The directory R is mounted read-only at DOCKER_RUN_DIR and R/listen
- * read-write at DOCKER_RUN_DIR/listen. sandboxd reads R/token at start and
- * then binds R/listen/sandboxd.sock. When that socket appears the
- * controller deletes the token and renames the socket to R/sandboxd.sock:
- * a unix socket stays bound to its inode, so sandboxd goes on serving it,
- * and in the read-only mount no process of the container, root or not, can
- * unlink, rename, replace or chmod it (EROFS; a remount or an unmount needs
- * CAP_SYS_ADMIN, which the container lacks). No workload command runs
- * before the controller's Hello, so none ever sees the token.
+ * read-write at DOCKER_RUN_DIR/listen. The token goes through a FIFO,
+ * R/listen/token: sandboxd (its --token-file) opens it for reading first
+ * thing, the controller writes the token into it and closes it, so the
+ * token is never on a disk, only in a pipe's buffer until sandboxd has
+ * read it. sandboxd then binds R/listen/sandboxd.sock. When that socket
+ * listens the controller renames it to R/sandboxd.sock and removes
+ * R/listen: a unix socket stays bound to its inode, so sandboxd goes on
+ * serving it; in the read-only mount no process of the container, root or
+ * not, can unlink, rename, replace or chmod it (EROFS; a remount or an
+ * unmount needs CAP_SYS_ADMIN, which the container lacks); and with
+ * R/listen gone the kernel detaches the container's read-write mount of
+ * it, so nothing in DOCKER_RUN_DIR is writable any more. No workload
+ * command runs before the controller's Hello, and none outlives a stop to
+ * see the next start.
  *
- * What this does not stop: the workload may connect to the socket itself
- * (sandboxd then wants the token), fill R/listen (the host's disk, as the
- * workspace may) and leave sockets or links there, which the controller
- * never follows: it empties R/listen before a restart. */
+ * What this does not stop: the workload may connect to the socket itself;
+ * sandboxd then wants the token, and the controller, which never sends it
+ * before sandboxd proved it holds it (shared/client.h), also checks that
+ * the container's entrypoint (its State.Pid) serves the socket. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -84,24 +90,21 @@ static int hand_over(struct docker *d, int fd, const char *path,
                        path, (unsigned)d->sd_uid);
 }
 
+/* The FIFO is made afresh (never a file of the token) and handed, with
+ * the directories, to the host ids sandboxd runs as, who read it. */
 int rundir_prepare(struct docker *d, struct sbx_error *e) {
   char token[PATH_MAX], listen[PATH_MAX];
-  int r = path_in(d->rundir, "token", token, sizeof(token), e);
+  int r =
+      path_in(d->rundir, DOCKER_LISTEN_DIR "/token", token, sizeof(token), e);
   if (r == 0)
     r = path_in(d->rundir, DOCKER_LISTEN_DIR, listen, sizeof(listen), e);
   if (r < 0)
     return r;
   if (unlink(token) < 0 && errno != ENOENT)
     return sbx_error_set(e, SBX_OK, errno, "cannot remove \"%s\": %m", token);
-  _cleanup_close_ int fd =
-      open(token, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
-  if (fd < 0)
+  if (mkfifo(token, 0600) < 0)
     return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m", token);
-  size_t len = strlen(d->token);
-  if (write(fd, d->token, len) != (ssize_t)len)
-    return sbx_error_set(e, SBX_OK, errno ? errno : EIO,
-                         "cannot write \"%s\": %m", token);
-  if ((r = hand_over(d, fd, token, e)) < 0 ||
+  if ((r = hand_over(d, -1, token, e)) < 0 ||
       (r = hand_over(d, -1, listen, e)) < 0)
     return r;
   return hand_over(d, -1, d->rundir, e);
@@ -116,7 +119,8 @@ int rundir_reset(struct docker *d, struct sbx_error *e) {
     return r;
   if (unlink(sock) < 0 && errno != ENOENT)
     return sbx_error_set(e, SBX_OK, errno, "cannot remove \"%s\": %m", sock);
-  /* Whatever the workload left where the new socket is to appear. */
+  /* Whatever a start that did not finish left where the new socket is to
+   * appear (after a finished one the subdirectory is gone). */
   r = sandbox_rm_rf(listen);
   if (r < 0)
     return sbx_error_set(e, SBX_OK, -r, "cannot empty \"%s\"", listen);
@@ -143,16 +147,40 @@ static bool listening(const char *path) {
   return fd >= 0 && connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0;
 }
 
-/* Waits for a listening socket at PATH with a bounded backoff, watching
- * that the container still runs. */
-static int wait_socket(struct docker *d, const char *path, const char *image,
-                       unsigned timeout_ms, struct sbx_error *e) {
+/* Writes D's token into the FIFO at PATH once sandboxd has it open for
+ * reading: 1 when written, 0 while nobody reads yet. The token is shorter
+ * than PIPE_BUF, so one write puts all of it or nothing. */
+static int feed_token(struct docker *d, const char *path, struct sbx_error *e) {
+  _cleanup_close_ int fd =
+      open(path, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENXIO)
+    return 0;
+  size_t len = strlen(d->token);
+  if (fd < 0 || write(fd, d->token, len) != (ssize_t)len)
+    return sbx_error_set(e, SBX_OK, errno ? errno : EIO,
+                         "cannot pass the token through \"%s\": %m", path);
+  return 1;
+}
+
+/* Feeds the token into the FIFO at FIFO and waits for a listening socket
+ * at PATH, with a bounded backoff, watching that the container still
+ * runs. */
+static int wait_socket(struct docker *d, const char *path, const char *fifo,
+                       const char *image, unsigned timeout_ms,
+                       struct sbx_error *e) {
   uint64_t start = sbx_now_ms();
   uint64_t next_check = start + 100;
   unsigned delay_us = 250;
+  bool fed = false;
   for (;;) {
+    if (!fed) {
+      int r = feed_token(d, fifo, e);
+      if (r < 0)
+        return r;
+      fed = r == 1;
+    }
     struct stat st;
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && listening(path))
+    if (fed && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && listening(path))
       return 0;
     uint64_t now = sbx_now_ms();
     if (now >= next_check) {
@@ -176,25 +204,30 @@ static int wait_socket(struct docker *d, const char *path, const char *image,
   }
 }
 
+/* The socket moves up, then the listen directory goes with what is left
+ * in it: the empty FIFO. */
 int rundir_wait_ready(struct docker *d, const char *image, unsigned timeout_ms,
                       char *sock, size_t size, struct sbx_error *e) {
-  char bound[PATH_MAX], token[PATH_MAX];
+  char bound[PATH_MAX], listen[PATH_MAX], fifo[PATH_MAX];
   int r = path_in(d->rundir, DOCKER_LISTEN_DIR "/sandboxd.sock", bound,
                   sizeof(bound), e);
   if (r == 0)
-    r = path_in(d->rundir, "token", token, sizeof(token), e);
+    r = path_in(d->rundir, DOCKER_LISTEN_DIR, listen, sizeof(listen), e);
+  if (r == 0)
+    r = path_in(d->rundir, DOCKER_LISTEN_DIR "/token", fifo, sizeof(fifo), e);
   if (r == 0)
     r = rundir_socket(d->rundir, sock, size, e);
   if (r < 0)
     return r;
-  r = wait_socket(d, bound, image, timeout_ms, e);
+  r = wait_socket(d, bound, fifo, image, timeout_ms, e);
   if (r < 0)
     return r;
-  /* sandboxd read the token before it made its socket. */
-  if (unlink(token) < 0 && errno != ENOENT)
-    return sbx_error_set(e, SBX_OK, errno, "cannot remove \"%s\": %m", token);
   if (rename(bound, sock) < 0)
     return sbx_error_set(e, SBX_OK, errno,
                          "cannot move sandboxd's socket to \"%s\": %m", sock);
+  r = sandbox_rm_rf(listen);
+  if (r < 0)
+    return sbx_error_set(e, SBX_OK, -r, "cannot remove \"%s\": %s", listen,
+                         strerror(-r));
   return 0;
 }

@@ -88,13 +88,8 @@ const char **local_sandboxd_argv(const struct local *l, struct local_argv *as) {
   argv[n++] = l->url;
   argv[n++] = "--root";
   argv[n++] = l->workspace;
-  if (l->detached) {
-    argv[n++] = "--token-file";
-    argv[n++] = l->token_path;
-  } else {
-    argv[n++] = "--token-fd";
-    argv[n++] = "3";
-  }
+  argv[n++] = "--token-fd";
+  argv[n++] = "3";
   argv[n++] = "--ready-fd";
   argv[n++] = "4";
   argv[n++] = "--seccomp";

@@ -2,12 +2,16 @@
  * private ipc:// socket in a 0700 runtime directory, with a fresh random
  * token and a fresh temporary workspace.
  *
- * An SDK-owned sandbox's sandboxd is our child: it gets the token by an
- * inherited pipe and dies with us (PR_SET_PDEATHSIG). A developer-owned
- * (detached) one must outlive us: it reads the token from a 0600 file in
- * the state directory, writes its output to a log file there, runs in its
- * own session and gets no parent-death signal; any later sbx process
- * attaches to it from the saved state (pid, socket, token file, workspace).
+ * sandboxd gets the token by an inherited pipe, which it reads and closes
+ * at start: no file of it is ever opened by sandboxd or its sandbox. An
+ * SDK-owned sandbox's sandboxd is our child and dies with us
+ * (PR_SET_PDEATHSIG). A developer-owned (detached) one must outlive us: its
+ * token is also kept in a 0600 file in the state directory for the sbx
+ * processes that attach later (pid, socket, token file, workspace); it
+ * writes its output to a log file there, runs in its own session and gets
+ * no parent-death signal. The client checks that the socket is served by
+ * the sandboxd started (its clone, when isolated) and that it proves it
+ * holds the token (shared/client.h).
  * Grants become --grant options; a local bind mount is a symlink in the
  * workspace to its source plus a grant of that source. */
 #include "backends/local/local.h"
@@ -207,26 +211,24 @@ static const char *last_line(const char *path, char *buf, size_t n) {
 }
 
 /* Starts sandboxd and waits for its ready line. TOKEN is passed by a pipe
- * (child) or is already in l->token_path (detached). */
+ * that sandboxd reads at start. */
 static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
                           struct sbx_error *e) {
   int tokp[2] = {-1, -1}, readyp[2] = {-1, -1};
   int logfd = -1;
   int r = 0;
-  if ((!l->detached && pipe2(tokp, O_CLOEXEC) < 0) ||
-      pipe2(readyp, O_CLOEXEC) < 0) {
+  if (pipe2(tokp, O_CLOEXEC) < 0 || pipe2(readyp, O_CLOEXEC) < 0) {
     r = sbx_error_set(e, SBX_OK, errno, "cannot create pipes: %m");
     goto out;
   }
-  if (!l->detached) {
-    /* The token fits in the pipe buffer; the child reads it at start. */
-    if (write(tokp[1], token, strlen(token)) != (ssize_t)strlen(token)) {
-      r = sbx_error_set(e, SBX_OK, errno, "cannot pass the token: %m");
-      goto out;
-    }
-    close(tokp[1]);
-    tokp[1] = -1;
-  } else {
+  /* The token fits in the pipe buffer; the child reads it at start. */
+  if (write(tokp[1], token, strlen(token)) != (ssize_t)strlen(token)) {
+    r = sbx_error_set(e, SBX_OK, errno, "cannot pass the token: %m");
+    goto out;
+  }
+  close(tokp[1]);
+  tokp[1] = -1;
+  if (l->detached) {
     logfd = open(l->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0) {
       r = sbx_error_set(e, SBX_OK, errno, "cannot open \"%s\": %m",
@@ -269,10 +271,9 @@ static int spawn_sandboxd(struct local *l, const char *token, unsigned tmo,
         _exit(127);
     }
     /* Move both above 4 first: either may already be fd 3 or 4. */
-    int tok = detached ? -1 : fcntl(tokp[0], F_DUPFD, 10);
+    int tok = fcntl(tokp[0], F_DUPFD, 10);
     int rdy = fcntl(readyp[1], F_DUPFD, 10);
-    if ((!detached && (tok < 0 || dup2(tok, 3) < 0)) || rdy < 0 ||
-        dup2(rdy, 4) < 0)
+    if (tok < 0 || dup2(tok, 3) < 0 || rdy < 0 || dup2(rdy, 4) < 0)
       _exit(127);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)
@@ -323,6 +324,9 @@ out:
   return r;
 }
 
+/* Connects S's client to its sandboxd, which must serve the socket from
+ * the pid started (isolated: from its clone, the supervisor's child) and
+ * prove that it holds TOKEN, and says Hello. */
 static int connect_client(struct sandbox *s, const char *token,
                           struct sbx_error *e) {
   struct local *l = s->priv;
@@ -332,6 +336,7 @@ static int connect_client(struct sandbox *s, const char *token,
       .token_len = strlen(token),
       .client_name = "sbx",
       .peer_pid = l->pid,
+      .peer_child = l->opt.isolate,
   };
   int r = sbx_client_new(&cc, &s->client, e);
   if (r == 0)
@@ -786,13 +791,10 @@ static int local_start(struct sandbox *s, struct sbx_error *e) {
   (void)snprintf(sock, sizeof(sock), "%s/sandboxd.sock", l->rundir);
   (void)unlink(sock);
   s->client = sbx_client_free(s->client);
-  int r = spawn_sandboxd(l, NULL, 10000, e);
-  if (r < 0) {
-    (void)stop_sandboxd(s, NULL);
-    return r;
-  }
   char token[SBX_TOKEN_HEX + 8];
-  r = read_token(l, token, sizeof(token), e);
+  int r = read_token(l, token, sizeof(token), e);
+  if (r == 0 && (r = spawn_sandboxd(l, token, 10000, e)) < 0)
+    (void)stop_sandboxd(s, NULL);
   if (r == 0)
     r = connect_client(s, token, e);
   explicit_bzero(token, sizeof(token));

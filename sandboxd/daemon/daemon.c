@@ -215,11 +215,15 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     return r;
 
   struct sandboxd d = {0};
+  d.secret = (const uint8_t *)token;
+  d.secret_len = token_len;
   /* Before any thread: the reaper is a fork of this process. */
   r = reaper_start(&d.reaper_fd);
-  if (r < 0)
+  if (r < 0) {
+    explicit_bzero(token, token_len);
     return sbx_error_set(e, SBX_OK, -r, "cannot start the reaper: %s",
                          strerror(-r));
+  }
   d.limits = o->limits;
   d.seccomp = o->seccomp;
   d.isolated = o->isolated;
@@ -260,8 +264,8 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     };
     r = server_new(&d, &sc, &srv, e);
   }
-  explicit_bzero(token, token_len);
   if (r < 0) {
+    explicit_bzero(token, token_len);
     archive_table_free(d.archives);
     proc_table_free(d.procs, 0);
     daemon_close_roots(&d);
@@ -310,5 +314,6 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   if (d.reaper_fd >= 0)
     close(d.reaper_fd); /* the reaper ends too */
   pthread_mutex_destroy(&d.gate_mu);
+  explicit_bzero(token, token_len);
   return 0;
 }

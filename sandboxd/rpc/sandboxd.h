@@ -59,6 +59,11 @@ struct sandboxd {
   int gate_fd;
   _Atomic bool gate_wait;
   pthread_mutex_t gate_mu;
+  /* The sandbox's secret (its token): Hello proves that sandboxd holds it
+   * (rpc/auth.h). Borrowed from the daemon for its whole life; NULL in a
+   * context that has none (a test harness). */
+  const uint8_t *secret;
+  size_t secret_len;
   /* Not PID 1 of a namespace: the reaper that kills the commands' groups
    * when sandboxd dies (proc/reaper.h); -1 otherwise. */
   int reaper_fd;

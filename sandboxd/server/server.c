@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sandboxd/rpc/auth.h"
 #include "sandboxd/rpc/version.h"
 #include "sandboxd/server/conns.h"
 #include "sandboxd/server/dispatch.h"
@@ -375,6 +376,12 @@ static void handle(struct work *w, nng_msg *msg) {
   }
   w->resp.id = w->req->id;
   if (!token_ok(s, &w->req->token)) {
+    /* A Hello asking sandboxd to prove itself: the proof and nothing
+     * else, so that a client can check us before it sends the token. */
+    if (rpc_hello_is_challenge(w->req)) {
+      finish(w, rpc_hello_challenge(&w->call));
+      return;
+    }
     log_warn("refused request \"%s\": wrong or missing token", w->req->id);
     reply_error(w, SBX_UNAUTHENTICATED, "wrong or missing token");
     return;
@@ -808,9 +815,10 @@ int rpc_hello(struct rpc_call *c) {
   sbx__v1__hello_reply__init(h);
   sbx__v1__limits__init(l);
   /* run_as last: it is left out when sandboxd is not root. */
-  static char *features[] = {
-      "exec",  "pty",     "files",           "patch",         "archive", "zstd",
-      "users", "seccomp", "exec_start_wait", "export_stream", "run_as"};
+  static char *features[] = {"exec",          "pty",         "files",
+                             "patch",         "archive",     "zstd",
+                             "users",         "seccomp",     "exec_start_wait",
+                             "export_stream", "hello_proof", "run_as"};
   h->version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
   h->server_version = (char *)sandboxd_version();
   h->features = features;
@@ -846,6 +854,8 @@ int rpc_hello(struct rpc_call *c) {
     }
     h->n_grants = d->ngrants;
   }
+  if (rpc_hello_prove(c, h) < 0)
+    return -ENOMEM;
   c->resp->body_case = SBX__V1__RESPONSE__BODY_HELLO;
   c->resp->hello = h;
   return 0;

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "shared/auth.h"
+#include "shared/rand.h"
 #include "tests/support/daemon.h"
 
 Test(daemon, hello_reports_root_limits_and_version) {
@@ -85,6 +87,95 @@ Test(daemon, wrong_and_missing_token_are_refused) {
   sbx_client_free(pre);
   /* The right one still works afterwards. */
   cr_expect_eq(sbx_hello(t.client, NULL, &e), 0, "%s", e.msg);
+  test_daemon_stop(&t);
+}
+
+/* A sandboxd that holds another secret (as an impostor on the socket
+ * would, with a token it made up) is refused by the client before the
+ * client's token goes out: the refusal is the client's own, naming the
+ * socket, not sandboxd's "wrong or missing token". */
+Test(daemon, a_sandboxd_with_another_secret_is_refused) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  char other[SBX_TOKEN_HEX + 1];
+  cr_assert_eq(sbx_random_hex(other, SBX_TOKEN_BYTES), 0);
+  struct sbx_client *c = test_daemon_client(&t, other);
+  struct sbx_error e = {0};
+  Sbx__V1__Response *r = NULL;
+  cr_expect_eq(sbx_exec_list(c, &r, &e), -EKEYREJECTED, "%s", e.msg);
+  cr_expect_null(r);
+  cr_expect_eq(e.code, SBX_UNAUTHENTICATED);
+  cr_expect(strstr(e.msg, "did not prove it holds the sandbox's secret") &&
+                strstr(e.msg, t.url),
+            "%s", e.msg);
+  cr_expect(!strstr(e.msg, "wrong or missing token"),
+            "the token was sent and refused: %s", e.msg);
+  sbx_client_free(c);
+  test_daemon_stop(&t);
+}
+
+/* A raw Hello with NONCE (LEN bytes) and TOKEN (NULL: none) to T. */
+static Sbx__V1__Response *raw_hello(struct test_daemon *t, const uint8_t *nonce,
+                                    size_t len, const char *token) {
+  Sbx__V1__Request req = SBX__V1__REQUEST__INIT;
+  Sbx__V1__Hello h = SBX__V1__HELLO__INIT;
+  req.version = 1;
+  req.id = "challenge-1";
+  req.body_case = SBX__V1__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  h.client_version = 1;
+  h.client_nonce.data = (uint8_t *)nonce;
+  h.client_nonce.len = len;
+  if (token) {
+    req.token.data = (uint8_t *)token;
+    req.token.len = strlen(token);
+  }
+  uint8_t buf[512];
+  size_t n = sbx__v1__request__pack(&req, buf);
+  return test_daemon_raw_call(t->url, buf, n);
+}
+
+/* sandboxd proves that it holds the token to a peer without it, and tells
+ * that peer nothing more; with the token the reply is whole and proved. */
+Test(daemon, hello_challenge_gets_a_proof_and_nothing_else) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  uint8_t nonce[SBX_HELLO_NONCE_BYTES];
+  cr_assert_eq(sbx_random_bytes(nonce, sizeof(nonce)), 0);
+  const uint8_t *secret = (const uint8_t *)t.token;
+  Sbx__V1__Response *r = raw_hello(&t, nonce, sizeof(nonce), NULL);
+  cr_assert_eq(r->body_case, SBX__V1__RESPONSE__BODY_HELLO, "error: %s",
+               r->error ? r->error->message : "");
+  Sbx__V1__HelloReply *h = r->hello;
+  cr_expect_eq(h->version, 1);
+  cr_expect(sbx_hello_proof_ok(secret, strlen(t.token), nonce, h->proof.data,
+                               h->proof.len),
+            "the proof is HMAC-SHA256(token, context || nonce)");
+  cr_expect_str_eq(h->root, "", "a stranger learns no root");
+  cr_expect_str_eq(h->server_version, "");
+  cr_expect_eq(h->n_features, 0);
+  cr_expect_null(h->limits);
+  cr_expect_eq(h->n_grants, 0);
+  sbx__v1__response__free_unpacked(r, NULL);
+
+  /* With the token: everything, and the proof. */
+  r = raw_hello(&t, nonce, sizeof(nonce), t.token);
+  cr_assert_eq(r->body_case, SBX__V1__RESPONSE__BODY_HELLO);
+  cr_expect_not_null(r->hello->limits);
+  cr_expect_neq(r->hello->root[0], '\0');
+  cr_expect(sbx_hello_proof_ok(secret, strlen(t.token), nonce,
+                               r->hello->proof.data, r->hello->proof.len));
+  bool flagged = false;
+  for (size_t i = 0; i < r->hello->n_features; i++)
+    flagged |= strcmp(r->hello->features[i], "hello_proof") == 0;
+  cr_expect(flagged, "the \"hello_proof\" feature is announced");
+  sbx__v1__response__free_unpacked(r, NULL);
+
+  /* Without a nonce of the right size, no token is no answer. */
+  r = raw_hello(&t, nonce, 16, NULL);
+  cr_expect_eq(r->body_case, SBX__V1__RESPONSE__BODY__NOT_SET);
+  cr_expect_eq(r->error->code, SBX__V1__CODE__UNAUTHENTICATED);
+  sbx__v1__response__free_unpacked(r, NULL);
   test_daemon_stop(&t);
 }
 

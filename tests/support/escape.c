@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -173,6 +174,89 @@ void escape_probe_neighbour(struct escape_ctx *c, const char *id) {
   const char *needles[] = {"canary-a.txt", "neighbour-canary", NULL};
   expect_absent(c, id, "neighbour", script, needles);
   free(ws);
+  free(other);
+}
+
+/* Appends to SCRIPT (of SIZE) a try at PATH from inside: its content
+ * read, and "SEEN:PATH" when it exists at all. */
+static void try_path(char *script, size_t size, const char *path) {
+  size_t n = strlen(script);
+  (void)snprintf(script + n, size - n,
+                 "cat '%s' 2>/dev/null; test -e '%s' && echo 'SEEN:%s'; ", path,
+                 path, path);
+}
+
+/* A token file's content (new), or NULL. */
+static char *read_token(const char *path) {
+  FILE *t = fopen(path, "re");
+  char tok[128] = {0};
+  bool ok = t && fgets(tok, sizeof(tok), t);
+  if (t)
+    fclose(t);
+  tok[strcspn(tok, "\n")] = '\0';
+  return ok && strlen(tok) >= 16 ? strdup(tok) : NULL;
+}
+
+/* What sbx keeps on the host for every sandbox of C: each record's token
+ * file and socket (the local backend's, or the docker backend's in its
+ * runtime directory under C's TMPDIR), tried by SCRIPT (of SIZE); the
+ * tokens go into NEEDLES from *N on (at most MAX). */
+static void host_secrets(struct escape_ctx *c, char *script, size_t size,
+                         const char **needles, size_t *n, size_t max) {
+  char pattern[256];
+  glob_t g;
+  (void)snprintf(pattern, sizeof(pattern), "%s/sandboxes/*.json", c->state);
+  cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "no records in %s", c->state);
+  for (size_t i = 0; i < g.gl_pathc; i++) {
+    json_t *j = json_load_file(g.gl_pathv[i], 0, NULL);
+    json_t *b = json_object_get(j, "local");
+    if (!b)
+      b = json_object_get(j, "docker");
+    const char *tok = json_string_value(json_object_get(b, "token_file"));
+    const char *sock = json_string_value(json_object_get(b, "socket"));
+    if (tok) {
+      try_path(script, size, tok);
+      char *t = read_token(tok);
+      if (t && *n < max)
+        needles[(*n)++] = t;
+      else
+        free(t);
+    }
+    if (sock && strncmp(sock, "ipc://", 6) == 0)
+      try_path(script, size, sock + 6);
+    json_decref(j);
+  }
+  globfree(&g);
+  (void)snprintf(pattern, sizeof(pattern), "%s/tmp/sbx-docker-*/sandboxd.sock",
+                 c->dir);
+  if (glob(pattern, 0, NULL, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; i++)
+      try_path(script, size, g.gl_pathv[i]);
+  globfree(&g);
+}
+
+void escape_probe_sibling(struct escape_ctx *c, const char *id) {
+  char *other = escape_create(c, NULL);
+  char *out = NULL;
+  cr_assert_eq(escape_sh(c, other, "true", &out), 0, "%s", out);
+  free(out);
+  static char script[16384];
+  script[0] = '\0';
+  const char *needles[64] = {"SEEN:"};
+  size_t n = 1;
+  host_secrets(c, script, sizeof(script), needles, &n, 63);
+  cr_assert_gt(n, 2, "no token files found in %s", c->state);
+  /* What the sandbox may find by itself: token files anywhere, its own
+   * runtime directory's token (docker). */
+  size_t len = strlen(script);
+  (void)snprintf(script + len, sizeof(script) - len,
+                 "find / -xdev -name '*.token' -printf 'SEEN:%%p\\n' "
+                 "2>/dev/null; cat /run/sbx/token /run/sbx/listen/token "
+                 "2>/dev/null; true");
+  needles[n] = NULL;
+  expect_absent(c, id, "sibling", script, needles);
+  for (size_t i = 1; i < n; i++)
+    free((char *)needles[i]);
   free(other);
 }
 

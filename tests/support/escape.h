@@ -36,6 +36,9 @@ void escape_probe_secrets(struct escape_ctx *c, const char *id);
 void escape_probe_host_files(struct escape_ctx *c, const char *id);
 void escape_probe_writes(struct escape_ctx *c, const char *id);
 void escape_probe_neighbour(struct escape_ctx *c, const char *id);
+/* A sibling sandbox's token and socket (and the probing sandbox's own
+ * token file) are neither readable nor reachable from inside. */
+void escape_probe_sibling(struct escape_ctx *c, const char *id);
 void escape_probe_processes(struct escape_ctx *c, const char *id);
 void escape_probe_loopback(struct escape_ctx *c, const char *id);
 void escape_probe_privileges(struct escape_ctx *c, const char *id);
@@ -50,6 +53,7 @@ void escape_probe_limits(struct escape_ctx *c, const char *const *limit_args);
   ESCAPE_TEST(suite, ctx, host_files)                                          \
   ESCAPE_TEST(suite, ctx, writes)                                              \
   ESCAPE_TEST(suite, ctx, neighbour)                                           \
+  ESCAPE_TEST(suite, ctx, sibling)                                             \
   ESCAPE_TEST(suite, ctx, processes)                                           \
   ESCAPE_TEST(suite, ctx, loopback)                                            \
   ESCAPE_TEST(suite, ctx, privileges)                                          \
