@@ -300,7 +300,7 @@ Test(snapshot, sparse_file_stays_sparse_through_save_and_restore) {
   put_str("small.txt", "small\n", 0644);
   struct round_trip rt = {0};
   save_wipe_restore(NULL, &rt);
-  cr_log_warn("sparse %llu bytes: save %.3f s, restore %.3f s, archive %llu "
+  cr_log_info("sparse %llu bytes: save %.3f s, restore %.3f s, archive %llu "
               "bytes",
               SPARSE_SIZE, rt.save_s, rt.restore_s,
               (unsigned long long)rt.rec.size);
@@ -400,7 +400,7 @@ Test(snapshot, a_150k_file_workspace_saves_and_restores, .timeout = 600) {
   double t1 = now_s();
   struct round_trip rt = {0};
   save_wipe_restore(NULL, &rt);
-  cr_log_warn("%d files: created in %.2f s, saved in %.2f s (%llu bytes), "
+  cr_log_info("%d files: created in %.2f s, saved in %.2f s (%llu bytes), "
               "restored in %.2f s",
               MANY_DIRS * MANY_FILES, t1 - t0, rt.save_s,
               (unsigned long long)rt.rec.size, rt.restore_s);
