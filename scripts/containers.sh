@@ -106,7 +106,10 @@ start_service() {
   mkdir -p "$cache"
   local log=$cache/podman-service.log
   # setsid: the service outlives this script and gets no terminal signals.
-  setsid podman system service --time=0 "$host" </dev/null >"$log" 2>&1 &
+  # From /: it outlives the caller's directory too (a test's temp dir or a
+  # removed checkout), and conmon fails every start once its cwd is gone.
+  (cd / && exec setsid podman system service --time=0 "$host" </dev/null \
+    >"$log" 2>&1) &
   echo $! >"$pidfile"
   for _ in $(seq 100); do
     ping_engine && return 0
