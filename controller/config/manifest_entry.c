@@ -1,6 +1,7 @@
 /* Manifest entries: each type's fields, permissions, relative paths, and
  * the rules between entries (no path twice, nothing inside a file). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,9 +120,8 @@ static int parse_permissions(json_t *v, const char *where, int *mode,
   return 0;
 }
 
-/* Checks a manifest path (an entry key or a child's name) as the SDK does,
- * with a message per rule, and normalizes it into OUT. */
-static int check_rel_path(const char *p, const char *ewhere, char *out,
+/* One pass of check_rel_path. */
+static int check_rel_once(const char *p, const char *ewhere, char *out,
                           size_t outsz, struct sbx_error *e) {
   size_t n = strlen(p);
   size_t a = 0;
@@ -157,20 +157,33 @@ static int check_rel_path(const char *p, const char *ewhere, char *out,
                                  SBX_PATH_NO_DOTDOT | SBX_PATH_POSIX_ONLY, &pe);
   if (r < 0)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, -r, "%s: %s", ewhere, pe.msg);
-  /* What normalizing bared ("./ x" is " x") is trimmed too, so that the
-   * path saved is the path it parses to again. */
-  size_t on = strlen(out);
-  if (on && (out[0] == ' ' || out[0] == '\t' || out[on - 1] == ' ' ||
-             out[on - 1] == '\t')) {
-    char again[4096];
-    if (on >= sizeof(again))
-      return manifest_invalid(e, "%s: the path is too long", ewhere);
-    memcpy(again, out, on + 1);
-    return check_rel_path(again, ewhere, out, outsz, e);
-  }
   if (strcmp(out, ".") == 0)
     return manifest_invalid(e, "%s: the path must not be the root", ewhere);
   return 0;
+}
+
+/* Whether S begins or ends with a space or a tab. */
+static bool bare_edge(const char *s) {
+  size_t n = strlen(s);
+  return n &&
+         (s[0] == ' ' || s[0] == '\t' || s[n - 1] == ' ' || s[n - 1] == '\t');
+}
+
+/* Checks a manifest path (an entry key or a child's name) as the SDK does,
+ * with a message per rule, and normalizes it into OUT. What normalizing
+ * bares ("./ x" is " x") is trimmed and checked again, until nothing
+ * changes (each pass is shorter), so that the path saved is the path it
+ * parses to again. */
+static int check_rel_path(const char *p, const char *ewhere, char *out,
+                          size_t outsz, struct sbx_error *e) {
+  int r = check_rel_once(p, ewhere, out, outsz, e);
+  while (r == 0 && bare_edge(out)) {
+    _cleanup_free_ char *again = strdup(out);
+    if (!again)
+      return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+    r = check_rel_once(again, ewhere, out, outsz, e);
+  }
+  return r;
 }
 
 /* What the parsers of an entry work on: the entry being filled (cleared by

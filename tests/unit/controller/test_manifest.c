@@ -267,6 +267,15 @@ Test(manifest, normalized_paths_parse_to_themselves) {
   cr_expect(json_equal(j1, j2));
   manifest_free(m2);
   manifest_free(m);
+  /* Bared and trimmed over and over: in constant stack. */
+  char text[4096];
+  size_t n = (size_t)snprintf(text, sizeof(text), "{\"entries\": {\"");
+  while (n < 3000)
+    n += (size_t)snprintf(text + n, sizeof(text) - n, "./ ");
+  (void)snprintf(text + n, sizeof(text) - n, "deep\": {\"type\": \"file\"}}}");
+  m = parse_ok(text);
+  cr_expect_not_null(entry(m, "deep"));
+  manifest_free(m);
 }
 
 Test(manifest, persisted_form_drops_ephemeral_values_and_host_paths) {
