@@ -36,8 +36,8 @@ Test(conn_limits, an_idle_flood_is_capped_timed_out_and_its_memory_returned,
   cr_assert_eq(sbx_hello(t.client, NULL, &e), 0, "%s", e.msg);
 
   struct flood *f = test_daemon_flood(&t, 20000, FLOOD_SP_HEADER);
-  cr_log_info("%u of 20000 connected; VmRSS %ld KiB", flood_connected(f),
-              flood_rss_kib(t.pid));
+  fprintf(stderr, "%u of 20000 connected; VmRSS %ld KiB\n", flood_connected(f),
+          flood_rss_kib(t.pid));
   cr_expect_geq(flood_connected(f), 19000u);
   uint64_t t0 = sbx_now_ms();
   cr_expect_eq(sbx_hello(t.client, NULL, &e), 0, "during the flood: %s", e.msg);
@@ -59,7 +59,13 @@ Test(conn_limits, an_idle_flood_is_capped_timed_out_and_its_memory_returned,
   f = flood_stop(f);
 
   long after = flood_wait_rss(t.pid, RSS_AFTER_KIB, 5000);
-  cr_expect_lt(after, RSS_AFTER_KIB, "VmRSS %ld KiB after the flood", after);
+  if (FLOOD_RSS_CHECKED)
+    cr_expect_lt(after, RSS_AFTER_KIB, "VmRSS %ld KiB after the flood", after);
+  else
+    fprintf(stderr,
+            "VmRSS %ld KiB after the flood (not checked under "
+            "AddressSanitizer, which keeps freed memory)\n",
+            after);
   cr_expect_eq(sbx_hello(t.client, NULL, &e), 0, "after the flood: %s", e.msg);
   test_daemon_stop(&t);
 }

@@ -340,8 +340,9 @@ static void kill_during_exec(const char *const *create, unsigned salt) {
   cr_expect_neq(w, 0, "sbx sandbox exec still waits 10 s after the kill");
   _cleanup_free_ char *err = slurp(errp);
   cr_expect(strstr(err, "has exited") != NULL, "%s", err);
-  cr_log_info("noticed in %ld ms", (long)((t1.tv_sec - t0.tv_sec) * 1000 +
-                                          (t1.tv_nsec - t0.tv_nsec) / 1000000));
+  fprintf(stderr, "noticed in %ld ms\n",
+          (long)((t1.tv_sec - t0.tv_sec) * 1000 +
+                 (t1.tv_nsec - t0.tv_nsec) / 1000000));
   usleep(300 * 1000);
   FILE *ps = popen(pat, "r");
   char line[64] = "";

@@ -79,7 +79,9 @@ static void cleanup_certs(void) {
   (void)test_rm_rf(certs);
 }
 
-TestSuite(tls, .init = make_certs, .fini = cleanup_certs, .timeout = 60);
+/* One timeout for the suite (the flood test needs most of it): a Test's
+ * own .timeout in a suite that has one makes Criterion leak 48 bytes. */
+TestSuite(tls, .init = make_certs, .fini = cleanup_certs, .timeout = 120);
 
 Test(tls, client_with_a_certificate_from_the_ca_is_served) {
   struct test_daemon t;
@@ -126,8 +128,7 @@ Test(tls, hung_up_handshakes_do_not_stop_the_listener) {
  * for newer ones), an authenticated client and a new one are served
  * meanwhile, the handshake timeout closes the rest, and the daemon's RSS
  * comes back down. */
-Test(tls, a_handshake_flood_is_capped_timed_out_and_its_memory_returned,
-     .timeout = 120) {
+Test(tls, a_handshake_flood_is_capped_timed_out_and_its_memory_returned) {
   struct test_daemon t;
   const char *extra[] = {"--handshake-timeout", "2", NULL};
   start_tls_with(&t, extra);
@@ -135,8 +136,8 @@ Test(tls, a_handshake_flood_is_capped_timed_out_and_its_memory_returned,
   t.client = tls_client(&t, "client");
   cr_assert_eq(sbx_hello(t.client, NULL, &e), 0, "%s", e.msg);
   struct flood *f = test_daemon_flood(&t, 3000, FLOOD_SILENT);
-  cr_log_info("%u of 3000 connected; VmRSS %ld KiB", flood_connected(f),
-              flood_rss_kib(t.pid));
+  fprintf(stderr, "%u of 3000 connected; VmRSS %ld KiB\n", flood_connected(f),
+          flood_rss_kib(t.pid));
   unsigned open = 0;
   cr_assert_eq(flood_wait_open(f, SERVER_MAX_UNAUTHENTICATED, 1000, &open), 0);
   cr_expect_leq(open, SERVER_MAX_UNAUTHENTICATED,
@@ -150,7 +151,13 @@ Test(tls, a_handshake_flood_is_capped_timed_out_and_its_memory_returned,
   cr_expect_eq(open, 0, "%u handshakes left after the timeout", open);
   f = flood_stop(f);
   long after = flood_wait_rss(t.pid, 32 * 1024, 5000);
-  cr_expect_lt(after, 32 * 1024, "VmRSS %ld KiB after the flood", after);
+  if (FLOOD_RSS_CHECKED)
+    cr_expect_lt(after, 32 * 1024, "VmRSS %ld KiB after the flood", after);
+  else
+    fprintf(stderr,
+            "VmRSS %ld KiB after the flood (not checked under "
+            "AddressSanitizer, which keeps freed memory)\n",
+            after);
   test_daemon_stop(&t);
 }
 
