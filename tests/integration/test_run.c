@@ -44,24 +44,6 @@ static const char basic_agent[] =
     "{\"type\": \"file\", \"content\": \"int main(void) { return 0; }\\n\"}}}\n"
     " }}}\n";
 
-/* The output of the function call CALL_ID in request N (0-based). */
-static const char *call_output(json_t *reqs, size_t n, const char *call_id) {
-  json_t *input = json_object_get(
-      json_object_get(json_array_get(reqs, n), "body"), "input");
-  size_t i;
-  json_t *it;
-  json_array_foreach(input, i, it) {
-    const char *t = json_string_value(json_object_get(it, "type"));
-    const char *c = json_string_value(json_object_get(it, "call_id"));
-    if (t && c && strcmp(c, call_id) == 0 &&
-        strcmp(t, "function_call_output") == 0) {
-      json_t *o = json_object_get(it, "output");
-      return json_is_string(o) ? json_string_value(o) : "(not a string)";
-    }
-  }
-  return NULL;
-}
-
 static json_t *find_item(json_t *reqs, size_t n, const char *type,
                          const char *call_id) {
   json_t *input = json_object_get(
@@ -125,7 +107,7 @@ Test(run, exec_command_reads_a_workspace_file) {
   cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
   cr_expect_str_eq(f.out.out, "The notes say alpha and beta.\n");
   cr_assert_eq(json_array_size(f.reqs), 2);
-  const char *o = call_output(f.reqs, 1, "c1");
+  const char *o = test_call_output(f.reqs, 1, "c1");
   cr_assert_not_null(o);
   cr_expect(strncmp(o, "Chunk ID: ", 10) == 0, "%s", o);
   cr_expect(strstr(o, "\nProcess exited with code 0\nOutput:\nalpha\nbeta\n") !=
@@ -159,17 +141,17 @@ Test(run, long_command_gets_a_session_then_write_stdin_polls_it) {
              " {\"text\": \"ok\"}]",
              agent("a.json", basic_agent), NULL);
   cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
-  const char *o1 = call_output(f.reqs, 1, "c1");
+  const char *o1 = test_call_output(f.reqs, 1, "c1");
   cr_assert_not_null(o1);
   cr_expect(strstr(o1, "Process running with session ID 1\nOutput:\n") != NULL,
             "%s", o1);
-  const char *o2 = call_output(f.reqs, 2, "c2");
+  const char *o2 = test_call_output(f.reqs, 2, "c2");
   cr_assert_not_null(o2);
   cr_expect(strstr(o2, "Process exited with code 0\nOutput:\nfinished\n") !=
                 NULL,
             "%s", o2);
   /* The finished session is forgotten. */
-  const char *o3 = call_output(f.reqs, 3, "c3");
+  const char *o3 = test_call_output(f.reqs, 3, "c3");
   cr_assert_not_null(o3);
   cr_expect(strstr(o3, "Process exited with code 1\nOutput:\nwrite_stdin "
                        "failed: session not found: 1") != NULL,
@@ -189,10 +171,10 @@ Test(run, tty_process_answers_input) {
              " {\"text\": \"ok\"}]",
              agent("a.json", basic_agent), NULL);
   cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
-  const char *o1 = call_output(f.reqs, 1, "c1");
+  const char *o1 = test_call_output(f.reqs, 1, "c1");
   cr_assert_not_null(o1);
   cr_expect(strstr(o1, "Process running with session ID 1") != NULL, "%s", o1);
-  const char *o2 = call_output(f.reqs, 2, "c2");
+  const char *o2 = test_call_output(f.reqs, 2, "c2");
   cr_assert_not_null(o2);
   cr_expect(strstr(o2, "Process exited with code 0") != NULL, "%s", o2);
   cr_expect(strstr(o2, "got:hello") != NULL, "%s", o2);
@@ -223,7 +205,7 @@ Test(run, apply_patch_success_and_failure_reach_the_model) {
   const char *why = json_string_value(json_object_get(bad, "output"));
   cr_assert_not_null(why);
   cr_expect(strstr(why, "notes.txt") && strstr(why, "nothing here"), "%s", why);
-  const char *o3 = call_output(f.reqs, 3, "c3");
+  const char *o3 = test_call_output(f.reqs, 3, "c3");
   cr_assert_not_null(o3);
   cr_expect(strstr(o3, "Output:\nalpha\ngamma\n") != NULL, "%s", o3);
   fixture_free(&f);
@@ -250,9 +232,9 @@ Test(run, view_image_returns_an_input_image) {
   cr_assert_not_null(url);
   cr_expect(strncmp(url, "data:image/png;base64,iVBORw0KGgo", 33) == 0, "%s",
             url);
-  cr_expect_str_eq(call_output(f.reqs, 1, "v2"),
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "v2"),
                    "image path `notes.txt` is not a supported image file");
-  cr_expect_str_eq(call_output(f.reqs, 1, "v3"),
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "v3"),
                    "image path `missing.png` was not found");
   fixture_free(&f);
 }
@@ -266,7 +248,7 @@ Test(run, output_is_truncated_to_max_output_tokens) {
              " {\"text\": \"ok\"}]",
              agent("a.json", basic_agent), NULL);
   cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
-  const char *o = call_output(f.reqs, 1, "c1");
+  const char *o = test_call_output(f.reqs, 1, "c1");
   cr_assert_not_null(o);
   cr_expect(strstr(o, "\nOriginal token count: 2224\nOutput:\nTotal output "
                       "lines: 2001\n\n1\n2\n") != NULL,
@@ -311,7 +293,7 @@ Test(run, parallel_calls_run_concurrently_in_order) {
   static const char *const want[] = {"Output:\na met\n", "Output:\nb met\n",
                                      "Output:\nc met\n"};
   for (size_t n = 0; n < 3; n++) {
-    const char *o = call_output(f.reqs, 1, order[n]);
+    const char *o = test_call_output(f.reqs, 1, order[n]);
     cr_expect(o && strstr(o, want[n]) != NULL, "%s", o ? o : "(none)");
   }
   fixture_free(&f);
@@ -338,7 +320,7 @@ Test(run, handoff_switches_the_agent) {
                    "Route the request.") != NULL);
   cr_expect(strstr(json_string_value(json_object_get(b1, "instructions")),
                    "You are the billing expert.") != NULL);
-  cr_expect_str_eq(call_output(f.reqs, 1, "h1"),
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "h1"),
                    "{\"assistant\":\"Billing Expert\"}");
   fixture_free(&f);
 }
@@ -371,7 +353,7 @@ Test(run, agent_as_tool_runs_a_nested_run) {
           0),
       "text"));
   cr_expect_str_eq(q, "what is 2+2?");
-  cr_expect_str_eq(call_output(f.reqs, 2, "t1"), "four");
+  cr_expect_str_eq(test_call_output(f.reqs, 2, "t1"), "four");
   fixture_free(&f);
 }
 
@@ -603,7 +585,7 @@ Test(run, cwd_must_exist_and_anchors_relative_paths) {
              " {\"text\": \"ok\"}]",
              agent("a.json", basic_agent), extra);
   cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
-  const char *o = call_output(f.reqs, 1, "c1");
+  const char *o = test_call_output(f.reqs, 1, "c1");
   cr_assert_not_null(o);
   cr_expect(strstr(o, "Output:\nmain.c\n") != NULL, "%s", o);
   fixture_free(&f);

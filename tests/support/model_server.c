@@ -88,8 +88,10 @@ static const char *output_in(json_t *r, const char *call_id) {
     const char *c = json_string_value(json_object_get(it, "call_id"));
     const char *t = json_string_value(json_object_get(it, "type"));
     if (c && t && strcmp(c, call_id) == 0 &&
-        strcmp(t, "function_call_output") == 0)
-      return json_string_value(json_object_get(it, "output"));
+        strcmp(t, "function_call_output") == 0) {
+      json_t *o = json_object_get(it, "output");
+      return json_is_string(o) ? json_string_value(o) : "(not a string)";
+    }
   }
   return NULL;
 }

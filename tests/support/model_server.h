@@ -33,7 +33,8 @@ void test_model_server_stop(struct test_model_server *s);
 json_t *test_model_server_requests(const struct test_model_server *s);
 /* The output text of the function call CALL_ID in request N of REQS
  * (test_model_server_requests'), or with N < 0 in the last request that
- * has one; NULL when none has. Borrowed from REQS. */
+ * has one; NULL when none has, "(not a string)" for an output that is not
+ * text (an image's parts). Borrowed from REQS. */
 const char *test_call_output(json_t *reqs, long n, const char *call_id);
 /* A loopback TCP port that nothing listens on (just bound and closed). */
 int test_closed_port(void);
