@@ -281,10 +281,13 @@ int import_reader(struct importer *im, struct archive **out);
 int import_next(struct importer *im, struct archive *a,
                 struct archive_entry **ent);
 /* The next block of member I's data from A: 1 and the block (BUF, LEN
- * bytes at OFF), 0 at its end. A block outside the member's size is
- * refused. */
+ * bytes at OFF), 0 at its end. *END is where the member's blocks so far
+ * end (0 before its first): a block outside the member's size, or one
+ * that starts before *END (a sparse map whose regions overlap or go
+ * backwards, which libarchive hands out as they are), is refused. */
 int import_data_block(struct importer *im, struct archive *a, size_t i,
-                      const void **buf, size_t *len, uint64_t *off);
+                      const void **buf, size_t *len, uint64_t *off,
+                      uint64_t *end);
 /* Checks the header ENT just read from A against the limits and records
  * it as member im->n - 1. */
 int import_take(struct importer *im, struct archive *a,

@@ -152,9 +152,10 @@ static int file_finish(const struct importer *im, size_t i, int fd,
 /* The next block of member I's data from A: 1 and the block, 0 at its end.
  * Checks the block against the header and the limit on extracted bytes. */
 static int im_block(struct importer *im, struct archive *a, size_t i,
-                    const void **buf, size_t *len, uint64_t *off) {
+                    const void **buf, size_t *len, uint64_t *off,
+                    uint64_t *end) {
   char q[NAME_SHOWN + 4];
-  int r = import_data_block(im, a, i, buf, len, off);
+  int r = import_data_block(im, a, i, buf, len, off, end);
   if (r <= 0)
     return r;
   im->written += *len;
@@ -173,11 +174,11 @@ typedef int (*block_fn)(struct importer *im, size_t i, const void *buf,
 /* Calls FN with each block of member I's data as it is read from A. */
 static int im_blocks(struct importer *im, struct archive *a, size_t i,
                      block_fn fn, void *arg) {
-  for (;;) {
+  for (uint64_t end = 0;;) {
     const void *buf = NULL;
     size_t len = 0;
     uint64_t off = 0;
-    int r = im_block(im, a, i, &buf, &len, &off);
+    int r = im_block(im, a, i, &buf, &len, &off, &end);
     if (r <= 0)
       return r;
     r = fn(im, i, buf, len, off, arg);

@@ -257,7 +257,8 @@ int import_next(struct importer *im, struct archive *a,
 /* The next block of member I's data from A: 1 and the block, 0 at its
  * end; a block outside the size the header gives is refused. */
 int import_data_block(struct importer *im, struct archive *a, size_t i,
-                      const void **buf, size_t *len, uint64_t *off) {
+                      const void **buf, size_t *len, uint64_t *off,
+                      uint64_t *end) {
   char q[NAME_SHOWN + 4];
   const struct member *mm = &im->m[i];
   la_int64_t o;
@@ -271,7 +272,13 @@ int import_data_block(struct importer *im, struct archive *a, size_t i,
                          "member \"%s\" holds more data than its header "
                          "says",
                          xfer_shown(import_path(im, i), q));
+  if ((uint64_t)o < *end)
+    return sbx_error_set(im->e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "member \"%s\" has sparse regions that overlap or "
+                         "are out of order",
+                         xfer_shown(import_path(im, i), q));
   *off = (uint64_t)o;
+  *end = (uint64_t)o + *len;
   return 1;
 }
 
@@ -284,11 +291,11 @@ static int im_check_data(struct importer *im, struct archive *a) {
   size_t i = im->n - 1;
   if (im->m[i].type != M_REG)
     return 0;
-  for (;;) {
+  for (uint64_t end = 0;;) {
     const void *buf;
     size_t len;
     uint64_t off;
-    int r = import_data_block(im, a, i, &buf, &len, &off);
+    int r = import_data_block(im, a, i, &buf, &len, &off, &end);
     if (r <= 0)
       return r;
   }
