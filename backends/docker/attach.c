@@ -12,6 +12,7 @@
 #include "backends/docker/docker_internal.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
+#include "shared/log.h"
 
 /* The host side of the container's runtime directory, from the mounts in
  * its inspection; it must be a directory of ours (or handed to D's
@@ -299,7 +300,20 @@ int docker_start(struct sandbox *s, struct sbx_error *e) {
   if (r < 0)
     return r;
   struct docker_request req = {.method = "POST", .path = path};
-  r = docker_engine_json(d->en, &req, NULL, e);
+  /* Podman releases a stopped container's network address in a cleanup
+   * process of its own after the stop has returned; a start before it has
+   * run finds the address still allocated ("duplicate allocation is not
+   * allowed") and succeeds once it has. So such a start is tried again,
+   * for at most 5 s. */
+  for (int tries = 0;; tries++) {
+    r = docker_engine_json(d->en, &req, NULL, e);
+    if (r == 0 || tries == 20 || !e ||
+        !strstr(e->msg, "duplicate allocation is not allowed"))
+      break;
+    log_debug("docker: container %.12s: %s; starting it again", d->container,
+              e->msg);
+    (void)usleep(250000);
+  }
   char sock[PATH_MAX];
   if (r == 0)
     r = rundir_wait_ready(d, "the container's image", 10000, sock, sizeof(sock),
