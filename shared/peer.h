@@ -18,7 +18,8 @@
 
 #include "shared/errors.h"
 
-#define SBX_PEER_HEARTBEAT_MS 10000u /* the default */
+#define SBX_PEER_HEARTBEAT_MS 10000u       /* the default */
+#define SBX_PEER_HEARTBEAT_MAX_MS 3600000u /* an hour */
 
 struct sbx_peer {
   pid_t pid; /* 0: not watched */

@@ -288,6 +288,7 @@ int connect_sandboxd(struct sandbox *s, struct docker *d, const char *sock,
       .token_len = strlen(d->token),
       .client_name = "sbx",
       .peer_pid = pid,
+      .heartbeat_ms = d->heartbeat_ms,
   };
   r = sbx_client_new(&cc, &s->client, e);
   if (r < 0)
@@ -504,6 +505,7 @@ static int create_container(const struct backend_options *bo,
   struct docker *d = NULL;
   if ((r = docker_sandbox_new(&s, &d, e)) < 0)
     return r;
+  d->heartbeat_ms = bo ? bo->heartbeat_ms : 0;
   _cleanup_free_ char *baked = NULL;
   _cleanup_free_ char *inject = NULL;
   _cleanup_json_ json_t *spec_json = NULL;

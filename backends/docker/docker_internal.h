@@ -34,7 +34,8 @@ struct docker {
   uid_t sd_uid;
   gid_t sd_gid;
   char token[SBX_TOKEN_HEX + 1];
-  char *token_path; /* a recorded sandbox's token file, or NULL */
+  char *token_path;      /* a recorded sandbox's token file, or NULL */
+  unsigned heartbeat_ms; /* the client's (backend_options); 0: default */
   struct docker_port *ports;
   size_t nports;
 };

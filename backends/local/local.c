@@ -39,6 +39,7 @@
 #include "shared/clock.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
+#include "shared/peer.h"
 #include "shared/port.h"
 #include "shared/rand.h"
 
@@ -337,6 +338,7 @@ static int connect_client(struct sandbox *s, const char *token,
       .client_name = "sbx",
       .peer_pid = l->pid,
       .peer_child = l->opt.isolate,
+      .heartbeat_ms = l->heartbeat_ms,
   };
   int r = sbx_client_new(&cc, &s->client, e);
   if (r == 0)
@@ -538,6 +540,7 @@ static int local_create(const struct backend_options *o,
   if (r < 0)
     goto fail;
   l->seccomp = strdup(o && o->seccomp ? o->seccomp : "default");
+  l->heartbeat_ms = o ? o->heartbeat_ms : 0;
   if (spec->detached) {
     l->token_path = strdup(spec->token_path);
     l->log_path = strdup(spec->log_path);
@@ -676,7 +679,10 @@ static int local_save(const struct sandbox *s, json_t *obj) {
                 l->url, "workspace", l->workspace, "rundir", l->rundir,
                 "sandboxd", l->sandboxd, "seccomp", l->seccomp, "token_file",
                 l->token_path, "log_file", l->log_path, "grants", g);
-  if (!o || (l->opt.isolate && save_isolation(l, o) < 0)) {
+  if (!o || (l->opt.isolate && save_isolation(l, o) < 0) ||
+      (l->heartbeat_ms &&
+       json_object_set_new(o, "heartbeat_ms", json_integer(l->heartbeat_ms)) <
+           0)) {
     json_decref(o);
     return -ENOMEM;
   }
@@ -698,12 +704,15 @@ static int take_str(json_t *obj, const char *k, char **out, bool required,
 
 static int local_attach(const struct backend_options *o, json_t *obj,
                         struct sandbox **out, struct sbx_error *e) {
-  (void)o;
   struct sandbox *s = NULL;
   struct local *l = local_new(&s);
   if (!l)
     return -ENOMEM;
   l->detached = true;
+  json_int_t hb = json_integer_value(json_object_get(obj, "heartbeat_ms"));
+  l->heartbeat_ms = o && o->heartbeat_ms ? o->heartbeat_ms
+                    : hb > 0 && hb <= SBX_PEER_HEARTBEAT_MAX_MS ? (unsigned)hb
+                                                                : 0;
   int r;
   if ((r = take_str(obj, "socket", &l->url, true, e)) < 0 ||
       (r = take_str(obj, "workspace", &l->workspace, true, e)) < 0 ||

@@ -37,6 +37,7 @@ struct local {
   char *seccomp;
   char *token_path;               /* detached */
   char *log_path;                 /* detached */
+  unsigned heartbeat_ms;          /* the client's; 0: the default */
   char *grants[LOCAL_MAX_GRANTS]; /* "PATH" or "PATH:ro" */
   size_t ngrants;
   struct local_options opt;

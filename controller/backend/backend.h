@@ -51,7 +51,12 @@ struct backend_options {
   const char *workspace_base; /* NULL: $TMPDIR or /tmp */
   const char *seccomp;        /* NULL: "default"; "no-network", "off" */
   unsigned ready_timeout_ms;  /* 0: 10000 */
-  const uint16_t *ports;      /* exposed ports, reachable from the host */
+  /* How long the connection to sandboxd may stay down before a waiting
+   * call fails with the sandbox counted as dead (shared/peer.h); 0: the
+   * recorded value when attaching, else SBX_PEER_HEARTBEAT_MS. Recorded
+   * with a sandbox, so later commands use it too. */
+  unsigned heartbeat_ms;
+  const uint16_t *ports; /* exposed ports, reachable from the host */
   size_t nports;
   /* The backend's own options, as its options_parse made them, or NULL
    * for its defaults. */

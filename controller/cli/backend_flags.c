@@ -1,11 +1,13 @@
 #include "controller/cli/backend_flags.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/registry.h"
 #include "controller/config/agent.h"
 #include "shared/cleanup.h"
+#include "shared/peer.h"
 
 void cli_backend_flags_init(struct cli_backend_flags *f,
                             const struct option *own) {
@@ -13,6 +15,10 @@ void cli_backend_flags_init(struct cli_backend_flags *f,
   size_t n = 0;
   for (; own[n].name && n < CLI_MAX_OPTIONS; n++)
     f->opts[n] = own[n];
+  if (n < CLI_MAX_OPTIONS)
+    f->opts[n++] = (struct option){.name = "heartbeat",
+                                   .has_arg = required_argument,
+                                   .val = CLI_HEARTBEAT_FLAG};
   const struct backend *b;
   for (size_t i = 0; (b = backend_at(i)); i++)
     for (const struct backend_option *o = b->options; o && o->key; o++) {
@@ -36,6 +42,10 @@ void cli_backend_flags_init(struct cli_backend_flags *f,
 
 bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
                             const char *arg) {
+  if (ch == CLI_HEARTBEAT_FLAG) {
+    f->heartbeat = arg;
+    return true;
+  }
   if (ch < CLI_BACKEND_FLAG || ch >= CLI_BACKEND_FLAG + CLI_MAX_OPTIONS)
     return false;
   const char *flag = f->opts[ch - CLI_BACKEND_FLAG].name;
@@ -47,6 +57,23 @@ bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
   f->given[i].flag = flag;
   f->given[i].text = arg;
   return true;
+}
+
+int cli_backend_heartbeat(const struct cli_backend_flags *f,
+                          struct backend_options *bo, struct sbx_error *e) {
+  if (!f->heartbeat)
+    return 0;
+  const char *s = f->heartbeat;
+  char *end = NULL;
+  errno = 0;
+  long v = *s >= '0' && *s <= '9' ? strtol(s, &end, 10) : 0;
+  if (errno || !end || *end || v < 1 || v > CLI_HEARTBEAT_MAX_S)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--heartbeat \"%s\": expected a whole number of "
+                         "seconds from 1 to %d",
+                         s, CLI_HEARTBEAT_MAX_S);
+  bo->heartbeat_ms = (unsigned)v * 1000u;
+  return 0;
 }
 
 bool cli_backend_flags_any(const struct cli_backend_flags *f) {
@@ -127,6 +154,14 @@ void cli_backend_flags_help(FILE *out) {
   const char *first = backend_at(0)->name;
   fprintf(out, "  %-20s sandbox backend: %s (default)%s\n", "--backend NAME",
           first, names + strlen(first));
+  fprintf(out,
+          "  %-20s how long the connection to the sandbox's sandboxd may "
+          "stay\n"
+          "  %-20s down before its calls fail (default %u; a sandboxd whose\n"
+          "  %-20s process sbx can see is noticed at its exit); recorded "
+          "with\n"
+          "  %-20s the sandbox for later commands\n",
+          "--heartbeat SECONDS", "", SBX_PEER_HEARTBEAT_MS / 1000u, "", "");
   const struct backend *b;
   for (size_t i = 0; (b = backend_at(i)); i++)
     for (const struct backend_option *o = b->options; o && o->key; o++) {

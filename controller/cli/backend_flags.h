@@ -17,6 +17,11 @@
 
 /* getopt_long's value for a backend flag: this plus its index in opts. */
 #define CLI_BACKEND_FLAG 0x10000
+/* getopt_long's value for --heartbeat SECONDS, which every backend takes:
+ * how long the connection to sandboxd may stay down before a waiting call
+ * fails (backend_options.heartbeat_ms). */
+#define CLI_HEARTBEAT_FLAG 0x20000
+#define CLI_HEARTBEAT_MAX_S 3600
 
 struct cli_backend_flags {
   struct option opts[CLI_MAX_OPTIONS + 1]; /* for getopt_long; {0} last */
@@ -25,6 +30,7 @@ struct cli_backend_flags {
     const char *text; /* borrowed from argv; NULL for a boolean */
   } given[CLI_MAX_OPTIONS];
   size_t ngiven;
+  const char *heartbeat; /* --heartbeat's text, or NULL */
 };
 
 /* Fills F's opts with OWN (ended by {0}) and then every backend's flags. */
@@ -35,6 +41,12 @@ void cli_backend_flags_init(struct cli_backend_flags *f,
  * now recorded (a repeated flag replaces the earlier value). */
 bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
                             const char *arg);
+
+/* --heartbeat into BO->heartbeat_ms (left alone when not given): -EINVAL
+ * with E's message for a value that is not a whole number of seconds from
+ * 1 to CLI_HEARTBEAT_MAX_S. */
+int cli_backend_heartbeat(const struct cli_backend_flags *f,
+                          struct backend_options *bo, struct sbx_error *e);
 
 /* True when a backend flag was given. */
 bool cli_backend_flags_any(const struct cli_backend_flags *f);

@@ -393,7 +393,8 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
  * the exit code after saying why. */
 static int choose_backend(struct run_cmd *c) {
   struct sbx_error e = {0};
-  if (cli_backend_choose(&c->flags, c->backend, c->agents, &c->o.backend,
+  if (cli_backend_heartbeat(&c->flags, &c->o.backend_opts, &e) < 0 ||
+      cli_backend_choose(&c->flags, c->backend, c->agents, &c->o.backend,
                          &c->own, &e) < 0) {
     fprintf(stderr, "sbx run: %s\n", e.msg[0] ? e.msg : strerror(ENOMEM));
     return 2;

@@ -129,7 +129,8 @@ static int parse_args(struct create_cmd *x, int argc, char **argv) {
  * --agent's run_config. -1, or the exit code after saying why. */
 static int choose_backend(struct create_cmd *x) {
   struct sbx_error e = {0};
-  if (cli_backend_choose(&x->flags, x->backend, x->agents, &x->lo.backend,
+  if (cli_backend_heartbeat(&x->flags, &x->lo.bo, &e) < 0 ||
+      cli_backend_choose(&x->flags, x->backend, x->agents, &x->lo.backend,
                          &x->own, &e) < 0)
     return cli_usage_error(x->c, "create", "%s",
                            e.msg[0] ? e.msg : strerror(ENOMEM));

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -707,8 +708,15 @@ Test(docker, runtime_directory_out_of_the_workloads_reach) {
 Test(docker, resume_live_container) {
   struct opts o;
   base_options(&o, IMAGE);
+  o.b.heartbeat_ms = 4000;
   struct sandbox *s = create(&o);
   char *out = NULL;
+  /* The heartbeat is recorded, for the commands that attach later. */
+  json_t *saved = json_object();
+  cr_assert_eq(backend_docker.save(s, saved), 0);
+  cr_expect_eq(json_integer_value(json_object_get(saved, "heartbeat_ms")),
+               4000);
+  json_decref(saved);
   cr_expect_eq(sh(s, "echo kept > /workspace/state", &out), 0, "%s", out);
   free(out);
   char session[37], id[128], token[SBX_TOKEN_HEX + 1];

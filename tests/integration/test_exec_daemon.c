@@ -606,3 +606,53 @@ Test(exec_daemon, shutdown_kills_every_process_group) {
   pthread_join(th, NULL);
   sbx_client_free(p.c);
 }
+
+static void *kill_later(void *arg) {
+  (void)nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+  (void)kill(*(pid_t *)arg, SIGKILL);
+  return NULL;
+}
+
+/* A connection that goes down and stays down fails a waiting call after
+ * the client's heartbeat, not after the call's timeout, and says so: how a
+ * sandboxd whose process sbx cannot watch (no peer_pid: a container's on
+ * another host, a remote one) is noticed. */
+Test(exec_daemon, a_lost_connection_fails_a_waiting_call_after_the_heartbeat) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  struct sbx_client_config cfg = {
+      .url = t.url,
+      .token = (const uint8_t *)t.token,
+      .token_len = strlen(t.token),
+      .timeout_ms = 30000,
+      .heartbeat_ms = 500,
+  };
+  struct sbx_client *c = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_client_new(&cfg, &c, &e), 0, "client: %s", e.msg);
+  uint64_t id = start_cmd(c, "sleep 100", false, 0);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, kill_later, &t.pid), 0);
+  Sbx__V1__ExecRead rq = SBX__V1__EXEC_READ__INIT;
+  rq.exec_id = id;
+  rq.max_bytes = 4096;
+  rq.wait_ms = 20000;
+  rq.until_exit = true;
+  Sbx__V1__Response *r = NULL;
+  uint64_t t0 = sbx_now_ns();
+  int rc = sbx_exec_read(c, &rq, &r, &e);
+  uint64_t ms = (sbx_now_ns() - t0) / 1000000u;
+  pthread_join(th, NULL);
+  sbx_client_reply_free(r);
+  cr_expect_eq(rc, -EPIPE, "read: %d %s", rc, e.msg);
+  cr_expect(strstr(e.msg, "lost the connection") != NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "(heartbeat 500 ms)") != NULL, "%s", e.msg);
+  /* The call's own timeouts are 30 s and 20 s; the kill came at 0.3 s. */
+  cr_expect_lt(ms, 5000, "noticed after %llu ms", (unsigned long long)ms);
+  sbx_client_free(c);
+  int st;
+  cr_expect_eq(waitpid(t.pid, &st, 0), t.pid);
+  t.pid = 0;
+  t.client = sbx_client_free(t.client);
+  test_daemon_stop(&t);
+}

@@ -19,6 +19,7 @@
 #include "controller/backend/backend.h"
 #include "controller/cli/cli.h"
 #include "controller/sandbox/lifecycle.h"
+#include "shared/cleanup.h"
 #include "tests/support/model_server.h"
 #include "tests/support/sbxrun.h"
 
@@ -699,6 +700,13 @@ Test(sandbox_cli, error_paths_of_every_subcommand) {
        2,
        "expected manifest_entries=N"},
       {{"create", "extra", NULL}, 2, "unexpected argument \"extra\""},
+      {{"create", "--heartbeat", "0", NULL},
+       2,
+       "--heartbeat \"0\": expected a whole number of seconds from 1 to "
+       "3600"},
+      {{"create", "--heartbeat", "1.5", NULL}, 2, "--heartbeat \"1.5\""},
+      {{"create", "--heartbeat", "3601", NULL}, 2, "--heartbeat \"3601\""},
+      {{"create", "--heartbeat", "-2", NULL}, 2, "--heartbeat \"-2\""},
       {{"ls", "--frobnicate", NULL}, 2, "unknown option"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -813,5 +821,46 @@ Test(sandbox_cli, local_bind_mounts_and_cloud_mounts) {
   cr_expect(strstr(o.err, "entry \"b\": s3_mount is not supported by "
                           "backend local"),
             "%s", o.err);
+  sbx_run_free(&o);
+}
+
+/* --heartbeat is recorded with the sandbox, for the commands that attach
+ * to it later; a sandbox made without it records none (the default). */
+Test(sandbox_cli, heartbeat_is_recorded_with_the_sandbox) {
+  _cleanup_free_ char *id = sbx_sandbox_line(
+      state, (const char *const[]){"create", "--heartbeat", "3", NULL});
+  _cleanup_free_ char *plain =
+      sbx_sandbox_line(state, (const char *const[]){"create", NULL});
+  const char *ids[] = {id, plain};
+  const json_int_t want[] = {3000, 0};
+  for (size_t i = 0; i < 2; i++) {
+    char p[512];
+    (void)snprintf(p, sizeof(p), "%s/sandboxes/%s.json", state, ids[i]);
+    json_error_t je;
+    json_t *rec = json_load_file(p, 0, &je);
+    cr_assert_not_null(rec, "%s: %s", p, je.text);
+    json_t *hb = json_object_get(json_object_get(rec, "local"), "heartbeat_ms");
+    cr_expect_eq(json_integer_value(hb), want[i], "%s", ids[i]);
+    cr_expect(want[i] || !hb, "%s records a heartbeat", ids[i]);
+    json_decref(rec);
+  }
+  struct sbx_run_out o;
+  sbx(&o, (const char *const[]){"exec", id, "--", "echo", "ok", NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  cr_expect_str_eq(o.out, "ok\n");
+  sbx_run_free(&o);
+  sbx(&o, (const char *const[]){"rm", "-f", id, plain, NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  sbx_run_free(&o);
+  /* sbx run takes it too, and refuses what create refuses. */
+  const char *agent = write_in("a.json", "{\"name\": \"A\"}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", agent);
+  sbx_run(&o, NULL,
+          (const char *const[]){"run", "--state-dir", state, "--heartbeat", "0",
+                                ap, "x", NULL});
+  cr_expect_eq(o.status, 2, "%s", o.err);
+  cr_expect(strstr(o.err, "sbx run: --heartbeat \"0\": expected a whole"), "%s",
+            o.err);
   sbx_run_free(&o);
 }
