@@ -80,6 +80,17 @@ static void usage_run(FILE *f) {
       "  --resume STATE       continue the paused or interrupted run saved in "
       "STATE\n"
       "                       (its agent file and prompt come from it)\n"
+      "  --snapshot MODE      local (default): when the run pauses, "
+      "snapshot each of\n"
+      "                       its sandboxes, so that a resume whose sandbox "
+      "is gone\n"
+      "                       goes on in one restored from it; none: no "
+      "snapshots.\n"
+      "                       A resume keeps the run's unless given; a run "
+      "that ends\n"
+      "                       removes its snapshots\n"
+      "  --snapshot-dir DIR   where the run's snapshots go (default "
+      "STATE-DIR/snapshots)\n"
       "  --approve MODE       stop (default): a call that needs approval "
       "pauses the run\n"
       "                       (exit 3); ask: ask on the terminal\n"
@@ -160,6 +171,7 @@ struct run_cmd {
   uint16_t ports[LIFECYCLE_MAX_PORTS];
   char cwd[SBX_PATH_MAX];
   char sdir[4096];
+  char snapdir[4096]; /* --snapshot-dir, absolute */
   char session_id[STATE_ID_LEN + 1];
   /* Owned. */
   char *agent_path, *prompt; /* --resume: from the run state */
@@ -205,6 +217,8 @@ enum {
   O_TRACE,
   O_RESUME,
   O_APPROVE,
+  O_SNAPSHOT,
+  O_SNAPSHOT_DIR,
   O_HELP
 };
 
@@ -227,6 +241,8 @@ static const struct option run_opts[] = {
     {"trace", required_argument, NULL, O_TRACE},
     {"resume", required_argument, NULL, O_RESUME},
     {"approve", required_argument, NULL, O_APPROVE},
+    {"snapshot", required_argument, NULL, O_SNAPSHOT},
+    {"snapshot-dir", required_argument, NULL, O_SNAPSHOT_DIR},
     {"help", no_argument, NULL, O_HELP},
     {0},
 };
@@ -274,6 +290,19 @@ static int take_checked(struct run_cmd *c, int ch, const char *arg) {
       return 2;
     }
     c->ask = strcmp(arg, "ask") == 0;
+    return -1;
+  case O_SNAPSHOT:
+    if (strcmp(arg, "local") != 0 && strcmp(arg, "none") != 0) {
+      fprintf(stderr,
+              "sbx run: --snapshot \"%s\": a run's snapshots are local or "
+              "none%s\n",
+              arg,
+              strcmp(arg, "remote") == 0
+                  ? " (remote snapshots are for sbx sandbox save)"
+                  : "");
+      return 2;
+    }
+    c->o.snapshot = arg;
     return -1;
   case O_CONCURRENCY:
     if (materialize_parse_limits(arg, &c->o.materialize.limits, &oe) < 0) {
@@ -334,6 +363,20 @@ static int take_option(struct run_cmd *c, int ch, const char *arg) {
   case O_STATE_DIR:
     c->state_dir = arg;
     return -1;
+  case O_SNAPSHOT_DIR: {
+    /* Absolute: the run state keeps it for a resume from elsewhere. */
+    char cwd[2048];
+    int n = arg[0] == '/' || !getcwd(cwd, sizeof(cwd))
+                ? snprintf(c->snapdir, sizeof(c->snapdir), "%s", arg)
+                : snprintf(c->snapdir, sizeof(c->snapdir), "%s/%s", cwd, arg);
+    if (!arg[0] || n < 0 || (size_t)n >= sizeof(c->snapdir)) {
+      fprintf(stderr, "sbx run: --snapshot-dir \"%s\": %s\n", arg,
+              arg[0] ? "the path is too long" : "an empty path");
+      return 2;
+    }
+    c->o.snapshot_dir = c->snapdir;
+    return -1;
+  }
   case O_BASE_DIR:
     c->o.materialize.base_dir = arg;
     return -1;
@@ -344,6 +387,7 @@ static int take_option(struct run_cmd *c, int ch, const char *arg) {
   case O_CWD:
   case O_SECCOMP:
   case O_APPROVE:
+  case O_SNAPSHOT:
   case O_CONCURRENCY:
   case O_MODEL_TIMEOUTS:
   case O_EXPOSE:

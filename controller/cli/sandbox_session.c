@@ -311,13 +311,8 @@ int cli_session_resume(const char *state_dir, const char *path,
     r = lifecycle_create(&lo, m, true, tok, logp, &sb, &ie);
   /* What the trusted manifest made ephemeral or mounted is kept, not
    * replaced by the snapshot. */
-  _cleanup_free_ const char **keep = calloc(m->nentries + 1, sizeof(char *));
-  size_t nkeep = 0;
-  for (size_t i = 0; keep && i < m->nentries; i++)
-    if (m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
-        m->entries[i].type == MANIFEST_CLOUD_MOUNT)
-      keep[nkeep++] = m->entries[i].path;
-  spec.excludes = nkeep ? keep : NULL;
+  _cleanup_free_ const char **keep = lifecycle_snapshot_excludes(m);
+  spec.excludes = keep && keep[0] ? keep : NULL;
   struct snapshot_restore_result rr = {0};
   if (r == 0)
     r = snapshot_restore(&spec, &snap, sb, NULL, NULL, &rr,

@@ -49,14 +49,17 @@ struct shared {
   pthread_mutex_t mu; /* clients */
   struct events *ev;  /* --stream, or NULL */
   char run_id[33];
-  json_t *rs;            /* the run state (root run only), or NULL */
-  char rs_path[4200];    /* where it is written */
-  size_t rs_items;       /* conversation items already in the journal */
-  int rs_jfd;            /* the journal, open for appending, or -1 */
-  bool rs_written;       /* the state file exists */
-  int64_t rs_seq;        /* saves so far: the state file and checkpoints say */
-  json_t *rs_done;       /* resumed: the pending calls' recorded outputs by
-                            call_id, or NULL */
+  json_t *rs;         /* the run state (root run only), or NULL */
+  char rs_path[4200]; /* where it is written */
+  size_t rs_items;    /* conversation items already in the journal */
+  int rs_jfd;         /* the journal, open for appending, or -1 */
+  bool rs_written;    /* the state file exists */
+  int64_t rs_seq;     /* saves so far: the state file and checkpoints say */
+  json_t *rs_done;    /* resumed: the pending calls' recorded outputs by
+                         call_id, or NULL */
+  /* The run's snapshots (snapshots.c): off, or local in snap_dir. */
+  bool snap_off;
+  char snap_dir[4200];
   pthread_mutex_t rs_mu; /* the journal's appends, from the calls' threads */
 };
 
@@ -68,6 +71,7 @@ struct agent_state {
   bool ready;
   bool borrowed;                    /* --sandbox: not ours to close */
   char record_id[STATE_ID_LEN + 1]; /* recorded in the state dir, or "" */
+  json_t *snapshot; /* its last snapshot (snapshots.c), or NULL */
   /* Built at the first turn and the same for every turn after. */
   char *instr;
   json_t *tools; /* for tools_api */
@@ -222,11 +226,31 @@ const char *run_backend_name(const struct run_options *o);
 int run_ensure_sandbox(struct run *run, const struct agent *a,
                        struct sbx_error *e);
 /* Re-attaches agent IDX's sandbox, recorded under RECORD_ID, with the
- * exec sessions TOOLS (toolbox_save's) that were running in it. */
+ * exec sessions TOOLS (toolbox_save's) that were running in it; when it is
+ * gone (removed, its workspace or container lost), goes on in a new one
+ * restored from SNAPSHOT (the run state's record of its last snapshot, or
+ * NULL: then the resume fails, naming the step and the remedy). */
 int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
-                         json_t *tools, struct sbx_error *e);
+                         json_t *tools, json_t *snapshot, struct sbx_error *e);
 /* Closes the run's sandboxes; with PAUSE, recorded sandboxes are left
- * running for the resumed run. */
+ * running for the resumed run. Without, their snapshots are removed. */
 void run_close_sandboxes(struct run *run, bool pause);
+
+/* ---- snapshots.c --------------------------------------------------- */
+
+/* The run's snapshot settings into SH (snap_off, snap_dir): o->snapshot
+ * and o->snapshot_dir, else what the run state sh->rs recorded (a resumed
+ * run's), else local in STATE_DIR/snapshots; recorded in sh->rs. */
+int run_snapshots_settle(struct shared *sh, struct sbx_error *e);
+/* Snapshots each recorded sandbox of the root run RUN as it pauses, into
+ * its agent state's snapshot (saved with the run state). A failure is
+ * warned about and keeps the earlier snapshot: the run pauses anyway, its
+ * sandboxes left running. */
+void run_snapshot_pause(struct run *run);
+/* Restores SNAP (a run state's snapshot record) into SB, which holds M. */
+int run_snapshot_restore(json_t *snap, struct sandbox *sb,
+                         const struct manifest *m, struct sbx_error *e);
+/* Removes ST's snapshot (its file too). */
+void run_snapshot_discard(struct agent_state *st);
 
 #endif

@@ -83,9 +83,10 @@ static json_t *progress(struct run *run, const struct agent *a,
       continue;
     char key[16];
     (void)snprintf(key, sizeof(key), "%zu", i);
-    if (json_object_set_new(sbs, key,
-                            json_pack("{s:s, s:o}", "record", st->record_id,
-                                      "tools", toolbox_save(&st->tb))) < 0) {
+    if (json_object_set_new(
+            sbs, key,
+            json_pack("{s:s, s:o, s:O*}", "record", st->record_id, "tools",
+                      toolbox_save(&st->tb), "snapshot", st->snapshot)) < 0) {
       json_decref(sbs);
       return NULL;
     }
@@ -223,7 +224,7 @@ int run_state_begin(struct run *run, struct sbx_error *e) {
       json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:{}}", "version", 1, "run_id",
                 sh->run_id, "agent_path", abs, "prompt", o->prompt,
                 "created_at", created, "status", "running", "decisions");
-  return sh->rs ? 0 : -ENOMEM;
+  return sh->rs ? run_snapshots_settle(sh, e) : -ENOMEM;
 }
 
 /* The outputs of the pending turn's calls recorded after the journal's
@@ -408,6 +409,9 @@ int run_state_resume(struct run *run, const struct agent **start,
       json_integer_value(json_object_get(u, "reasoning_tokens"));
   mu->cached_tokens = json_integer_value(json_object_get(u, "cached_tokens"));
   run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
+  r = run_snapshots_settle(sh, e);
+  if (r < 0)
+    return r;
   /* Re-attach each agent's recorded sandbox. */
   const char *key;
   json_t *sbj;
@@ -417,7 +421,8 @@ int run_state_resume(struct run *run, const struct agent **start,
     const char *rid = json_string_value(json_object_get(sbj, "record"));
     if (!end || *end || idx >= o->agents->n || !rid)
       continue;
-    r = run_reattach_sandbox(run, idx, rid, json_object_get(sbj, "tools"), e);
+    r = run_reattach_sandbox(run, idx, rid, json_object_get(sbj, "tools"),
+                             json_object_get(sbj, "snapshot"), e);
     if (r < 0)
       return r;
   }

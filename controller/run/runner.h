@@ -56,6 +56,14 @@ struct run_options {
   const char *resume_path;
   bool approve_ask;
   FILE *ask_tty;
+  /* Snapshots of a run with a state dir (controller/run/snapshots.c):
+   * when the run pauses, each of its recorded sandboxes is snapshotted, so
+   * that a resume whose sandbox is gone goes on in a new one restored from
+   * it. SNAPSHOT is "local" or "none" (NULL: the resumed run's, else
+   * local); SNAPSHOT_DIR where local snapshots go (NULL: the resumed run's,
+   * else STATE_DIR/snapshots). */
+  const char *snapshot;
+  const char *snapshot_dir;
 };
 
 /* runner_run's result for a run that stopped to wait for approvals; the

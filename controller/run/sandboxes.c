@@ -203,9 +203,10 @@ static int sandbox_gone(struct run *run, const struct agent *a,
                         int r, struct sbx_error *e) {
   return sbx_error_set(e, SBX_UNAVAILABLE, r < 0 ? -r : EIO,
                        "cannot resume run %s at turn %d: the sandbox %s of "
-                       "agent \"%s\" is gone (%s); its work cannot be "
-                       "recovered: remove it with `sbx sandbox rm -f %s` and "
-                       "run the prompt again",
+                       "agent \"%s\" is gone (%s) and the run has no "
+                       "snapshot of it; its work cannot be recovered: remove "
+                       "it with `sbx sandbox rm -f %s` and run the prompt "
+                       "again",
                        run->sh->run_id, run->first_turn, record_id, a->name,
                        le->msg[0] ? le->msg : strerror(r < 0 ? -r : EIO),
                        record_id);
@@ -214,31 +215,29 @@ static int sandbox_gone(struct run *run, const struct agent *a,
 /* Attaches to the sandbox of REC for agent A of RUN into *SB. A sandbox
  * whose sandboxd is gone (killed with the controller, or the host
  * rebooted) is started again over its workspace, which the backend kept;
- * its exec sessions ended with it (*RESTARTED). */
+ * its exec sessions ended with it (*RESTARTED). LE says why it cannot be
+ * had. */
 static int attach_or_start(struct run *run, const struct agent *a,
                            struct lifecycle_record *rec, struct sandbox **sb,
-                           bool *restarted, struct sbx_error *e) {
+                           bool *restarted, struct sbx_error *le) {
   const struct run_options *o = run->sh->o;
-  struct sbx_error le = {0};
   *restarted = false;
-  int r = lifecycle_attach(rec, &o->backend_opts, sb, &le);
-  if (r < 0)
-    return sandbox_gone(run, a, rec->id, &le, r, e);
-  if ((*sb)->client)
-    return 0;
+  int r = lifecycle_attach(rec, &o->backend_opts, sb, le);
+  if (r < 0 || (*sb)->client)
+    return r;
   if (!(*sb)->backend->start)
-    r = sbx_error_set(&le, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+    r = sbx_error_set(le, SBX_NOT_SUPPORTED, EOPNOTSUPP,
                       "its sandboxd has exited and backend %s cannot start "
                       "it again",
                       (*sb)->backend->name);
   else
-    r = (*sb)->backend->start(*sb, &le);
+    r = (*sb)->backend->start(*sb, le);
   if (r == 0)
-    r = lifecycle_resave(rec, *sb, NULL, &le);
+    r = lifecycle_resave(rec, *sb, NULL, le);
   if (r < 0) {
     (*sb)->backend->detach(*sb);
     *sb = NULL;
-    return sandbox_gone(run, a, rec->id, &le, r, e);
+    return r;
   }
   log_warn("sandbox %s of agent \"%s\" was not running; started it again "
            "over its workspace (its running commands ended with it)",
@@ -247,23 +246,74 @@ static int attach_or_start(struct run *run, const struct agent *a,
   return 0;
 }
 
+/* Agent A's sandbox OLD_ID is gone (WHY): the run goes on in a new sandbox
+ * holding A's manifest, restored from SNAP, the run state's snapshot of
+ * the old one (snapshots.c). KEPT: the old sandbox's record is still
+ * there. */
+static int restore_from_snapshot(struct run *run, const struct agent *a,
+                                 const char *old_id, const char *why, bool kept,
+                                 json_t *snap, struct sbx_error *e) {
+  const struct run_options *o = run->sh->o;
+  struct agent_state *st = &run->states[a->index];
+  bool borrowed = false, config_error = false;
+  struct sbx_error le = {0};
+  int r = run_agent_sandbox(o, a, false, o->state_dir, st->record_id, &st->sb,
+                            &st->manifest, &borrowed, &config_error, &le);
+  if (r == 0)
+    r = run_snapshot_restore(snap, st->sb, st->manifest, &le);
+  if (r < 0) {
+    if (st->sb) {
+      struct sbx_error ce = {0};
+      (void)st->sb->backend->close(st->sb, &ce);
+      st->sb = NULL;
+    }
+    if (st->record_id[0])
+      state_remove(o->state_dir, st->record_id);
+    st->record_id[0] = '\0';
+    manifest_free(st->manifest);
+    st->manifest = NULL;
+    return sbx_error_set(e, SBX_UNAVAILABLE, r < 0 ? -r : EIO,
+                         "cannot resume run %s at turn %d: the sandbox %s of "
+                         "agent \"%s\" is gone (%s), and a new one from its "
+                         "snapshot could not be made: %s",
+                         run->sh->run_id, run->first_turn, old_id, a->name, why,
+                         le.msg[0] ? le.msg : strerror(-r));
+  }
+  st->snapshot = json_incref(snap);
+  log_warn("the sandbox %s of agent \"%s\" is gone (%s); going on in sandbox "
+           "%s, restored from the run's snapshot of turn %lld: what changed "
+           "in the workspace after that is lost, and its running commands "
+           "ended%s%s%s",
+           old_id, a->name, why, st->record_id,
+           (long long)json_integer_value(json_object_get(snap, "turn")),
+           kept ? " (`sbx sandbox rm -f " : "", kept ? old_id : "",
+           kept ? "` removes what is left of the old one)" : "");
+  start_toolbox(st, o, a);
+  return 0;
+}
+
 /* Re-attaches agent IDX's sandbox, recorded under RECORD_ID, with the
- * exec sessions TOOLS (toolbox_save's) that were running in it. */
+ * exec sessions TOOLS (toolbox_save's) that were running in it; when it is
+ * gone, goes on in one restored from SNAPSHOT (the run state's, or
+ * NULL). */
 int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
-                         json_t *tools, struct sbx_error *e) {
+                         json_t *tools, json_t *snapshot, struct sbx_error *e) {
   const struct run_options *o = run->sh->o;
   const struct agent *a = o->agents->agents[idx];
   struct lifecycle_record rec;
   struct sbx_error le = {0};
-  int r = lifecycle_load(o->state_dir, record_id, &rec, &le);
-  if (r < 0)
-    return sandbox_gone(run, a, record_id, &le, r, e);
   struct sandbox *sb = NULL;
   bool restarted = false;
-  r = attach_or_start(run, a, &rec, &sb, &restarted, e);
-  if (r < 0) {
+  int r = lifecycle_load(o->state_dir, record_id, &rec, &le);
+  bool kept = r == 0;
+  if (r == 0 && (r = attach_or_start(run, a, &rec, &sb, &restarted, &le)) < 0)
     lifecycle_record_clear(&rec);
-    return r;
+  if (r < 0) {
+    if (!snapshot)
+      return sandbox_gone(run, a, record_id, &le, r, e);
+    return restore_from_snapshot(run, a, record_id,
+                                 le.msg[0] ? le.msg : strerror(-r), kept,
+                                 snapshot, e);
   }
   struct agent_state *st = &run->states[idx];
   st->sb = sb;
@@ -280,6 +330,7 @@ int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
 /* Frees what ST holds and empties it (the sandbox is closed or detached
  * by the caller). */
 static void state_clear(struct agent_state *st) {
+  json_decref(st->snapshot);
   manifest_free(st->manifest);
   free(st->instr);
   json_decref(st->tools);
@@ -320,6 +371,8 @@ void run_close_sandboxes(struct run *run, bool pause) {
       if (st->record_id[0])
         state_remove(run->sh->o->state_dir, st->record_id);
     }
+    /* The run ended: there is nothing to resume from its snapshots. */
+    run_snapshot_discard(st);
     state_clear(st);
   }
   trace_set_int(cs, "sandbox.session_count", n);

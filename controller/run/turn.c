@@ -227,6 +227,7 @@ static int turn_pause(struct turn *t, struct sbx_error *e) {
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EACCES,
                          "a tool call needs approval, but the run has no "
                          "state to pause in");
+  run_snapshot_pause(t->run);
   int r = run_state_save(t->run, t->a, "awaiting_approval", t->resp.output, e);
   return r < 0 ? r : RUNNER_PAUSED;
 }

@@ -106,15 +106,22 @@ static json_t *ports_json(const uint16_t *ports, size_t n) {
   return a;
 }
 
-/* The paths a snapshot of a sandbox holding M leaves out: ephemeral
- * entries (their contents are not in the saved manifest) and mounts.
- * Paths only. New, or NULL when out of memory. */
+const char **lifecycle_snapshot_excludes(const struct manifest *m) {
+  const char **keep = calloc(m->nentries + 1, sizeof(char *));
+  for (size_t i = 0, n = 0; keep && i < m->nentries; i++)
+    if (m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
+        m->entries[i].type == MANIFEST_CLOUD_MOUNT)
+      keep[n++] = m->entries[i].path;
+  return keep;
+}
+
+/* lifecycle_snapshot_excludes as a JSON array (new), or NULL when out of
+ * memory. */
 static json_t *snapshot_excludes(const struct manifest *m) {
-  json_t *a = json_array();
-  for (size_t i = 0; a && i < m->nentries; i++)
-    if ((m->entries[i].ephemeral || m->entries[i].type == MANIFEST_MOUNT ||
-         m->entries[i].type == MANIFEST_CLOUD_MOUNT) &&
-        json_array_append_new(a, json_string(m->entries[i].path)) < 0) {
+  _cleanup_free_ const char **keep = lifecycle_snapshot_excludes(m);
+  json_t *a = keep ? json_array() : NULL;
+  for (size_t i = 0; a && keep[i]; i++)
+    if (json_array_append_new(a, json_string(keep[i])) < 0) {
       json_decref(a);
       return NULL;
     }

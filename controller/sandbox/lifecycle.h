@@ -59,6 +59,12 @@ int lifecycle_create(const struct lifecycle_options *o,
                      const char *token_path, const char *log_path,
                      struct sandbox **out, struct sbx_error *e);
 
+/* The paths a snapshot of a sandbox holding M leaves out and a restore
+ * keeps: its ephemeral entries (their contents are not in the saved
+ * manifest) and mounts. A new NULL-terminated array of paths borrowed from
+ * M (free the array only), or NULL when out of memory. */
+const char **lifecycle_snapshot_excludes(const struct manifest *m);
+
 /* Writes the record of developer-owned SB (id ID) in state directory DIR. */
 int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
                    const struct manifest *m, const uint16_t *ports,

@@ -288,6 +288,116 @@ Test(resume, resume_errors) {
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "expected ask or stop") != NULL, "%s", r.err);
   sbx_run_free(&r);
+  static const struct {
+    const char *flag, *value, *want;
+  } snaps[] = {
+      {"--snapshot", "remote", "remote snapshots are for sbx sandbox save"},
+      {"--snapshot", "noop",
+       "--snapshot \"noop\": a run's snapshots are "
+       "local or none"},
+      {"--snapshot-dir", "", "--snapshot-dir \"\": an empty path"},
+  };
+  for (size_t i = 0; i < sizeof(snaps) / sizeof(snaps[0]); i++) {
+    const char *args[] = {"run", snaps[i].flag, snaps[i].value, "a", "b", NULL};
+    sbx_run(&r, NULL, args);
+    cr_expect_eq(r.status, 2, "%s", snaps[i].value);
+    cr_expect(strstr(r.err, snaps[i].want) != NULL, "%s", r.err);
+    sbx_run_free(&r);
+  }
+}
+
+/* The record id of agent 0's sandbox in the run state RS (new). */
+static char *state_sandbox(const char *rs) {
+  json_error_t je;
+  json_t *j = json_load_file(rs, 0, &je);
+  cr_assert_not_null(j, "%s: %s", rs, je.text);
+  const char *id = json_string_value(json_object_get(
+      json_object_get(json_object_get(j, "sandboxes"), "0"), "record"));
+  cr_assert_not_null(id, "no sandbox in %s", rs);
+  char *out = strdup(id);
+  json_decref(j);
+  return out;
+}
+
+/* How many files DIR holds (0 when it does not exist). */
+static size_t files_in(const char *path) {
+  DIR *d = opendir(path);
+  size_t n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    n += de->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return n;
+}
+
+/* A paused run snapshots its sandbox: when the sandbox is removed while
+ * the run waits for approval, the resumed run goes on in a new sandbox
+ * restored from the snapshot, says so, and removes the snapshot when it
+ * ends. With --snapshot none there is nothing to go on from, and the
+ * resume says so. */
+Test(resume, a_removed_sandbox_is_restored_from_the_pause_snapshot) {
+  const char *a = write_agent(
+      "{\"name\": \"A\", \"approvals\": {\"exec_command\": [\"mkdir\", "
+      "\"ln\"]}}");
+  const char *script =
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"w1\", "
+      "\"arguments\": {\"cmd\": \"mkdir -p d/made\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"w2\", "
+      "\"arguments\": {\"cmd\": \"ln -s /usr/bin/python3 d/py\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"r1\", "
+      "\"arguments\": {\"cmd\": \"ls d\"}}]},"
+      " {\"text\": \"all done\"}]";
+  char snaps[160];
+  (void)snprintf(snaps, sizeof(snaps), "%s/snapshots", state);
+  for (int none = 0; none < 2; none++) {
+    struct test_model_server srv;
+    test_model_server_start(&srv, script, NULL);
+    struct sbx_run_out r;
+    const char *run[] = {
+        "run", "--state-dir", state, "--snapshot", none ? "none" : "local",
+        a,     "make a file", NULL};
+    sbx_run(&r, srv.base_url, run);
+    cr_assert_eq(r.status, 3, "paused: %s", r.err);
+    char *rs = paused_state(r.err);
+    sbx_run_free(&r);
+    cr_expect_eq(files_in(snaps), none ? 0u : 1u, "snapshots at the pause");
+    char *id = state_sandbox(rs);
+    const char *rm[] = {"rm", "-f", id, NULL};
+    sbx_sandbox_run(&r, state, rm);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    sbx_run_free(&r);
+    const char *ok[] = {"approve", rs, "r1", NULL};
+    sbx_run(&r, NULL, ok);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    sbx_run_free(&r);
+    const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+    sbx_run(&r, srv.base_url, res);
+    json_t *reqs = test_model_server_requests(&srv);
+    test_model_server_stop(&srv);
+    if (none) {
+      cr_expect_eq(r.status, 1, "%s", r.err);
+      cr_expect(strstr(r.err, "the run has no snapshot of it") != NULL, "%s",
+                r.err);
+    } else {
+      cr_expect_eq(r.status, 0, "%s", r.err);
+      cr_expect_str_eq(r.out, "all done\n");
+      cr_expect(strstr(r.err, "restored from the run's snapshot of turn 3") !=
+                    NULL,
+                "%s", r.err);
+      cr_expect(strstr(r.err, id) != NULL, "%s", r.err);
+      const char *c = test_call_output(reqs, -1, "r1");
+      cr_assert_not_null(c);
+      cr_expect(strstr(c, "Output:\nmade\npy\n") != NULL,
+                "the call ran in the restored workspace: %s", c);
+      cr_expect_eq(json_array_size(reqs), 4, "no model call was repeated");
+    }
+    cr_expect_eq(files_in(snaps), 0u, "snapshots after the run");
+    json_decref(reqs);
+    sbx_run_free(&r);
+    free(id);
+    free(rs);
+  }
 }
 
 /* Runs sbx under `script` so that it has a terminal, feeding ANSWERS. */
