@@ -28,6 +28,7 @@
 struct trace_span;
 
 #define RUNNER_MAX_CLIENTS 8
+#define RUN_PATH_MAX 512
 
 struct shared;
 
@@ -61,6 +62,10 @@ struct shared {
   bool snap_off;
   char snap_dir[4200];
   pthread_mutex_t rs_mu; /* the journal's appends, from the calls' threads */
+  /* Resumed: the journaled state of the runs nested in the pending calls,
+   * by path ({"items", "progress", "done"}), each taken (removed) by the
+   * nested run that goes on from it; or NULL. */
+  json_t *rs_nested;
 };
 
 /* Per agent of one run: its sandbox, manifest and tools. */
@@ -88,6 +93,14 @@ struct run {
   struct trace_span *span;      /* sbx.run */
   struct trace_span *turn_span; /* sbx.turn of the turn in progress */
   int turn;
+  /* A run nested in a tool call, in a run with a run state, is journaled
+   * under PATH, the call ids from the root's down ("/c1/c2"), one line a
+   * step (run_state.c); its sandboxes are recorded like the root's. */
+  char path[RUN_PATH_MAX];
+  bool journaled;
+  size_t rs_items;    /* nested: conversation items already journaled */
+  json_t *rs_pending; /* nested, resumed: the calls left pending, or NULL */
+  json_t *rs_done;    /* nested, resumed: their recorded outputs, or NULL */
 };
 
 /* One tool call of a response. */
@@ -215,8 +228,16 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
  * again; a no-op without a state dir or in a nested run. Thread-safe. */
 int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e);
 /* Ends the state of a run that returned R: closes the journal and, unless
- * the run paused, removes its files; sets res->state_path. */
+ * the run paused, removes its files; sets res->state_path. The sandboxes
+ * of nested runs that a resume did not reach are closed. */
 void run_state_end(struct run *run, int r);
+/* Sets up the journaling of RUN, nested in PARENT's call CALL_ID; when a
+ * resumed run journaled it before, RUN goes on from there: its
+ * conversation, agent (*START), turn, usage, sandboxes and pending calls.
+ * Else run->items stays NULL. */
+int run_state_nested(struct run *run, const struct run *parent,
+                     const char *call_id, const struct agent **start,
+                     struct sbx_error *e);
 
 /* ---- sandboxes.c --------------------------------------------------- */
 
@@ -235,6 +256,9 @@ int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
 /* Closes the run's sandboxes; with PAUSE, recorded sandboxes are left
  * running for the resumed run. Without, their snapshots are removed. */
 void run_close_sandboxes(struct run *run, bool pause);
+/* Closes the sandbox recorded in the state dir as RECORD_ID, if it is
+ * still there, and removes its record; failures are warned about. */
+void run_close_recorded(const struct run_options *o, const char *record_id);
 
 /* ---- snapshots.c --------------------------------------------------- */
 

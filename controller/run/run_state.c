@@ -30,6 +30,11 @@ static const char *const rs_progress_keys[] = {
 /* The journal's line for the output of one call of the pending turn,
  * written as the call finishes: an object with this one member. */
 #define RS_CALL_OUTPUT "sbx.call_output"
+/* The journal's lines of a run nested in a call of the pending turn: an
+ * object with this member (its path) and either "items" (the new
+ * conversation items) and "progress" (a checkpoint's members but seq), one
+ * line a step, or "call_output", the output of one of its calls. */
+#define RS_NESTED "sbx.nested"
 
 /* The most the journal may hold, and so one step's lines: what a run's
  * limits let it grow to (tool outputs and model responses are bounded far
@@ -91,17 +96,65 @@ static json_t *progress(struct run *run, const struct agent *a,
       return NULL;
     }
   }
-  return json_pack(
-      "{s:I, s:s, s:I, s:i, s:I, s:O?, s:{s:I, s:I, s:I, s:I, s:I, s:i}, s:o, "
+  json_t *p = json_pack(
+      "{s:s, s:I, s:i, s:I, s:O?, s:{s:I, s:I, s:I, s:I, s:I, s:i}, s:o, "
       "s:s*}",
-      "seq", (json_int_t)++sh->rs_seq, "status", status, "agent",
-      (json_int_t)a->index, "turn", run->turn, "items_count",
-      (json_int_t)json_array_size(run->items), "pending", pending, "usage",
-      "input_tokens", (json_int_t)u->input_tokens, "output_tokens",
-      (json_int_t)u->output_tokens, "total_tokens", (json_int_t)u->total_tokens,
-      "reasoning_tokens", (json_int_t)u->reasoning_tokens, "cached_tokens",
+      "status", status, "agent", (json_int_t)a->index, "turn", run->turn,
+      "items_count", (json_int_t)json_array_size(run->items), "pending",
+      pending, "usage", "input_tokens", (json_int_t)u->input_tokens,
+      "output_tokens", (json_int_t)u->output_tokens, "total_tokens",
+      (json_int_t)u->total_tokens, "reasoning_tokens",
+      (json_int_t)u->reasoning_tokens, "cached_tokens",
       (json_int_t)u->cached_tokens, "turns", run->res->turns, "sandboxes", sbs,
       "final_output", run->res->final_output);
+  /* Only the root's saves are numbered: nested runs save from the calls'
+   * threads. */
+  if (p && run->depth == 0 &&
+      json_object_set_new(p, "seq", json_integer(++sh->rs_seq)) < 0) {
+    json_decref(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* Appends LINE (a JSON object) to the journal as one line; WHAT names it
+ * in the message of a failure. */
+static int rs_append_json(struct shared *sh, json_t *line, const char *what,
+                          struct sbx_error *e) {
+  _cleanup_free_ char *text =
+      line ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, RS_JOURNAL_MAX);
+  int r = text ? sbx_buf_printf(&b, "%s\n", text) : -ENOMEM;
+  if (r < 0)
+    return sbx_error_set(e, SBX_INTERNAL, -r,
+                         "cannot record %s in the run journal of \"%s\": %s",
+                         what, sh->rs_path, strerror(-r));
+  return rs_append(sh, b.data, b.len, e);
+}
+
+/* run_state_save for a nested run: one line with the items new since its
+ * last save and its progress, in one write, so that a kill leaves all of a
+ * step or none of it. */
+static int nested_save(struct run *run, const struct agent *a,
+                       const char *status, json_t *pending,
+                       struct sbx_error *e) {
+  if (!run->journaled)
+    return 0;
+  json_t *items = json_array();
+  for (size_t i = run->rs_items; items && i < json_array_size(run->items); i++)
+    if (json_array_append(items, json_array_get(run->items, i)) < 0) {
+      json_decref(items);
+      items = NULL;
+    }
+  _cleanup_json_ json_t *line =
+      items ? json_pack("{s:s, s:o, s:o}", RS_NESTED, run->path, "items", items,
+                        "progress", progress(run, a, status, pending))
+            : NULL;
+  int r = rs_append_json(run->sh, line, "a step of an agent used as a tool", e);
+  if (r == 0)
+    run->rs_items = json_array_size(run->items);
+  return r;
 }
 
 /* Appends to J the journal lines of a save: the conversation items not
@@ -145,8 +198,10 @@ static int journal_lines(struct shared *sh, json_t *items, bool checkpoint,
 int run_state_save(struct run *run, const struct agent *a, const char *status,
                    json_t *pending, struct sbx_error *e) {
   struct shared *sh = run->sh;
-  if (!sh->rs || run->depth != 0)
+  if (!sh->rs)
     return 0;
+  if (run->depth != 0)
+    return nested_save(run, a, status, pending, e);
   _cleanup_json_ json_t *now = progress(run, a, status, pending);
   if (!now || json_object_update(sh->rs, now) < 0)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
@@ -180,20 +235,13 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
 
 int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e) {
   struct shared *sh = run->sh;
-  if (!sh->rs || run->depth != 0)
+  if (!sh->rs || (run->depth != 0 && !run->journaled))
     return 0;
-  _cleanup_json_ json_t *line = json_pack("{s:O}", RS_CALL_OUTPUT, output);
-  _cleanup_free_ char *text =
-      line ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-  _cleanup_buf_ struct sbx_buf b;
-  sbx_buf_init(&b, RS_JOURNAL_MAX);
-  int r = text ? sbx_buf_printf(&b, "%s\n", text) : -ENOMEM;
-  if (r < 0)
-    return sbx_error_set(e, SBX_INTERNAL, -r,
-                         "cannot record a call's output in the run journal of "
-                         "\"%s\": %s",
-                         sh->rs_path, strerror(-r));
-  return rs_append(sh, b.data, b.len, e);
+  _cleanup_json_ json_t *line =
+      run->depth == 0 ? json_pack("{s:O}", RS_CALL_OUTPUT, output)
+                      : json_pack("{s:s, s:O}", RS_NESTED, run->path,
+                                  "call_output", output);
+  return rs_append_json(sh, line, "a call's output", e);
 }
 
 /* Starts a new run state under the state dir. */
@@ -227,21 +275,50 @@ int run_state_begin(struct run *run, struct sbx_error *e) {
   return sh->rs ? run_snapshots_settle(sh, e) : -ENOMEM;
 }
 
+/* Takes the nested run's journal line IT (of path PATH) into NESTED: a
+ * step extends its items and replaces its progress (the outputs of its
+ * earlier turn's calls are in the items now), a call's output joins its
+ * done calls. -1 for a line that is neither. */
+static int nested_line(json_t *nested, const char *path, json_t *it) {
+  json_t *st = json_object_get(nested, path);
+  if (!st) {
+    st = json_pack("{s:[], s:{}}", "items", "done");
+    if (!st || json_object_set_new(nested, path, st) < 0)
+      return -1;
+  }
+  json_t *items = json_object_get(it, "items");
+  json_t *prog = json_object_get(it, "progress");
+  if (json_is_array(items) && json_is_object(prog))
+    return json_array_extend(json_object_get(st, "items"), items) < 0 ||
+                   json_object_set(st, "progress", prog) < 0 ||
+                   json_object_set_new(st, "done", json_object()) < 0
+               ? -1
+               : 0;
+  json_t *out = json_object_get(it, "call_output");
+  const char *cid = json_string_value(json_object_get(out, "call_id"));
+  return cid && json_object_set(json_object_get(st, "done"), cid, out) == 0
+             ? 0
+             : -1;
+}
+
 /* The outputs of the pending turn's calls recorded after the journal's
  * first CUT bytes of TEXT (LEN): the call_output lines that follow it,
- * into DONE by call_id. Returns the end of the last one, where the journal
+ * into DONE by call_id, and the lines of the runs nested in those calls
+ * into NESTED by path. Returns the end of the last one, where the journal
  * is cut. */
 static size_t rs_done_calls(const char *text, size_t len, size_t cut,
-                            json_t *done) {
+                            json_t *done, json_t *nested) {
   for (const char *p = text + cut, *end = text + len; p < end;) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     if (!nl)
       break;
     json_error_t je;
     _cleanup_json_ json_t *it = json_loadb(p, (size_t)(nl - p), 0, &je);
+    const char *path = json_string_value(json_object_get(it, RS_NESTED));
     json_t *out = json_object_get(it, RS_CALL_OUTPUT);
     const char *cid = json_string_value(json_object_get(out, "call_id"));
-    if (!cid || json_object_set(done, cid, out) < 0)
+    if (path ? nested_line(nested, path, it) < 0
+             : !cid || json_object_set(done, cid, out) < 0)
       break;
     p = nl + 1;
     cut = (size_t)(p - text);
@@ -251,14 +328,16 @@ static size_t rs_done_calls(const char *text, size_t len, size_t cut,
 
 /* Reads the journal of the run state RS saved at PATH: the conversation
  * into *ITEMS (new reference), the outputs of the pending calls that were
- * done into *DONE (new), and RS brought up to the newest checkpoint that
- * is newer than the state file. Then cuts the journal after what counts: a
- * kill can leave items without their checkpoint, or half a line. Fails
- * (-EINVAL) when items the state counts are missing. */
+ * done into *DONE (new), the state of the runs nested in them into
+ * *NESTED (new), and RS brought up to the newest checkpoint that is newer
+ * than the state file. Then cuts the journal after what counts: a kill can
+ * leave items without their checkpoint, or half a line. Fails (-EINVAL)
+ * when items the state counts are missing. */
 static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
-                           json_t **done_out) {
+                           json_t **done_out, json_t **nested_out) {
   *items_out = NULL;
   *done_out = NULL;
+  *nested_out = NULL;
   json_int_t seq = json_integer_value(json_object_get(rs, "seq"));
   json_t *cnt = json_object_get(rs, "items_count");
   if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
@@ -273,6 +352,7 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
     return r;
   _cleanup_json_ json_t *items = json_array();
   _cleanup_json_ json_t *done = json_object();
+  _cleanup_json_ json_t *nested = json_object();
   _cleanup_json_ json_t *best = NULL; /* the newest good checkpoint */
   size_t best_end = 0, want_end = 0;
   bool have_want = false;
@@ -288,7 +368,7 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
     }
     size_t line_end = (size_t)(nl + 1 - text);
     p = nl + 1;
-    if (json_object_get(it, RS_CALL_OUTPUT)) {
+    if (json_object_get(it, RS_CALL_OUTPUT) || json_object_get(it, RS_NESTED)) {
       json_decref(it); /* read after the cut, below */
       continue;
     }
@@ -316,7 +396,7 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
       want_end = line_end;
     }
   }
-  if (!items || !done)
+  if (!items || !done || !nested)
     return -ENOMEM;
   size_t cut = want_end;
   if (best) {
@@ -330,11 +410,55 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
   /* Removing an array's last item cannot fail. */
   while (json_array_size(items) > want)
     (void)json_array_remove(items, json_array_size(items) - 1);
-  cut = rs_done_calls(text, len, cut, done);
+  cut = rs_done_calls(text, len, cut, done, nested);
   if (truncate(jpath, (off_t)cut) < 0)
     return -errno;
   *items_out = TAKE_PTR(items);
   *done_out = TAKE_PTR(done);
+  *nested_out = TAKE_PTR(nested);
+  return 0;
+}
+
+/* Sets RUN's first turn and usage from the saved progress P: the pending
+ * calls belong to the saved turn; a turn that finished starts the next
+ * one. */
+static void progress_load(struct run *run, json_t *p) {
+  json_t *turn = json_object_get(p, "turn");
+  run->first_turn = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
+  if (run->first_turn < 1)
+    run->first_turn = 1;
+  json_t *pending = json_object_get(p, "pending");
+  if (!(json_is_array(pending) && json_array_size(pending) > 0) &&
+      json_array_size(run->items) > 1)
+    run->first_turn++;
+  json_t *u = json_object_get(p, "usage");
+  struct model_usage *mu = &run->res->usage;
+  mu->input_tokens = json_integer_value(json_object_get(u, "input_tokens"));
+  mu->output_tokens = json_integer_value(json_object_get(u, "output_tokens"));
+  mu->total_tokens = json_integer_value(json_object_get(u, "total_tokens"));
+  mu->reasoning_tokens =
+      json_integer_value(json_object_get(u, "reasoning_tokens"));
+  mu->cached_tokens = json_integer_value(json_object_get(u, "cached_tokens"));
+  run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
+}
+
+/* Re-attaches each agent's sandbox recorded in SBS (a progress's
+ * "sandboxes"). */
+static int reattach_all(struct run *run, json_t *sbs, struct sbx_error *e) {
+  const struct run_options *o = run->sh->o;
+  const char *key;
+  json_t *sbj;
+  json_object_foreach(sbs, key, sbj) {
+    char *end = NULL;
+    unsigned long idx = strtoul(key, &end, 10);
+    const char *rid = json_string_value(json_object_get(sbj, "record"));
+    if (!end || *end || idx >= o->agents->n || !rid)
+      continue;
+    int r = run_reattach_sandbox(run, idx, rid, json_object_get(sbj, "tools"),
+                                 json_object_get(sbj, "snapshot"), e);
+    if (r < 0)
+      return r;
+  }
   return 0;
 }
 
@@ -354,9 +478,9 @@ int run_state_resume(struct run *run, const struct agent **start,
   }
   json_error_t je;
   json_t *rs = json_loadb(text, len, 0, &je);
-  json_t *items = NULL, *done = NULL;
+  json_t *items = NULL, *done = NULL, *nested = NULL;
   if (json_is_object(rs))
-    (void)rs_load_journal(o->resume_path, rs, &items, &done);
+    (void)rs_load_journal(o->resume_path, rs, &items, &done, &nested);
   json_t *agent = json_object_get(rs, "agent");
   const char *id = json_string_value(json_object_get(rs, "run_id"));
   const char *status = json_string_value(json_object_get(rs, "status"));
@@ -367,6 +491,7 @@ int run_state_resume(struct run *run, const struct agent **start,
       (size_t)json_integer_value(agent) >= o->agents->n || !status) {
     json_decref(items);
     json_decref(done);
+    json_decref(nested);
     json_decref(rs);
     run->res->config_error = true;
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
@@ -376,6 +501,7 @@ int run_state_resume(struct run *run, const struct agent **start,
   if (strcmp(status, "finished") == 0) {
     json_decref(items);
     json_decref(done);
+    json_decref(nested);
     json_decref(rs);
     run->res->config_error = true;
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
@@ -386,47 +512,59 @@ int run_state_resume(struct run *run, const struct agent **start,
   (void)snprintf(sh->rs_path, sizeof(sh->rs_path), "%s", o->resume_path);
   run->items = items;
   sh->rs_done = done;
+  sh->rs_nested = nested;
   sh->rs_items = json_array_size(items);
   sh->rs_written = true;
   sh->rs_seq = json_integer_value(json_object_get(rs, "seq"));
   *start = o->agents->agents[json_integer_value(agent)];
-  json_t *turn = json_object_get(rs, "turn");
-  run->first_turn = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
-  if (run->first_turn < 1)
-    run->first_turn = 1;
-  /* The pending calls belong to the saved turn; a turn that finished
-   * starts the next one. */
-  json_t *pending = json_object_get(rs, "pending");
-  if (!(json_is_array(pending) && json_array_size(pending) > 0) &&
-      json_array_size(items) > 1)
-    run->first_turn++;
-  json_t *u = json_object_get(rs, "usage");
-  struct model_usage *mu = &run->res->usage;
-  mu->input_tokens = json_integer_value(json_object_get(u, "input_tokens"));
-  mu->output_tokens = json_integer_value(json_object_get(u, "output_tokens"));
-  mu->total_tokens = json_integer_value(json_object_get(u, "total_tokens"));
-  mu->reasoning_tokens =
-      json_integer_value(json_object_get(u, "reasoning_tokens"));
-  mu->cached_tokens = json_integer_value(json_object_get(u, "cached_tokens"));
-  run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
+  progress_load(run, rs);
   r = run_snapshots_settle(sh, e);
   if (r < 0)
     return r;
-  /* Re-attach each agent's recorded sandbox. */
-  const char *key;
-  json_t *sbj;
-  json_object_foreach(json_object_get(rs, "sandboxes"), key, sbj) {
-    char *end = NULL;
-    unsigned long idx = strtoul(key, &end, 10);
-    const char *rid = json_string_value(json_object_get(sbj, "record"));
-    if (!end || *end || idx >= o->agents->n || !rid)
-      continue;
-    r = run_reattach_sandbox(run, idx, rid, json_object_get(sbj, "tools"),
-                             json_object_get(sbj, "snapshot"), e);
-    if (r < 0)
-      return r;
+  return reattach_all(run, json_object_get(rs, "sandboxes"), e);
+}
+
+int run_state_nested(struct run *run, const struct run *parent,
+                     const char *call_id, const struct agent **start,
+                     struct sbx_error *e) {
+  struct shared *sh = run->sh;
+  const struct run_options *o = sh->o;
+  if (!sh->rs || (parent->depth != 0 && !parent->journaled) || !call_id ||
+      !call_id[0])
+    return 0;
+  int n =
+      snprintf(run->path, sizeof(run->path), "%s/%s", parent->path, call_id);
+  if (n < 0 || (size_t)n >= sizeof(run->path)) {
+    log_warn("the run of agent \"%s\" for call %.64s... is not journaled: "
+             "its calls nest too deep; a resume runs it again",
+             (*start)->name, call_id);
+    run->path[0] = '\0';
+    return 0;
   }
-  return 0;
+  run->journaled = true;
+  /* Runs nested in parallel calls come here from their threads. */
+  pthread_mutex_lock(&sh->rs_mu);
+  _cleanup_json_ json_t *st =
+      json_incref(json_object_get(sh->rs_nested, run->path));
+  (void)json_object_del(sh->rs_nested, run->path);
+  pthread_mutex_unlock(&sh->rs_mu);
+  json_t *prog = json_object_get(st, "progress");
+  json_t *items = json_object_get(st, "items");
+  json_t *agent = json_object_get(prog, "agent");
+  if (!json_is_object(prog) || !json_is_array(items) ||
+      json_array_size(items) == 0 || !json_is_integer(agent) ||
+      json_integer_value(agent) < 0 ||
+      (size_t)json_integer_value(agent) >= o->agents->n)
+    return 0; /* not journaled before: it starts from its input */
+  run->items = json_incref(items);
+  run->rs_items = json_array_size(items);
+  *start = o->agents->agents[json_integer_value(agent)];
+  json_t *pending = json_object_get(prog, "pending");
+  if (json_is_array(pending) && json_array_size(pending) > 0)
+    run->rs_pending = json_incref(pending);
+  run->rs_done = json_incref(json_object_get(st, "done"));
+  progress_load(run, prog);
+  return reattach_all(run, json_object_get(prog, "sandboxes"), e);
 }
 
 /* Ends the state of a run that returned R: closes the journal and, unless
@@ -444,6 +582,21 @@ void run_state_end(struct run *run, int r) {
      * its state behind: a finished or failed run has closed its
      * sandboxes, so there is nothing to resume. */
     if (r != RUNNER_PAUSED) {
+      /* Runs nested in calls the resume did not get to (it failed first)
+       * leave no sandbox behind. */
+      const char *path;
+      json_t *st;
+      json_object_foreach(sh->rs_nested, path, st) {
+        const char *key;
+        json_t *sbj;
+        json_object_foreach(
+            json_object_get(json_object_get(st, "progress"), "sandboxes"), key,
+            sbj) {
+          const char *rid = json_string_value(json_object_get(sbj, "record"));
+          if (rid)
+            run_close_recorded(sh->o, rid);
+        }
+      }
       (void)unlink(sh->rs_path);
       char jpath[JOURNAL_PATH_MAX];
       journal_path(sh->rs_path, jpath);
@@ -455,4 +608,6 @@ void run_state_end(struct run *run, int r) {
   sh->rs = NULL;
   json_decref(sh->rs_done);
   sh->rs_done = NULL;
+  json_decref(sh->rs_nested);
+  sh->rs_nested = NULL;
 }

@@ -61,23 +61,27 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   run->sh = parent->sh;
   run->res = &res;
   run->depth = parent->depth + 1;
-  run->items = json_array();
-  if (!run->items ||
-      json_array_append_new(run->items, user_message(input)) < 0) {
-    json_decref(run->items);
-    free(run);
-    return -ENOMEM;
-  }
   const char *call_id = json_string_value(json_object_get(j->item, "call_id"));
+  /* Journaled, and resumed from the journal when a run before this one
+   * was killed in it. */
+  const struct agent *start = t->agent;
+  int r = run_state_nested(run, parent, call_id, &start, e);
+  if (r == 0 && !run->items &&
+      (!(run->items = json_array()) ||
+       json_array_append_new(run->items, user_message(input)) < 0))
+    r = -ENOMEM;
   events_agent_tool_started(
       run->sh->ev, &(struct events_where){t->agent->name, (int)run->depth, 0},
       j->agent->name, call_id);
   run->span = trace_child(j->tc.span, TRACE_RUN);
   trace_set_str(run->span, "gen_ai.agent.name", t->agent->name);
   trace_set_int(run->span, "sbx.depth", run->depth);
-  int r =
-      run_loop(run, t->agent,
-               turns_for(&(struct run_options){0}, t->agent, t->max_turns), e);
+  int64_t max_turns =
+      turns_for(&(struct run_options){0}, t->agent, t->max_turns);
+  if (run->first_turn > 0)
+    max_turns += run->first_turn - 1;
+  if (r == 0)
+    r = run_loop(run, start, max_turns, e);
   run_close_sandboxes(run, false);
   trace_set_int(run->span, "sbx.turns", res.turns);
   run_trace_usage(run->span, &res.usage);
@@ -85,6 +89,8 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
     trace_set_error(run->span, "%s", e->msg[0] ? e->msg : strerror(-r));
   trace_end(run->span);
   json_decref(run->items);
+  json_decref(run->rs_pending);
+  json_decref(run->rs_done);
   free(run);
   run_usage_add(&parent->res->usage, &res.usage);
   if (r == 0) {

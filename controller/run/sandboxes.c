@@ -153,9 +153,11 @@ static json_t *exposed_ports(const struct run_options *o,
 static int create_state(struct run *run, const struct agent *a,
                         struct sbx_error *e) {
   struct agent_state *st = &run->states[a->index];
-  /* The root run's sandboxes are recorded so the run can be resumed. */
-  const char *persist =
-      run->sh->rs && run->depth == 0 ? run->sh->o->state_dir : NULL;
+  /* The sandboxes of the root run and of the runs nested in it that are
+   * journaled are recorded, so that the run can be resumed. */
+  const char *persist = run->sh->rs && (run->depth == 0 || run->journaled)
+                            ? run->sh->o->state_dir
+                            : NULL;
   int r = run_agent_sandbox(run->sh->o, a, run->depth == 0 && a->index == 0,
                             persist, st->record_id, &st->sb, &st->manifest,
                             &st->borrowed, &run->res->config_error, e);
@@ -335,6 +337,22 @@ static void state_clear(struct agent_state *st) {
   free(st->instr);
   json_decref(st->tools);
   memset(st, 0, sizeof(*st));
+}
+
+void run_close_recorded(const struct run_options *o, const char *record_id) {
+  struct lifecycle_record rec;
+  struct sbx_error e = {0};
+  if (lifecycle_load(o->state_dir, record_id, &rec, &e) < 0)
+    return; /* closed already */
+  struct sandbox *sb = NULL;
+  if (lifecycle_attach(&rec, &o->backend_opts, &sb, &e) < 0 ||
+      sb->backend->close(sb, &e) < 0)
+    log_warn("cannot close sandbox %s: %s (`sbx sandbox rm -f %s` removes "
+             "it)",
+             record_id, e.msg, record_id);
+  else
+    state_remove(o->state_dir, record_id);
+  lifecycle_record_clear(&rec);
 }
 
 /* Closes the run's sandboxes: sandbox.cleanup, one sandbox.shutdown each.

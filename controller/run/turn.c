@@ -77,11 +77,17 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
     run->res->config_error = true;
     return r;
   }
-  json_t *pending =
-      sh->rs && run->depth == 0 ? json_object_get(sh->rs, "pending") : NULL;
+  /* A nested run's pending calls are its own, taken once. */
+  json_t *pending = !sh->rs           ? NULL
+                    : run->depth == 0 ? json_object_get(sh->rs, "pending")
+                                      : run->rs_pending;
   t->resumed = json_is_array(pending) && json_array_size(pending) > 0;
   if (t->resumed) {
     t->resp.output = json_incref(pending);
+    if (run->depth != 0) {
+      json_decref(run->rs_pending);
+      run->rs_pending = NULL;
+    }
   } else {
     _cleanup_(run_request_clear) struct turn_request tr = {0};
     r = run_request_build(run, a, model_client_api(slot->client), t->model,
@@ -209,9 +215,11 @@ static int turn_jobs(struct turn *t) {
     };
     /* Resumed: a call whose output the journal recorded is not run again. */
     const char *cid = json_string_value(json_object_get(it, "call_id"));
-    json_t *done = t->resumed && cid && t->run->depth == 0
-                       ? json_object_get(t->run->sh->rs_done, cid)
-                       : NULL;
+    json_t *done = t->resumed && cid ? json_object_get(t->run->depth == 0
+                                                           ? t->run->sh->rs_done
+                                                           : t->run->rs_done,
+                                                       cid)
+                                     : NULL;
     if (done) {
       j->output = json_incref(done);
       j->skip = true;
@@ -223,6 +231,13 @@ static int turn_jobs(struct turn *t) {
 /* Pauses the run for the calls that wait for a person: the state holds
  * them as pending, for sbx approve / sbx reject and the resumed run. */
 static int turn_pause(struct turn *t, struct sbx_error *e) {
+  if (t->run->depth != 0)
+    return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                         "a tool call of agent \"%s\", used as a tool, "
+                         "needs approval, and a run cannot pause inside an "
+                         "agent used as a tool: run with --approve ask, or "
+                         "give that agent no approvals",
+                         t->a->name);
   if (!t->run->sh->rs)
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EACCES,
                          "a tool call needs approval, but the run has no "

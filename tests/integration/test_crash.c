@@ -125,6 +125,99 @@ Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
   json_decref(reqs);
 }
 
+/* A run nested in a tool call (an agent used as a tool) is journaled too:
+ * killed while the nested agent's second call runs, the resumed run goes
+ * on inside the nested run, so that none of its model requests is sent
+ * again and neither of its calls runs twice. */
+Test(crash, a_nested_run_is_journaled_and_nothing_repeats) {
+  (void)test_write_file(dir, "helper.json", "{\"name\": \"Helper\"}");
+  const char *a = test_write_file(
+      dir, "a.json",
+      "{\"name\": \"Boss\", \"tools\": [{\"type\": \"agent_as_tool\", "
+      "\"agent\": \"helper.json\", \"name\": \"ask_helper\", "
+      "\"description\": \"Ask the helper.\"}]}");
+  char ap[128];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"ask_helper\", \"call_id\": \"t1\", "
+      "\"arguments\": {\"input\": \"help\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"h1\", "
+      "\"arguments\": {\"cmd\": \"echo one >> runs.log\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"h2\", "
+      "\"arguments\": {\"cmd\": \"sleep 2; echo two >> runs.log; cat "
+      "runs.log\", \"yield_time_ms\": 10000}}]},"
+      " {\"text\": \"helped\"},"
+      " {\"text\": \"done\"}]",
+      NULL);
+  char errp[128];
+  (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
+  const char *run[] = {"run", "--state-dir", state, ap, "go", NULL};
+  pid_t pid = sbx_spawn(srv.base_url, errp, 0, run);
+  wait_requests(&srv, 3);
+  usleep(1000 * 1000); /* h1 done, h2 sleeping */
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  _cleanup_free_ char *rs = test_run_state(state);
+  cr_assert_not_null(rs, "the kill left no run state");
+  struct sbx_run_out r;
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "resume: %s", r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(json_array_size(reqs), 5, "model requests: %zu",
+               json_array_size(reqs));
+  /* The nested run's last request carries h2's output: each command ran
+   * once, h2 finished after the kill. */
+  const char *log = test_call_output(reqs, 3, "h2");
+  cr_assert_not_null(log);
+  cr_expect(strstr(log, "Output:\none\ntwo\n") != NULL, "%s", log);
+  cr_expect_str_eq(test_call_output(reqs, 4, "t1"), "helped");
+  json_decref(reqs);
+}
+
+/* An agent used as a tool whose call needs approval cannot pause the run
+ * (the approval would have no run state to wait in): the run fails saying
+ * so and what to do, instead of answering the call with nothing. */
+Test(crash, a_nested_run_that_needs_approval_fails_clearly) {
+  (void)test_write_file(dir, "helper.json",
+                        "{\"name\": \"Helper\", \"approvals\": "
+                        "{\"exec_command\": \"always\"}}");
+  const char *a = test_write_file(
+      dir, "a.json",
+      "{\"name\": \"Boss\", \"tools\": [{\"type\": \"agent_as_tool\", "
+      "\"agent\": \"helper.json\", \"name\": \"ask_helper\", "
+      "\"description\": \"Ask the helper.\"}]}");
+  char ap[128];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"ask_helper\", \"call_id\": \"t1\", "
+      "\"arguments\": {\"input\": \"help\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"h1\", "
+      "\"arguments\": {\"cmd\": \"echo one\"}}]},"
+      " {\"text\": \"not reached\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, ap, "go", NULL};
+  sbx_run(&r, srv.base_url, run);
+  test_model_server_stop(&srv);
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "a tool call of agent \"Helper\", used as a tool, "
+                          "needs approval") != NULL,
+            "%s", r.err);
+  cr_expect(strstr(r.err, "--approve ask") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  _cleanup_free_ char *rs = test_run_state(state);
+  cr_expect_null(rs, "a failed run leaves no state: %s", rs);
+}
+
 /* The text of the file at PATH (new). */
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
