@@ -77,19 +77,17 @@ static const char big_then_slow[] =
     "\"arguments\": {\"cmd\": \"cat runs.log\"}}]},"
     " {\"text\": \"done\"}]}";
 
-/* A step with a 6 KiB tool output is journaled whole: killed during the
- * next turn's calls (one done, one still running), the resumed run sends
- * no model request twice and runs neither call again. */
-Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
-  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
-  struct test_model_server srv;
-  test_model_server_start(&srv, big_then_slow, NULL);
+/* Runs AGENT on "go" against SRV, kills sbx with SIGKILL a second after
+ * SRV got N requests (a call still running), resumes the run and expects
+ * it to answer "done". */
+static void kill_and_resume(const struct test_model_server *srv,
+                            const char *agent, size_t n) {
   char errp[128];
   (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
-  const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
-  pid_t pid = sbx_spawn(srv.base_url, errp, 0, run);
-  wait_requests(&srv, 2);
-  usleep(1000 * 1000); /* c3 done, c2 sleeping */
+  const char *run[] = {"run", "--state-dir", state, agent, "go", NULL};
+  pid_t pid = sbx_spawn(srv->base_url, errp, 0, run);
+  wait_requests(srv, n);
+  usleep(1000 * 1000);
   kill(pid, SIGKILL);
   int st;
   waitpid(pid, &st, 0);
@@ -97,11 +95,21 @@ Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
   cr_assert_not_null(rs, "the kill left no run state");
   struct sbx_run_out r;
   const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
-  sbx_run(&r, srv.base_url, res);
+  sbx_run(&r, srv->base_url, res);
   cr_expect_eq(r.status, 0, "resume: %s", r.err);
   cr_expect_str_eq(r.out, "done\n");
   cr_expect_null(strstr(r.err, "journal"), "%s", r.err);
   sbx_run_free(&r);
+}
+
+/* A step with a 6 KiB tool output is journaled whole: killed during the
+ * next turn's calls (one done, one still running), the resumed run sends
+ * no model request twice and runs neither call again. */
+Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
+  const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
+  struct test_model_server srv;
+  test_model_server_start(&srv, big_then_slow, NULL);
+  kill_and_resume(&srv, a, 2); /* killed with c3 done, c2 sleeping */
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   /* Turns 1..4: inputs of 1, 3, 6 and 8 items, each sent once. */
@@ -151,23 +159,7 @@ Test(crash, a_nested_run_is_journaled_and_nothing_repeats) {
       " {\"text\": \"helped\"},"
       " {\"text\": \"done\"}]",
       NULL);
-  char errp[128];
-  (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
-  const char *run[] = {"run", "--state-dir", state, ap, "go", NULL};
-  pid_t pid = sbx_spawn(srv.base_url, errp, 0, run);
-  wait_requests(&srv, 3);
-  usleep(1000 * 1000); /* h1 done, h2 sleeping */
-  kill(pid, SIGKILL);
-  int st;
-  waitpid(pid, &st, 0);
-  _cleanup_free_ char *rs = test_run_state(state);
-  cr_assert_not_null(rs, "the kill left no run state");
-  struct sbx_run_out r;
-  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
-  sbx_run(&r, srv.base_url, res);
-  cr_expect_eq(r.status, 0, "resume: %s", r.err);
-  cr_expect_str_eq(r.out, "done\n");
-  sbx_run_free(&r);
+  kill_and_resume(&srv, ap, 3); /* killed with h1 done, h2 sleeping */
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   cr_expect_eq(json_array_size(reqs), 5, "model requests: %zu",
