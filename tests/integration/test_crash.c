@@ -133,19 +133,25 @@ Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
   json_decref(reqs);
 }
 
+/* Writes the agent "Boss", which has helper.json (written by the caller)
+ * as its tool ask_helper; its path goes to PATH. */
+static void boss(char path[128]) {
+  const char *a = test_write_file(
+      dir, "a.json",
+      "{\"name\": \"Boss\", \"tools\": [{\"type\": \"agent_as_tool\", "
+      "\"agent\": \"helper.json\", \"name\": \"ask_helper\", "
+      "\"description\": \"Ask the helper.\"}]}");
+  (void)snprintf(path, 128, "%s", a);
+}
+
 /* A run nested in a tool call (an agent used as a tool) is journaled too:
  * killed while the nested agent's second call runs, the resumed run goes
  * on inside the nested run, so that none of its model requests is sent
  * again and neither of its calls runs twice. */
 Test(crash, a_nested_run_is_journaled_and_nothing_repeats) {
   (void)test_write_file(dir, "helper.json", "{\"name\": \"Helper\"}");
-  const char *a = test_write_file(
-      dir, "a.json",
-      "{\"name\": \"Boss\", \"tools\": [{\"type\": \"agent_as_tool\", "
-      "\"agent\": \"helper.json\", \"name\": \"ask_helper\", "
-      "\"description\": \"Ask the helper.\"}]}");
   char ap[128];
-  (void)snprintf(ap, sizeof(ap), "%s", a);
+  boss(ap);
   struct test_model_server srv;
   test_model_server_start(
       &srv,
@@ -180,13 +186,8 @@ Test(crash, a_nested_run_that_needs_approval_fails_clearly) {
   (void)test_write_file(dir, "helper.json",
                         "{\"name\": \"Helper\", \"approvals\": "
                         "{\"exec_command\": \"always\"}}");
-  const char *a = test_write_file(
-      dir, "a.json",
-      "{\"name\": \"Boss\", \"tools\": [{\"type\": \"agent_as_tool\", "
-      "\"agent\": \"helper.json\", \"name\": \"ask_helper\", "
-      "\"description\": \"Ask the helper.\"}]}");
   char ap[128];
-  (void)snprintf(ap, sizeof(ap), "%s", a);
+  boss(ap);
   struct test_model_server srv;
   test_model_server_start(
       &srv,
