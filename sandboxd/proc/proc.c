@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "sandboxd/proc/proc_internal.h"
-#include "sandboxd/proc/reaper.h"
 #include "sandboxd/seccomp/seccomp_filter.h"
 #include "sandboxd/users/userdb.h"
 #include "shared/cleanup.h"
@@ -135,7 +134,6 @@ int proc_reserve_slot(struct proc_table *t, struct rpc_call *c,
  * and close stdin (a pipe nobody will read). */
 void proc_on_exit(struct proc_table *t, struct proc *p, int status) {
   p->running = false;
-  reaper_forget(t->d->reaper_fd, p->pid);
   p->status = status;
   for (int i = 0; i < 2; i++)
     proc_stream_drain(t, p, i, SIZE_MAX);

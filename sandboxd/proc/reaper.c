@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -14,35 +15,52 @@
 /* The most groups the reaper keeps; sandboxd's process limit is below. */
 #define REAPER_MAX 65536
 
-/* A message: 'a' (add) or 'f' (forget), then the group id. */
+/* How often the reaper forgets the groups that have emptied. */
+#define REAPER_PRUNE_MS 1000
+
+/* A message: 'a' (add), then the group id. */
 struct reaper_msg {
   char op;
   int32_t pgid;
 } __attribute__((packed));
 
-/* The reaper's loop: keeps the groups it is told of until sandboxd's end
- * of the pipe closes, then kills them. Only async-signal-safe calls. */
+/* Drops from GROUPS (*N of them) each group with no process left, so that
+ * its id, free for reuse, is never killed. */
+static void prune(pid_t *groups, size_t *n) {
+  for (size_t i = 0; i < *n;)
+    if (kill(-groups[i], 0) < 0 && errno == ESRCH)
+      groups[i] = groups[--*n];
+    else
+      i++;
+}
+
+/* The reaper's loop: keeps the groups it is told of while they have
+ * processes (a command that exited may leave some behind) until sandboxd's
+ * end of the pipe closes, then kills them. Only async-signal-safe calls. */
 static void reaper_main(int rfd) {
   static pid_t groups[REAPER_MAX];
   size_t n = 0;
   struct reaper_msg m;
   for (;;) {
+    struct pollfd pf = {.fd = rfd, .events = POLLIN};
+    int pr = poll(&pf, 1, REAPER_PRUNE_MS);
+    if (pr < 0 && errno == EINTR)
+      continue;
+    if (pr == 0) {
+      prune(groups, &n);
+      continue;
+    }
     ssize_t k = read(rfd, &m, sizeof(m));
     if (k < 0 && errno == EINTR)
       continue;
     if (k != (ssize_t)sizeof(m))
       break; /* sandboxd is gone (or wrote nonsense: treat it so) */
-    if (m.pgid <= 1)
+    if (m.pgid <= 1 || m.op != 'a')
       continue;
-    if (m.op == 'a' && n < REAPER_MAX) {
+    if (n == REAPER_MAX)
+      prune(groups, &n);
+    if (n < REAPER_MAX)
       groups[n++] = m.pgid;
-    } else if (m.op == 'f') {
-      for (size_t i = 0; i < n; i++)
-        if (groups[i] == m.pgid) {
-          groups[i] = groups[--n];
-          break;
-        }
-    }
   }
   for (size_t i = 0; i < n; i++)
     (void)kill(-groups[i], SIGKILL);
@@ -97,8 +115,4 @@ static void send_msg(int fd, char op, pid_t pgid) {
 
 void reaper_add(int fd, pid_t pgid) {
   send_msg(fd, 'a', pgid);
-}
-
-void reaper_forget(int fd, pid_t pgid) {
-  send_msg(fd, 'f', pgid);
 }

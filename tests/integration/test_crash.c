@@ -451,6 +451,33 @@ Test(crash, an_unisolated_sandbox_s_commands_die_with_it) {
   kill_during_exec(create, 1);
 }
 
+/* Unisolated, what a command that has exited left running in its process
+ * group dies with sandboxd too. */
+Test(crash, an_unisolated_sandbox_s_background_processes_die_with_it) {
+  const char *create[] = {"create", "--isolation", "none", NULL};
+  _cleanup_free_ char *id = sbx_sandbox_line(state, create);
+  char sid[64];
+  pid_t sd = the_sandbox(sid);
+  char cmd[96], pat[64];
+  unsigned secs = 3000 + ((unsigned)getpid() * 2 + 7) % 5000;
+  (void)snprintf(cmd, sizeof(cmd), "sleep %u >/dev/null 2>&1 & echo started",
+                 secs);
+  (void)snprintf(pat, sizeof(pat), "pgrep -x -f 'sleep %u' >/dev/null", secs);
+  const char *ex[] = {"exec", id, "--", "sh", "-c", cmd, NULL};
+  struct sbx_run_out r;
+  sbx_sandbox_run(&r, state, ex);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "started\n");
+  sbx_run_free(&r);
+  usleep(1500 * 1000); /* past the reaper's pruning of empty groups */
+  cr_assert_eq(system(pat), 0, "the background sleep is not running");
+  cr_assert_eq(kill(sd, SIGKILL), 0);
+  int st = 1;
+  for (int i = 0; i < 100 && (st = system(pat)) == 0; i++)
+    usleep(50 * 1000);
+  cr_expect_neq(st, 0, "a background process outlived its sandboxd");
+}
+
 /* The workspace directory on the host of the one recorded sandbox (new). */
 static char *the_workspace(void) {
   char id[64];
