@@ -233,7 +233,8 @@ int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e);
 void run_state_end(struct run *run, int r);
 /* Sets up the journaling of RUN, nested in PARENT's call CALL_ID; when a
  * resumed run journaled it before, RUN goes on from there: its
- * conversation, agent (*START), turn, usage, sandboxes and pending calls.
+ * conversation, agent (*START), turn, usage, sandboxes and pending calls;
+ * 1 when it had answered already (run->res->final_output is its answer).
  * Else run->items stays NULL. */
 int run_state_nested(struct run *run, const struct run *parent,
                      const char *call_id, const struct agent **start,

@@ -442,6 +442,17 @@ static void progress_load(struct run *run, json_t *p) {
   run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
 }
 
+/* Closes each sandbox recorded in SBS (a progress's "sandboxes"). */
+static void close_recorded_all(const struct run_options *o, json_t *sbs) {
+  const char *key;
+  json_t *sbj;
+  json_object_foreach(sbs, key, sbj) {
+    const char *rid = json_string_value(json_object_get(sbj, "record"));
+    if (rid)
+      run_close_recorded(o, rid);
+  }
+}
+
 /* Re-attaches each agent's sandbox recorded in SBS (a progress's
  * "sandboxes"). */
 static int reattach_all(struct run *run, json_t *sbs, struct sbx_error *e) {
@@ -559,6 +570,18 @@ int run_state_nested(struct run *run, const struct run *parent,
   run->items = json_incref(items);
   run->rs_items = json_array_size(items);
   *start = o->agents->agents[json_integer_value(agent)];
+  /* It had answered when the kill came, before its call's output was
+   * recorded: the answer is the call's output, and no model is asked
+   * again. */
+  const char *status = json_string_value(json_object_get(prog, "status"));
+  const char *fin = json_string_value(json_object_get(prog, "final_output"));
+  if (status && strcmp(status, "finished") == 0 && fin) {
+    close_recorded_all(o, json_object_get(prog, "sandboxes"));
+    progress_load(run, prog);
+    run->res->final_output = strdup(fin);
+    run->res->last_agent = (*start)->name;
+    return run->res->final_output ? 1 : -ENOMEM;
+  }
   json_t *pending = json_object_get(prog, "pending");
   if (json_is_array(pending) && json_array_size(pending) > 0)
     run->rs_pending = json_incref(pending);
@@ -587,15 +610,9 @@ void run_state_end(struct run *run, int r) {
       const char *path;
       json_t *st;
       json_object_foreach(sh->rs_nested, path, st) {
-        const char *key;
-        json_t *sbj;
-        json_object_foreach(
-            json_object_get(json_object_get(st, "progress"), "sandboxes"), key,
-            sbj) {
-          const char *rid = json_string_value(json_object_get(sbj, "record"));
-          if (rid)
-            run_close_recorded(sh->o, rid);
-        }
+        close_recorded_all(
+            sh->o,
+            json_object_get(json_object_get(st, "progress"), "sandboxes"));
       }
       (void)unlink(sh->rs_path);
       char jpath[JOURNAL_PATH_MAX];

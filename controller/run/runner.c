@@ -82,6 +82,8 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
     max_turns += run->first_turn - 1;
   if (r == 0)
     r = run_loop(run, start, max_turns, e);
+  else if (r == 1)
+    r = 0; /* it had answered before the kill */
   run_close_sandboxes(run, false);
   trace_set_int(run->span, "sbx.turns", res.turns);
   run_trace_usage(run->span, &res.usage);

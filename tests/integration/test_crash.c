@@ -78,10 +78,11 @@ static const char big_then_slow[] =
     " {\"text\": \"done\"}]}";
 
 /* Runs AGENT on "go" against SRV, kills sbx with SIGKILL a second after
- * SRV got N requests (a call still running), resumes the run and expects
- * it to answer "done". */
+ * SRV got N requests (a call still running), calls BETWEEN (if given) with
+ * the run state's path, resumes the run and expects it to answer "done". */
 static void kill_and_resume(const struct test_model_server *srv,
-                            const char *agent, size_t n) {
+                            const char *agent, size_t n,
+                            void (*between)(const char *rs)) {
   char errp[128];
   (void)snprintf(errp, sizeof(errp), "%s/err1", dir);
   const char *run[] = {"run", "--state-dir", state, agent, "go", NULL};
@@ -93,6 +94,8 @@ static void kill_and_resume(const struct test_model_server *srv,
   waitpid(pid, &st, 0);
   _cleanup_free_ char *rs = test_run_state(state);
   cr_assert_not_null(rs, "the kill left no run state");
+  if (between)
+    between(rs);
   struct sbx_run_out r;
   const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
   sbx_run(&r, srv->base_url, res);
@@ -109,7 +112,7 @@ Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
   const char *a = test_write_file(dir, "a.json", "{\"name\": \"A\"}");
   struct test_model_server srv;
   test_model_server_start(&srv, big_then_slow, NULL);
-  kill_and_resume(&srv, a, 2); /* killed with c3 done, c2 sleeping */
+  kill_and_resume(&srv, a, 2, NULL); /* killed with c3 done, c2 sleeping */
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   /* Turns 1..4: inputs of 1, 3, 6 and 8 items, each sent once. */
@@ -165,7 +168,7 @@ Test(crash, a_nested_run_is_journaled_and_nothing_repeats) {
       " {\"text\": \"helped\"},"
       " {\"text\": \"done\"}]",
       NULL);
-  kill_and_resume(&srv, ap, 3); /* killed with h1 done, h2 sleeping */
+  kill_and_resume(&srv, ap, 3, NULL); /* killed with h1 done, h2 sleeping */
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   cr_expect_eq(json_array_size(reqs), 5, "model requests: %zu",
@@ -177,6 +180,56 @@ Test(crash, a_nested_run_is_journaled_and_nothing_repeats) {
   cr_expect(strstr(log, "Output:\none\ntwo\n") != NULL, "%s", log);
   cr_expect_str_eq(test_call_output(reqs, 4, "t1"), "helped");
   json_decref(reqs);
+}
+
+/* Removes from the journal of the run state RS the output line of call
+ * t1, as a kill between the end of t1's nested run and that line would
+ * have left it. */
+static void drop_t1_output(const char *rs) {
+  char jp[512], cmd[1200];
+  (void)snprintf(jp, sizeof(jp), "%s.items", rs);
+  (void)snprintf(cmd, sizeof(cmd),
+                 "grep -q '\"sbx.call_output\".*\"call_id\":\"t1\"' %s && "
+                 "sed -i '/\"sbx.call_output\".*\"call_id\":\"t1\"/d' %s",
+                 jp, jp);
+  cr_assert_eq(system(cmd), 0, "no output line of t1 in %s", jp);
+}
+
+/* A nested run that had answered when the kill came, before its call's
+ * output was recorded, gives that answer on resume without asking the
+ * model again (and leaves no sandbox behind). */
+Test(crash, a_nested_run_that_had_answered_is_not_asked_again) {
+  (void)test_write_file(dir, "helper.json", "{\"name\": \"Helper\"}");
+  char ap[128];
+  boss(ap);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"ask_helper\", \"call_id\": \"t1\", "
+      "\"arguments\": {\"input\": \"help\"}},"
+      " {\"name\": \"exec_command\", \"call_id\": \"c2\", "
+      "\"arguments\": {\"cmd\": \"sleep 3; echo slow\", \"yield_time_ms\": "
+      "10000}}]},"
+      " {\"text\": \"helped\"},"
+      " {\"text\": \"done\"}]",
+      NULL);
+  kill_and_resume(&srv, ap, 2, drop_t1_output); /* t1 done, c2 sleeping */
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(json_array_size(reqs), 3, "model requests: %zu",
+               json_array_size(reqs));
+  cr_expect_str_eq(test_call_output(reqs, 2, "t1"), "helped");
+  json_decref(reqs);
+  char sbs[160];
+  (void)snprintf(sbs, sizeof(sbs), "%s/sandboxes", state);
+  DIR *d = opendir(sbs);
+  size_t n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    n += strstr(de->d_name, ".json") != NULL;
+  if (d)
+    closedir(d);
+  cr_expect_eq(n, 0u, "sandboxes left recorded after the run");
 }
 
 /* An agent used as a tool whose call needs approval cannot pause the run
