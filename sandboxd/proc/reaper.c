@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shared/log.h"
@@ -18,11 +19,15 @@
 /* How often the reaper forgets the groups that have emptied. */
 #define REAPER_PRUNE_MS 1000
 
-/* A message: 'a' (add), then the group id. */
-struct reaper_msg {
-  char op;
-  int32_t pgid;
-} __attribute__((packed));
+/* A message: the id of a group to kill when sandboxd dies. */
+typedef int32_t reaper_msg;
+
+/* CLOCK_MONOTONIC in milliseconds (async-signal-safe). */
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 /* Drops from GROUPS (*N of them) each group with no process left, so that
  * its id, free for reuse, is never killed. */
@@ -40,27 +45,31 @@ static void prune(pid_t *groups, size_t *n) {
 static void reaper_main(int rfd) {
   static pid_t groups[REAPER_MAX];
   size_t n = 0;
-  struct reaper_msg m;
+  uint64_t last = now_ms();
   for (;;) {
     struct pollfd pf = {.fd = rfd, .events = POLLIN};
     int pr = poll(&pf, 1, REAPER_PRUNE_MS);
-    if (pr < 0 && errno == EINTR)
-      continue;
-    if (pr == 0) {
+    if (pr < 0 && errno != EINTR)
+      break;
+    /* Every second, however busy the pipe. */
+    if (now_ms() - last >= REAPER_PRUNE_MS) {
       prune(groups, &n);
-      continue;
+      last = now_ms();
     }
+    if (pr <= 0)
+      continue;
+    reaper_msg m;
     ssize_t k = read(rfd, &m, sizeof(m));
     if (k < 0 && errno == EINTR)
       continue;
     if (k != (ssize_t)sizeof(m))
       break; /* sandboxd is gone (or wrote nonsense: treat it so) */
-    if (m.pgid <= 1 || m.op != 'a')
+    if (m <= 1)
       continue;
     if (n == REAPER_MAX)
       prune(groups, &n);
     if (n < REAPER_MAX)
-      groups[n++] = m.pgid;
+      groups[n++] = m;
   }
   for (size_t i = 0; i < n; i++)
     (void)kill(-groups[i], SIGKILL);
@@ -100,19 +109,15 @@ int reaper_start(int *fd) {
   return 0;
 }
 
-/* Sends OP for PGID; a lost message is logged, not fatal. */
-static void send_msg(int fd, char op, pid_t pgid) {
+/* A lost message is logged, not fatal. */
+void reaper_add(int fd, pid_t pgid) {
   if (fd < 0)
     return;
-  struct reaper_msg m = {.op = op, .pgid = (int32_t)pgid};
+  reaper_msg m = (int32_t)pgid;
   ssize_t k;
   do
     k = write(fd, &m, sizeof(m));
   while (k < 0 && errno == EINTR);
   if (k != (ssize_t)sizeof(m))
     log_debug("reaper: cannot record group %d: %m", (int)pgid);
-}
-
-void reaper_add(int fd, pid_t pgid) {
-  send_msg(fd, 'a', pgid);
 }

@@ -6,10 +6,10 @@
  *
  * A group is kept while it has processes, after its command exited too
  * (what it left running in the background dies with sandboxd); the reaper
- * forgets a group within a second of its emptying (while it has a
- * process, its id cannot name another group; after, only a new group
- * leader given the same pid within that second could be mistaken for
- * it). A command that leaves its process group (setsid)
+ * forgets a group within a second of its emptying, however busy it is
+ * (while a group has a process its id cannot name another group; after,
+ * only a new group leader given the same pid within that second could be
+ * mistaken for it). A command that leaves its process group (setsid)
  * escapes it, as it may in an unisolated sandbox anyway. Writes are one
  * small message each, safe from any thread. */
 #ifndef SANDBOXD_REAPER_H
