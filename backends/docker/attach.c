@@ -13,7 +13,6 @@
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
-#include "shared/peer.h"
 
 /* The host side of the container's runtime directory, from the mounts in
  * its inspection; it must be a directory of ours (or handed to D's
@@ -222,9 +221,7 @@ int docker_save(const struct sandbox *s, json_t *obj) {
   json_t *o = json_pack("{s:s, s:s, s:s?, s:s?}", "container", d->container,
                         "session_id", s->session_id, "token_file",
                         d->token_path, "host", d->host);
-  if (!o || (d->heartbeat_ms &&
-             json_object_set_new(o, "heartbeat_ms",
-                                 json_integer(d->heartbeat_ms)) < 0)) {
+  if (!o || backend_heartbeat_save(d->heartbeat_ms, o) < 0) {
     json_decref(o);
     return -ENOMEM;
   }
@@ -262,9 +259,7 @@ int docker_attach(const struct backend_options *bo, json_t *obj,
       .host = json_string_value(json_object_get(obj, "host"))};
   struct backend_options abo = bo ? *bo : (struct backend_options){0};
   abo.own = &own;
-  json_int_t hb = json_integer_value(json_object_get(obj, "heartbeat_ms"));
-  if (!abo.heartbeat_ms && hb > 0 && hb <= SBX_PEER_HEARTBEAT_MAX_MS)
-    abo.heartbeat_ms = (unsigned)hb;
+  abo.heartbeat_ms = backend_heartbeat(bo, obj);
   r = docker_resume(&abo, &a, out, e);
   explicit_bzero(tok, len);
   if (r == 0) {

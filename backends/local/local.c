@@ -39,7 +39,6 @@
 #include "shared/clock.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
-#include "shared/peer.h"
 #include "shared/port.h"
 #include "shared/rand.h"
 
@@ -680,9 +679,7 @@ static int local_save(const struct sandbox *s, json_t *obj) {
                 "sandboxd", l->sandboxd, "seccomp", l->seccomp, "token_file",
                 l->token_path, "log_file", l->log_path, "grants", g);
   if (!o || (l->opt.isolate && save_isolation(l, o) < 0) ||
-      (l->heartbeat_ms &&
-       json_object_set_new(o, "heartbeat_ms", json_integer(l->heartbeat_ms)) <
-           0)) {
+      backend_heartbeat_save(l->heartbeat_ms, o) < 0) {
     json_decref(o);
     return -ENOMEM;
   }
@@ -709,10 +706,7 @@ static int local_attach(const struct backend_options *o, json_t *obj,
   if (!l)
     return -ENOMEM;
   l->detached = true;
-  json_int_t hb = json_integer_value(json_object_get(obj, "heartbeat_ms"));
-  l->heartbeat_ms = o && o->heartbeat_ms ? o->heartbeat_ms
-                    : hb > 0 && hb <= SBX_PEER_HEARTBEAT_MAX_MS ? (unsigned)hb
-                                                                : 0;
+  l->heartbeat_ms = backend_heartbeat(o, obj);
   int r;
   if ((r = take_str(obj, "socket", &l->url, true, e)) < 0 ||
       (r = take_str(obj, "workspace", &l->workspace, true, e)) < 0 ||

@@ -168,6 +168,13 @@ int backend_options_parse(const struct backend *b, json_t *obj,
                           const char *where, void **own, struct sbx_error *e);
 void backend_options_free(const struct backend *b, void *own);
 
+/* The heartbeat a backend's client uses when it attaches: BO's when given
+ * (BO may be NULL), else the one SAVED (what the backend's save() wrote)
+ * records, else 0 (SBX_PEER_HEARTBEAT_MS). */
+unsigned backend_heartbeat(const struct backend_options *bo, json_t *saved);
+/* Records HEARTBEAT_MS in SAVED, save()'s object; 0 records nothing. */
+int backend_heartbeat_save(unsigned heartbeat_ms, json_t *saved);
+
 /* Adds NAME=VALUE to the sandbox's command environment (replacing). */
 int sandbox_setenv(struct sandbox *s, const char *name, const char *value);
 

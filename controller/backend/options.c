@@ -1,6 +1,6 @@
 /* Backend options as JSON: the checks every backend's options_parse starts
  * with (known keys, their types), and a CLI flag's text as an option's
- * value. */
+ * value, and the heartbeat a backend records with a sandbox. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -8,6 +8,7 @@
 
 #include "controller/backend/backend.h"
 #include "shared/json.h"
+#include "shared/peer.h"
 
 static const char *type_name(enum backend_option_type t) {
   static const char *const names[] = {
@@ -119,4 +120,20 @@ int backend_options_parse(const struct backend *b, json_t *obj,
 void backend_options_free(const struct backend *b, void *own) {
   if (own && b->options_free)
     b->options_free(own);
+}
+
+unsigned backend_heartbeat(const struct backend_options *bo, json_t *saved) {
+  if (bo && bo->heartbeat_ms)
+    return bo->heartbeat_ms;
+  json_int_t v = json_integer_value(json_object_get(saved, "heartbeat_ms"));
+  return v > 0 && v <= SBX_PEER_HEARTBEAT_MAX_MS ? (unsigned)v : 0;
+}
+
+int backend_heartbeat_save(unsigned heartbeat_ms, json_t *saved) {
+  if (!heartbeat_ms)
+    return 0;
+  return json_object_set_new(saved, "heartbeat_ms",
+                             json_integer(heartbeat_ms)) < 0
+             ? -ENOMEM
+             : 0;
 }
