@@ -82,13 +82,16 @@ static void usage_run(FILE *f) {
       "                       (its agent file and prompt come from it)\n"
       "  --snapshot MODE      local (default): when the run pauses, "
       "snapshot each of\n"
-      "                       its sandboxes, so that a resume whose sandbox "
-      "is gone\n"
-      "                       goes on in one restored from it; none: no "
-      "snapshots.\n"
-      "                       A resume keeps the run's unless given; a run "
-      "that ends\n"
-      "                       removes its snapshots\n"
+      "                       its sandboxes (not a --sandbox one, which "
+      "outlives it),\n"
+      "                       so that a resume whose sandbox is gone goes "
+      "on in one\n"
+      "                       restored from it; none: no snapshots. A "
+      "resume keeps\n"
+      "                       the run's unless given; a run that ends "
+      "removes its\n"
+      "                       snapshots; not with --approve ask (no "
+      "pauses)\n"
       "  --snapshot-dir DIR   where the run's snapshots go (default "
       "STATE-DIR/snapshots)\n"
       "  --approve MODE       stop (default): a call that needs approval "
@@ -420,6 +423,13 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
   }
   if (c->o.model_cfg.record_path && c->o.model_cfg.replay_path) {
     fprintf(stderr, "sbx run: --record and --replay cannot be combined\n");
+    return 2;
+  }
+  if (c->ask && (c->o.snapshot || c->o.snapshot_dir)) {
+    fprintf(stderr,
+            "sbx run: --%s: a run with --approve ask never pauses, "
+            "so it takes no snapshots\n",
+            c->o.snapshot ? "snapshot" : "snapshot-dir");
     return 2;
   }
   /* A flag given replaces the agent file's run_config (choose_backend),

@@ -225,7 +225,8 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
                    json_t *pending, struct sbx_error *e);
 /* Records the OUTPUT item (borrowed) of a call of the pending turn as soon
  * as the call is done, so that a resume after a kill does not run it
- * again; a no-op without a state dir or in a nested run. Thread-safe. */
+ * again; a no-op without a state dir or in a nested run that is not
+ * journaled. Thread-safe. */
 int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e);
 /* Ends the state of a run that returned R: closes the journal and, unless
  * the run paused, removes its files; sets res->state_path. The sandboxes
@@ -263,10 +264,11 @@ void run_close_recorded(const struct run_options *o, const char *record_id);
 
 /* ---- snapshots.c --------------------------------------------------- */
 
-/* The run's snapshot settings into SH (snap_off, snap_dir): o->snapshot
- * and o->snapshot_dir, else what the run state sh->rs recorded (a resumed
- * run's), else local in STATE_DIR/snapshots; recorded in sh->rs. */
-int run_snapshots_settle(struct shared *sh, struct sbx_error *e);
+/* The run's snapshot settings into RUN's shared state (snap_off,
+ * snap_dir): o->snapshot and o->snapshot_dir, else what the run state
+ * sh->rs recorded (a resumed run's), else local in STATE_DIR/snapshots;
+ * recorded in sh->rs. A bad setting is a configuration error. */
+int run_snapshots_settle(struct run *run, struct sbx_error *e);
 /* Snapshots each recorded sandbox of the root run RUN as it pauses, into
  * its agent state's snapshot (saved with the run state). A failure is
  * warned about and keeps the earlier snapshot: the run pauses anyway, its

@@ -272,7 +272,7 @@ int run_state_begin(struct run *run, struct sbx_error *e) {
       json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:{}}", "version", 1, "run_id",
                 sh->run_id, "agent_path", abs, "prompt", o->prompt,
                 "created_at", created, "status", "running", "decisions");
-  return sh->rs ? run_snapshots_settle(sh, e) : -ENOMEM;
+  return sh->rs ? run_snapshots_settle(run, e) : -ENOMEM;
 }
 
 /* Takes the nested run's journal line IT (of path PATH) into NESTED: a
@@ -529,7 +529,7 @@ int run_state_resume(struct run *run, const struct agent **start,
   sh->rs_seq = json_integer_value(json_object_get(rs, "seq"));
   *start = o->agents->agents[json_integer_value(agent)];
   progress_load(run, rs);
-  r = run_snapshots_settle(sh, e);
+  r = run_snapshots_settle(run, e);
   if (r < 0)
     return r;
   return reattach_all(run, json_object_get(rs, "sandboxes"), e);

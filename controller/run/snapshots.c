@@ -22,7 +22,8 @@
 /* The run state's member with the run's snapshot settings. */
 #define RS_SNAPSHOTS "snapshots"
 
-int run_snapshots_settle(struct shared *sh, struct sbx_error *e) {
+int run_snapshots_settle(struct run *run, struct sbx_error *e) {
+  struct shared *sh = run->sh;
   const struct run_options *o = sh->o;
   json_t *was = json_object_get(sh->rs, RS_SNAPSHOTS);
   const char *type = o->snapshot;
@@ -33,18 +34,21 @@ int run_snapshots_settle(struct shared *sh, struct sbx_error *e) {
     dir = json_string_value(json_object_get(was, "dir"));
   if (!type)
     type = "local";
-  if (strcmp(type, "local") != 0 && strcmp(type, "none") != 0)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "a run's snapshots are \"local\" or \"none\", not "
-                         "\"%.64s\"",
-                         type);
   sh->snap_off = strcmp(type, "none") == 0;
   int n = dir ? snprintf(sh->snap_dir, sizeof(sh->snap_dir), "%s", dir)
               : snprintf(sh->snap_dir, sizeof(sh->snap_dir), "%s/snapshots",
                          o->state_dir);
-  if (n < 0 || (size_t)n >= sizeof(sh->snap_dir))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
-                         "the snapshot directory's path is too long");
+  const char *why = NULL;
+  if (!sh->snap_off && strcmp(type, "local") != 0)
+    why = "a run's snapshots are \"local\" or \"none\"";
+  else if (sh->snap_off && o->snapshot_dir)
+    why = "--snapshot-dir: the run takes no snapshots (--snapshot none)";
+  else if (n < 0 || (size_t)n >= sizeof(sh->snap_dir))
+    why = "the snapshot directory's path is too long";
+  if (why) {
+    run->res->config_error = true; /* the command line's (exit 2) */
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s", why);
+  }
   if (json_object_set_new(
           sh->rs, RS_SNAPSHOTS,
           json_pack("{s:s, s:s}", "type", type, "dir", sh->snap_dir)) < 0)
@@ -59,8 +63,8 @@ static void remove_snapshot(json_t *snap) {
     log_warn("cannot remove the snapshot \"%s\": %s", loc, strerror(errno));
 }
 
-/* Snapshots ST's sandbox (agent NAME's) into the run's snapshot dir at
- * TURN: ST's snapshot record is replaced on success. */
+/* Snapshots ST's sandbox (agent NAME's) into the run's snapshot dir,
+ * recording the turn: ST's snapshot record is replaced on success. */
 static int snapshot_one(struct run *run, struct agent_state *st,
                         const char *name, struct sbx_error *e) {
   struct shared *sh = run->sh;

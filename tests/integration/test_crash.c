@@ -136,9 +136,10 @@ Test(crash, a_big_step_is_journaled_and_nothing_repeats) {
   json_decref(reqs);
 }
 
-/* Writes the agent "Boss", which has helper.json (written by the caller)
- * as its tool ask_helper; its path goes to PATH. */
-static void boss(char path[128]) {
+/* Writes helper.json holding HELPER and the agent "Boss", which has it as
+ * its tool ask_helper; Boss's path goes to PATH. */
+static void boss(char path[128], const char *helper) {
+  (void)test_write_file(dir, "helper.json", helper);
   const char *a = test_write_file(
       dir, "a.json",
       "{\"name\": \"Boss\", \"tools\": [{\"type\": \"agent_as_tool\", "
@@ -147,19 +148,22 @@ static void boss(char path[128]) {
   (void)snprintf(path, 128, "%s", a);
 }
 
+/* Boss's call of its helper, in a scripted response's tool_calls. */
+#define ASK_HELPER_T1                                                          \
+  "{\"name\": \"ask_helper\", \"call_id\": \"t1\", \"arguments\": "            \
+  "{\"input\": \"help\"}}"
+
 /* A run nested in a tool call (an agent used as a tool) is journaled too:
  * killed while the nested agent's second call runs, the resumed run goes
  * on inside the nested run, so that none of its model requests is sent
  * again and neither of its calls runs twice. */
 Test(crash, a_nested_run_is_journaled_and_nothing_repeats) {
-  (void)test_write_file(dir, "helper.json", "{\"name\": \"Helper\"}");
   char ap[128];
-  boss(ap);
+  boss(ap, "{\"name\": \"Helper\"}");
   struct test_model_server srv;
   test_model_server_start(
       &srv,
-      "[{\"tool_calls\": [{\"name\": \"ask_helper\", \"call_id\": \"t1\", "
-      "\"arguments\": {\"input\": \"help\"}}]},"
+      "[{\"tool_calls\": [" ASK_HELPER_T1 "]},"
       " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"h1\", "
       "\"arguments\": {\"cmd\": \"echo one >> runs.log\"}}]},"
       " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"h2\", "
@@ -199,14 +203,12 @@ static void drop_t1_output(const char *rs) {
  * output was recorded, gives that answer on resume without asking the
  * model again (and leaves no sandbox behind). */
 Test(crash, a_nested_run_that_had_answered_is_not_asked_again) {
-  (void)test_write_file(dir, "helper.json", "{\"name\": \"Helper\"}");
   char ap[128];
-  boss(ap);
+  boss(ap, "{\"name\": \"Helper\"}");
   struct test_model_server srv;
   test_model_server_start(
       &srv,
-      "[{\"tool_calls\": [{\"name\": \"ask_helper\", \"call_id\": \"t1\", "
-      "\"arguments\": {\"input\": \"help\"}},"
+      "[{\"tool_calls\": [" ASK_HELPER_T1 ","
       " {\"name\": \"exec_command\", \"call_id\": \"c2\", "
       "\"arguments\": {\"cmd\": \"sleep 3; echo slow\", \"yield_time_ms\": "
       "10000}}]},"
@@ -236,16 +238,13 @@ Test(crash, a_nested_run_that_had_answered_is_not_asked_again) {
  * (the approval would have no run state to wait in): the run fails saying
  * so and what to do, instead of answering the call with nothing. */
 Test(crash, a_nested_run_that_needs_approval_fails_clearly) {
-  (void)test_write_file(dir, "helper.json",
-                        "{\"name\": \"Helper\", \"approvals\": "
-                        "{\"exec_command\": \"always\"}}");
   char ap[128];
-  boss(ap);
+  boss(ap, "{\"name\": \"Helper\", \"approvals\": {\"exec_command\": "
+           "\"always\"}}");
   struct test_model_server srv;
   test_model_server_start(
       &srv,
-      "[{\"tool_calls\": [{\"name\": \"ask_helper\", \"call_id\": \"t1\", "
-      "\"arguments\": {\"input\": \"help\"}}]},"
+      "[{\"tool_calls\": [" ASK_HELPER_T1 "]},"
       " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"h1\", "
       "\"arguments\": {\"cmd\": \"echo one\"}}]},"
       " {\"text\": \"not reached\"}]",

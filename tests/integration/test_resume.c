@@ -304,6 +304,24 @@ Test(resume, resume_errors) {
     cr_expect(strstr(r.err, snaps[i].want) != NULL, "%s", r.err);
     sbx_run_free(&r);
   }
+  /* Settings that would do nothing are refused by name. */
+  const char *never[] = {"run",   "--approve", "ask", "--snapshot",
+                         "local", "a",         "b",   NULL};
+  sbx_run(&r, NULL, never);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "--snapshot: a run with --approve ask never "
+                          "pauses") != NULL,
+            "%s", r.err);
+  sbx_run_free(&r);
+  const char *a = write_agent("{\"name\": \"A\"}");
+  const char *nodir[] = {
+      "run", "--state-dir", state, "--snapshot", "none", "--snapshot-dir", dir,
+      a,     "a prompt",    NULL};
+  sbx_run(&r, NULL, nodir);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "--snapshot-dir: the run takes no snapshots") != NULL,
+            "%s", r.err);
+  sbx_run_free(&r);
 }
 
 /* The record id of agent 0's sandbox in the run state RS (new). */
