@@ -51,6 +51,7 @@ struct model_client {
   unsigned connect_timeout_ms;
   unsigned first_byte_timeout_ms;
   unsigned idle_timeout_ms;
+  const volatile bool *cancel; /* borrowed, or NULL */
   unsigned max_retries;
   unsigned retry_base_ms;
   size_t max_response_bytes;
@@ -201,6 +202,7 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
   m->first_byte_timeout_ms = cfg->first_byte_timeout_ms
                                  ? cfg->first_byte_timeout_ms
                                  : DEFAULT_FIRST_BYTE_TIMEOUT_MS;
+  m->cancel = cfg->cancel;
   m->idle_timeout_ms =
       cfg->idle_timeout_ms ? cfg->idle_timeout_ms : DEFAULT_IDLE_TIMEOUT_MS;
   m->max_retries = cfg->no_retries    ? 0
@@ -434,11 +436,16 @@ static void deliver_text(const struct model_client *m, json_t *output) {
 
 /* ---- one live call ------------------------------------------------- */
 
-static void sleep_ms(unsigned long long ms) {
-  struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
-                        .tv_nsec = (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-    ;
+/* Waits MS, in slices of at most 100 ms so that a cancel (CANCEL, may be
+ * NULL) ends the wait. */
+static void sleep_ms(unsigned long long ms, const volatile bool *cancel) {
+  while (ms && !(cancel && *cancel)) {
+    unsigned long long d = ms < 100 ? ms : 100;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)d * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+      ;
+    ms -= d;
+  }
 }
 
 /* The wait before retry number ATTEMPT (0-based): Retry-After when the
@@ -494,6 +501,7 @@ static int attempt_call(struct model_client *m, const char *body,
       .connect_timeout_ms = m->connect_timeout_ms,
       .first_byte_timeout_ms = m->first_byte_timeout_ms,
       .idle_timeout_ms = m->idle_timeout_ms,
+      .cancel = m->cancel,
       .max_response_bytes = m->max_response_bytes,
       .on_data = m->stream ? on_data : NULL,
       .data_arg = &sc,
@@ -626,7 +634,10 @@ static int live_call(struct model_client *m, json_t *body, json_t **reply,
     unsigned long long wait = backoff_ms(m, attempt, retry_after);
     log_debug("model: %s; retrying in %llu ms (%u of %u)", e ? e->msg : "error",
               wait, attempt + 1, m->max_retries);
-    sleep_ms(wait);
+    sleep_ms(wait, m->cancel);
+    if (m->cancel && *m->cancel)
+      return sbx_error_set(e, SBX_OK, ECANCELED,
+                           "the model call was cancelled");
   }
 }
 

@@ -62,6 +62,9 @@ struct model_config {
   const char *replay_path;   /* serve responses from such a file */
   model_delta_fn on_delta;
   void *delta_arg;
+  /* When set, a call (a request in flight or a wait between retries)
+   * stops soon after *cancel turns true: -ECANCELED. Borrowed. */
+  const volatile bool *cancel;
 };
 
 /* Sets CFG's timeouts from SPEC, "NAME=SECONDS[,...]" with NAME connect,

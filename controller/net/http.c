@@ -43,6 +43,7 @@ struct xfer {
   uint64_t t_start;       /* sbx_now_ns() when the request began */
   uint64_t t_last;        /* ...when the last response byte came; 0: none */
   const char *gave_up;    /* the timeout that aborted it, or NULL */
+  bool cancelled;         /* req->cancel stopped it */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -270,7 +271,9 @@ static int on_progress(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult,
     x->gave_up = "first_byte";
   else if (x->t_last && idle && now - x->t_last >= (uint64_t)idle * 1000000u)
     x->gave_up = "idle";
-  return x->gave_up ? 1 : 0;
+  if (x->req->cancel && *x->req->cancel)
+    x->cancelled = true;
+  return x->gave_up || x->cancelled ? 1 : 0;
 }
 
 static int setup(struct xfer *x, const char *method, struct curl_slist *headers,
@@ -305,7 +308,7 @@ static int setup(struct xfer *x, const char *method, struct curl_slist *headers,
   } else {
     return -EINVAL;
   }
-  if (req->first_byte_timeout_ms || req->idle_timeout_ms) {
+  if (req->first_byte_timeout_ms || req->idle_timeout_ms || req->cancel) {
     x->t_start = sbx_now_ns();
     SET(CURLOPT_XFERINFOFUNCTION, on_progress);
     SET(CURLOPT_XFERINFODATA, x);
@@ -411,6 +414,9 @@ static int perform(struct http_client *c, const char *method,
     r = sbx_error_set(e, SBX_INTERNAL, EIO,
                       "upload to %s ended after %llu of %llu bytes", shown,
                       x.put, req->upload_len);
+  } else if (x.cancelled) {
+    r = sbx_error_set(e, SBX_OK, ECANCELED, "the request to %s was cancelled",
+                      shown);
   } else if (x.gave_up) {
     bool fb = strcmp(x.gave_up, "first_byte") == 0;
     r = sbx_error_set(

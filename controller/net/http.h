@@ -66,6 +66,9 @@ struct http_request {
    * once a second. */
   unsigned first_byte_timeout_ms;
   unsigned idle_timeout_ms;
+  /* When set, the transfer stops within about a second once *cancel turns
+   * true: -ECANCELED. */
+  const volatile bool *cancel;
 };
 
 struct http_response {

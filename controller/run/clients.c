@@ -38,6 +38,7 @@ static int slot_open(struct shared *sh, struct client_slot *c,
                      struct sbx_error *e) {
   struct model_config cfg = sh->o->model_cfg;
   cfg.api = api;
+  cfg.cancel = sh->o->cancel;
   if (a->base_url)
     cfg.base_url = a->base_url;
   if (sh->ev) {

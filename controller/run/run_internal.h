@@ -11,6 +11,7 @@
 #ifndef SBX_RUN_INTERNAL_H
 #define SBX_RUN_INTERNAL_H
 
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -118,6 +119,16 @@ struct call_job {
 };
 
 /* Whether agent A has capability C. */
+/* Whether the run was asked to stop (run_options.cancel), with E saying
+ * so when it was. */
+static inline bool run_cancelled(const struct run *run, struct sbx_error *e) {
+  const volatile bool *c = run->sh->o->cancel;
+  if (!c || !*c)
+    return false;
+  (void)sbx_error_set(e, SBX_OK, ECANCELED, "the run was cancelled");
+  return true;
+}
+
 static inline bool run_has_cap(const struct agent *a, enum agent_capability c) {
   for (size_t i = 0; i < a->ncapabilities; i++)
     if (a->capabilities[i] == c)

@@ -158,9 +158,18 @@ int runner_run(const struct run_options *o, struct run_result *res,
     e = &local;
   uint64_t t0 = sbx_now_ns();
   struct shared sh = {.o = o, .rs_jfd = -1};
-  if (sbx_random_id(sh.run_id) < 0)
+  if (o->run_id) {
+    if (strlen(o->run_id) != 32 || strspn(o->run_id, "0123456789abcdef") != 32)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "\"%s\" is not a run id (32 hex digits)", o->run_id);
+    memcpy(sh.run_id, o->run_id, 33);
+  } else if (sbx_random_id(sh.run_id) < 0) {
     return sbx_error_set(e, SBX_INTERNAL, EIO, "cannot make a run id");
-  if (o->events && events_new(o->events, sh.run_id, &sh.ev, e) < 0)
+  }
+  if (o->event_sink
+          ? events_new_sink(o->event_sink, o->event_arg, sh.run_id,
+                            o->event_seq, &sh.ev, e) < 0
+          : o->events && events_new(o->events, sh.run_id, &sh.ev, e) < 0)
     return -ENOMEM;
   pthread_mutex_init(&sh.mu, NULL);
   pthread_mutex_init(&sh.rs_mu, NULL);

@@ -17,6 +17,7 @@
 #include "controller/config/agent.h"
 #include "controller/model/model.h"
 #include "controller/sandbox/lifecycle.h"
+#include "controller/telemetry/events.h"
 #include "shared/errors.h"
 
 struct tracer;
@@ -64,6 +65,15 @@ struct run_options {
    * else STATE_DIR/snapshots). */
   const char *snapshot;
   const char *snapshot_dir;
+  /* sbx serve: the run's id (32 hex digits; NULL: a new one), its events
+   * handed to EVENT_SINK (telemetry/events.h) numbered after EVENT_SEQ
+   * instead of written to EVENTS, and CANCEL, which stops the run at its
+   * next step once true (a model call in flight included): -ECANCELED. */
+  const char *run_id;
+  events_sink_fn event_sink;
+  void *event_arg;
+  uint64_t event_seq;
+  const volatile bool *cancel;
 };
 
 /* runner_run's result for a run that stopped to wait for approvals; the
@@ -87,5 +97,13 @@ struct run_result {
 int runner_run(const struct run_options *o, struct run_result *res,
                struct sbx_error *e);
 void run_result_clear(struct run_result *r);
+
+/* Records a person's decision on the call CALL_ID that the paused run
+ * whose state file is PATH waits for (sbx approve, sbx reject, the
+ * server's approvals); REASON (may be NULL) reaches the model with a
+ * rejection. -ENOENT when no such call is pending, -EINVAL when PATH is
+ * not a readable run state, -EIO when it cannot be written; E says so. */
+int runner_decide(const char *path, const char *call_id, bool approve,
+                  const char *reason, struct sbx_error *e);
 
 #endif

@@ -288,6 +288,8 @@ static int turn_run_calls(struct turn *t, struct sbx_error *e) {
     return r;
   if (awaiting)
     return turn_pause(t, e);
+  if (run_cancelled(run, e))
+    return -ECANCELED;
   run_calls(t->jobs, t->njobs);
   r = turn_collect(t, e);
   model_response_clear(&t->resp);
@@ -314,6 +316,8 @@ int run_loop(struct run *run, const struct agent *start, int64_t max_turns,
     if (turn > max_turns)
       return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
                            "max turns (%lld) exceeded", (long long)max_turns);
+    if (run_cancelled(run, e))
+      return -ECANCELED;
     run->turn = turn;
     run->turn_span = trace_child(run->span, TRACE_TURN);
     _cleanup_(turn_scope_end) struct turn_scope scope = {run, e, false};

@@ -13,7 +13,9 @@
 #include "shared/log.h"
 
 struct events {
-  FILE *out; /* borrowed */
+  FILE *out; /* borrowed; NULL with a sink */
+  events_sink_fn sink;
+  void *sink_arg;
   char run_id[33];
   pthread_mutex_t mu; /* seq, the FILE and write_failed */
   uint64_t seq;
@@ -33,6 +35,18 @@ int events_new(FILE *out, const char *run_id, struct events **ev,
     return sbx_error_set(e, SBX_OK, ENOMEM, "cannot create a mutex");
   }
   *ev = x;
+  return 0;
+}
+
+int events_new_sink(events_sink_fn fn, void *arg, const char *run_id,
+                    uint64_t last_seq, struct events **ev,
+                    struct sbx_error *e) {
+  int r = events_new(NULL, run_id, ev, e);
+  if (r < 0)
+    return r;
+  (*ev)->sink = fn;
+  (*ev)->sink_arg = arg;
+  (*ev)->seq = last_seq;
   return 0;
 }
 
@@ -76,8 +90,11 @@ void events_emit(struct events *ev, const char *type, json_t *fields) {
   if (s) {
     ev->seq++;
     size_t n = strlen(s);
+    if (ev->sink)
+      ev->sink(ev->sink_arg, ev->seq, type, s, n);
     s[n] = '\n'; /* one fwrite per line: the NUL becomes the newline */
-    bool ok = fwrite(s, 1, n + 1, ev->out) == n + 1 && fflush(ev->out) == 0;
+    bool ok = !ev->out ||
+              (fwrite(s, 1, n + 1, ev->out) == n + 1 && fflush(ev->out) == 0);
     if (!ok && !ev->write_failed) {
       ev->write_failed = true;
       log_warn("writing --stream events: %s", strerror(errno));

@@ -45,6 +45,15 @@ struct events_where {
  * -ENOMEM with E. */
 int events_new(FILE *out, const char *run_id, struct events **ev,
                struct sbx_error *e);
+/* Receives each event as it is written, under the emitter's lock (so in
+ * seq order): its SEQ, TYPE and the JSON text LINE (LEN bytes, no newline;
+ * borrowed for the call). */
+typedef void (*events_sink_fn)(void *arg, uint64_t seq, const char *type,
+                               const char *line, size_t len);
+/* Makes an emitter handing every event to FN instead of a FILE, numbered
+ * from LAST_SEQ + 1 (a run that goes on after an earlier part's events). */
+int events_new_sink(events_sink_fn fn, void *arg, const char *run_id,
+                    uint64_t last_seq, struct events **ev, struct sbx_error *e);
 /* Frees; accepts NULL; returns NULL. Does not close the FILE. */
 struct events *events_free(struct events *ev);
 
