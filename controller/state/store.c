@@ -21,6 +21,8 @@ static const struct {
   bool whole; /* the store is given the whole URL, not what follows */
 } schemes[] = {
     {"sqlite:", &store_sqlite_ops, false},
+    {"postgres://", &store_pg_ops, true},
+    {"postgresql://", &store_pg_ops, true},
 };
 
 static int oom(struct sbx_error *e) {
@@ -78,7 +80,8 @@ int store_open(const char *url, struct store **out, struct sbx_error *e) {
     i++;
   if (i == SBX_ARRAY_SIZE(schemes))
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "unknown state store URL \"%s\" (use sqlite:PATH)",
+                         "unknown state store URL \"%s\" (use sqlite:PATH or "
+                         "postgres://...)",
                          where);
   const char *target = schemes[i].whole ? url : url + strlen(schemes[i].prefix);
   struct store *s = NULL;

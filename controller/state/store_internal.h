@@ -1,5 +1,5 @@
-/* What store.c shares with the stores behind it (store_sqlite.c): the
- * table of operations each store fills, the parameters
+/* What store.c shares with the stores behind it (store_sqlite.c,
+ * store_pg.c): the table of operations each store fills, the parameters
  * and rows they pass, and the schema they create.
  *
  * store.c checks the arguments, keeps the clock, turns JSON into text and
@@ -147,6 +147,7 @@ struct store {
 };
 
 extern const struct store_ops store_sqlite_ops;
+extern const struct store_ops store_pg_ops;
 
 /* -EFBIG when a text of A is over STORE_MAX_TEXT: every store checks its
  * parameters with it. */

@@ -1,8 +1,11 @@
-/* The state store (controller/state/store.h): every behaviour is one body,
- * BOTH(name), run as Test(store_sqlite, name) on a fresh file. */
+/* The state store (controller/state/store.h) on both of its stores: every
+ * behaviour is one body run as Test(store_sqlite, ...) on a fresh file and
+ * as Test(store_pg, ...) on a private PostgreSQL (tests/support/postgres.h,
+ * skipped where PostgreSQL is not installed). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -14,9 +17,11 @@
 #include <unistd.h>
 
 #include "controller/state/store.h"
+#include "tests/support/postgres.h"
 
-static char dir[64];  /* the sqlite tests' directory */
-static char url[256]; /* the store of the running test */
+static char dir[64];      /* the sqlite tests' directory */
+static struct test_pg pg; /* the postgres tests' server */
+static char url[256];     /* the store of the running test */
 
 static void sqlite_setup(void) {
   (void)snprintf(dir, sizeof(dir), "/tmp/sbx-store-test-XXXXXX");
@@ -30,18 +35,36 @@ static void sqlite_teardown(void) {
   (void)!system(cmd);
 }
 
+static void pg_teardown(void) {
+  test_pg_stop(&pg);
+}
+
 TestSuite(store_sqlite, .init = sqlite_setup, .fini = sqlite_teardown,
           .timeout = 120);
+TestSuite(store_pg, .fini = pg_teardown, .timeout = 120);
 TestSuite(store, .timeout = 60);
 
+static void pg_begin(void) {
+  test_pg_start(&pg);
+  (void)snprintf(url, sizeof(url), "%s", pg.url);
+}
+
 /* BOTH(name) { body }: the body, reading the store from url, run as
- * store_sqlite/name. */
+ * store_sqlite/name and store_pg/name. */
 #define BOTH(name)                                                             \
   static void both_##name(void);                                               \
   Test(store_sqlite, name) {                                                   \
     both_##name();                                                             \
   }                                                                            \
+  Test(store_pg, name) {                                                       \
+    pg_begin();                                                                \
+    both_##name();                                                             \
+  }                                                                            \
   static void both_##name(void)
+
+static bool is_sqlite(void) {
+  return strncmp(url, "sqlite:", 7) == 0;
+}
 
 static struct store *open_store(void) {
   struct store *s = NULL;
@@ -53,12 +76,23 @@ static struct store *open_store(void) {
 
 /* SQL run on the store's database behind its back. */
 static void raw_sql(const char *sql) {
-  sqlite3 *db = NULL;
-  cr_assert_eq(sqlite3_open(url + 7, &db), SQLITE_OK);
-  char *err = NULL;
-  int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
-  cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, err);
-  sqlite3_close(db);
+  if (is_sqlite()) {
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(url + 7, &db), SQLITE_OK);
+    char *err = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, err);
+    sqlite3_close(db);
+    return;
+  }
+  PGconn *c = PQconnectdb(url);
+  cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
+  PGresult *res = PQexec(c, sql);
+  ExecStatusType st = PQresultStatus(res);
+  cr_assert(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s", sql,
+            PQresultErrorMessage(res));
+  PQclear(res);
+  PQfinish(c);
 }
 
 static const char *str(json_t *o, const char *key) {
@@ -104,8 +138,25 @@ Test(store, open_refuses_an_unknown_scheme) {
             "%s", e.msg);
   cr_expect_null(strstr(e.msg, "hunter2"), "%s", e.msg);
   cr_expect_eq(store_open("/var/lib/sbx.db", &s, &e), -EINVAL);
-  cr_expect(strstr(e.msg, "(use sqlite:PATH)"), "%s", e.msg);
+  cr_expect(strstr(e.msg, "(use sqlite:PATH or postgres://...)"), "%s", e.msg);
   cr_expect_eq(store_open("sqlite:", &s, &e), -EINVAL);
+}
+
+Test(store, open_postgres_unreachable) {
+  struct store *s = NULL;
+  struct sbx_error e = {0};
+  int r = store_open("postgresql://sbx:hunter2@/sbx?host=/nonexistent-dir&"
+                     "password=hunter3",
+                     &s, &e);
+  cr_expect_eq(r, -EIO, "%d %s", r, e.msg);
+  cr_expect_null(s);
+  cr_expect(strstr(e.msg, "cannot connect to the state store "
+                          "postgresql://sbx:***@/sbx?host=/nonexistent-dir&"
+                          "password=***: "),
+            "%s", e.msg);
+  cr_expect(strstr(e.msg, "/nonexistent-dir/.s.PGSQL.5432"), "%s", e.msg);
+  cr_expect_null(strstr(e.msg, "hunter"), "%s", e.msg);
+  cr_expect_neq(e.msg[strlen(e.msg) - 1], '\n');
 }
 
 Test(store_sqlite, open_in_a_missing_directory) {
@@ -150,10 +201,14 @@ Test(store_sqlite, the_files_are_0600) {
 BOTH(open_twice_and_kind) {
   struct store *a = open_store();
   insert_run(a, "r1", "", "queued");
+  /* PostgreSQL's URL is libpq's: postgres:// as well as postgresql://. */
+  if (!is_sqlite())
+    (void)snprintf(url, sizeof(url), "postgres://%s",
+                   pg.url + strlen("postgresql://"));
   struct store *b = open_store();
   json_t *run = get_run(b, "r1");
   cr_expect_str_eq(str(run, "status"), "queued");
-  cr_expect_str_eq(store_kind(b), "sqlite");
+  cr_expect_str_eq(store_kind(b), is_sqlite() ? "sqlite" : "postgres");
   json_decref(run);
   cr_expect_null(store_close(a));
   store_close(b);
@@ -971,4 +1026,31 @@ Test(store_sqlite, two_processes_claim_at_once) {
   for (int i = 0; i < CLAIM_RUNS; i++)
     cr_expect_eq(seen[i], 1, "run%03d was taken %d times", i, seen[i]);
   store_close(mine.s);
+}
+
+/* ---- PostgreSQL's connection --------------------------------------------- */
+
+/* The server ends the store's connection (as a restart or a failover
+ * would): the next read resets it and runs. */
+Test(store_pg, a_broken_connection_is_reset) {
+  pg_begin();
+  struct store *s = open_store();
+  insert_run(s, "r1", "", "queued");
+  raw_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+          "WHERE application_name = 'sbx'");
+  json_t *run = get_run(s, "r1");
+  cr_expect_str_eq(str(run, "status"), "queued");
+  json_decref(run);
+  /* A write that may not run twice fails once, and the next one works. */
+  raw_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+          "WHERE application_name = 'sbx'");
+  struct sbx_error e = {0};
+  json_t *req = json_object();
+  int r = store_run_insert(s, "r2", "", "queued", req, &e);
+  cr_expect_eq(r, -EIO, "%d %s", r, e.msg);
+  cr_expect(strstr(e.msg, "terminat"), "%s", e.msg);
+  cr_expect_eq(store_run_insert(s, "r2", "", "queued", req, &e), 0, "%s",
+               e.msg);
+  json_decref(req);
+  store_close(s);
 }
