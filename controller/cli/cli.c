@@ -23,6 +23,12 @@ static void usage_main(FILE *f) {
           "  approve RUNSTATE ID    approve a call a paused run waits for\n"
           "  reject RUNSTATE ID [--reason TEXT]\n"
           "                          reject it; the model sees the reason\n"
+          "  serve                   serve the HTTP API: runs submitted, "
+          "watched and\n"
+          "                          approved over the network (see sbx "
+          "serve --help)\n"
+          "  token SUBCOMMAND        the server's bearer tokens: create, ls, "
+          "rm\n"
           "\n"
           "Options:\n"
           "  --log-level LEVEL       error | warn | info | debug (default "
@@ -69,10 +75,9 @@ int cli_main(int argc, char **argv) {
     const char *name;
     int (*fn)(int argc, char **argv);
   } commands[] = {
-      {"run", cli_run},
-      {"approve", cli_decide},
-      {"reject", cli_decide},
-      {"sandbox", cli_sandbox_main},
+      {"run", cli_run},       {"approve", cli_decide},
+      {"reject", cli_decide}, {"sandbox", cli_sandbox_main},
+      {"serve", cli_serve},   {"token", cli_token},
   };
   for (size_t k = 0; k < SBX_ARRAY_SIZE(commands); k++)
     if (strcmp(argv[i], commands[k].name) == 0)

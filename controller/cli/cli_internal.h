@@ -17,6 +17,9 @@
 int cli_run(int argc, char **argv);
 int cli_decide(int argc, char **argv);
 int cli_sandbox_main(int argc, char **argv);
+/* sbx serve and sbx token (serve.c). */
+int cli_serve(int argc, char **argv);
+int cli_token(int argc, char **argv);
 
 /* What every `sbx sandbox` subcommand takes. */
 struct cli_common {

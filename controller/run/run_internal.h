@@ -242,7 +242,7 @@ int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e);
 /* Ends the state of a run that returned R: closes the journal and, unless
  * the run paused, removes its files; sets res->state_path. The sandboxes
  * of nested runs that a resume did not reach are closed. */
-void run_state_end(struct run *run, int r);
+void run_state_end(struct run *run, bool keep);
 /* Sets up the journaling of RUN, nested in PARENT's call CALL_ID; when a
  * resumed run journaled it before, RUN goes on from there: its
  * conversation, agent (*START), turn, usage, sandboxes and pending calls;

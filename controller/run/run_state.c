@@ -590,10 +590,10 @@ int run_state_nested(struct run *run, const struct run *parent,
   return reattach_all(run, json_object_get(prog, "sandboxes"), e);
 }
 
-/* Ends the state of a run that returned R: closes the journal and, unless
- * the run paused, removes the state file and journal; res->state_path
- * says where the state of a paused run is. */
-void run_state_end(struct run *run, int r) {
+/* Ends the state of a run: closes the journal and, unless
+ * KEEP (the run paused, or failed and may be retried), removes the state
+ * file and journal; res->state_path says where a kept state is. */
+void run_state_end(struct run *run, bool keep) {
   struct shared *sh = run->sh;
   struct run_result *res = run->res;
   if (sh->rs_jfd >= 0)
@@ -601,10 +601,10 @@ void run_state_end(struct run *run, int r) {
   sh->rs_jfd = -1;
   if (sh->rs) {
     (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh->rs_path);
-    /* Only a paused run (or a killed one, which never gets here) leaves
-     * its state behind: a finished or failed run has closed its
-     * sandboxes, so there is nothing to resume. */
-    if (r != RUNNER_PAUSED) {
+    /* Only a kept run (or a killed one, which never gets here) leaves
+     * its state behind: any other has closed its sandboxes, so there is
+     * nothing to resume. */
+    if (!keep) {
       /* Runs nested in calls the resume did not get to (it failed first)
        * leave no sandbox behind. */
       const char *path;

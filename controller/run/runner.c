@@ -138,6 +138,9 @@ static void run_end(struct run *run, int r, const struct sbx_error *e,
     events_run_finished(run->sh->ev, res->last_agent, res->final_output,
                         res->turns, &res->usage, ms);
     trace_set_str(run->span, "sbx.final_agent", res->last_agent);
+  } else if (r == -ECANCELED) {
+    events_run_cancelled(run->sh->ev, res->turns, &res->usage, ms);
+    trace_set_error(run->span, "the run was cancelled");
   } else {
     const char *msg = e->msg[0] ? e->msg : strerror(-r);
     const char *code =
@@ -200,12 +203,23 @@ int runner_run(const struct run_options *o, struct run_result *res,
   run_begin(run, start, max_turns);
   if (r == 0)
     r = run_loop(run, start, max_turns, e);
-  run_close_sandboxes(run, r == RUNNER_PAUSED);
+  /* A paused run keeps its sandboxes and state; so does a failed one the
+   * caller may retry (keep_failed), but not one that was cancelled or
+   * whose configuration is wrong. */
+  if (r < 0 && o->interrupt && *o->interrupt)
+    r = sbx_error_set(e, SBX_UNAVAILABLE, EINTR,
+                      "the run was interrupted; it goes on when resumed");
+  bool keep = r == RUNNER_PAUSED || (r == -EINTR && sh.rs) ||
+              (o->keep_failed && r < 0 && sh.rs && r != -ECANCELED &&
+               !res->config_error);
+  run_close_sandboxes(run, keep);
   if (r == RUNNER_PAUSED)
     events_run_paused(sh.ev, sh.rs_path, res->turns);
+  else if (r == -EINTR && keep)
+    trace_end(run->span); /* neither finished nor failed: it goes on */
   else
     run_end(run, r, e, t0);
-  run_state_end(run, r);
+  run_state_end(run, keep);
   json_decref(run->items);
   free(run);
   run_clients_free(&sh);

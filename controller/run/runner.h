@@ -74,6 +74,14 @@ struct run_options {
   void *event_arg;
   uint64_t event_seq;
   const volatile bool *cancel;
+  /* Set with CANCEL when the run is to stop but be continued later (the
+   * server is going down): the run ends with -EINTR and keeps its state
+   * and sandboxes as a paused one does. */
+  const volatile bool *interrupt;
+  /* A run with a state dir that fails (not a configuration error, not
+   * cancelled) keeps its state and sandboxes as a paused one does, so that
+   * it can be resumed from its last step (sbx serve's retry). */
+  bool keep_failed;
 };
 
 /* runner_run's result for a run that stopped to wait for approvals; the

@@ -327,6 +327,19 @@ void events_run_failed(struct events *ev, const char *error, const char *code,
   finish(ev, "run_failed", o, ok);
 }
 
+void events_run_cancelled(struct events *ev, int turns,
+                          const struct model_usage *usage,
+                          int64_t duration_ms) {
+  if (!ev)
+    return;
+  json_t *o = json_object();
+  bool ok = o != NULL;
+  put(o, "turns", json_integer(turns), &ok);
+  put(o, "usage", usage_json(usage), &ok);
+  put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
+  finish(ev, "run_cancelled", o, ok);
+}
+
 void events_run_paused(struct events *ev, const char *run_state, int turns) {
   if (!ev)
     return;

@@ -107,6 +107,11 @@ void events_run_failed(struct events *ev, const char *error, const char *code,
                        int exit_code, int turns,
                        const struct model_usage *usage, int64_t duration_ms);
 
+/* The run stopped because it was cancelled (run_options.cancel). USAGE
+ * may be NULL (zeros). */
+void events_run_cancelled(struct events *ev, int turns,
+                          const struct model_usage *usage, int64_t duration_ms);
+
 /* Formats the wall-clock time UNIX_MS as RFC 3339 UTC with milliseconds,
  * "2025-06-01T12:00:00.123Z", into OUT. */
 void events_format_timestamp(uint64_t unix_ms, char out[32]);

@@ -467,13 +467,15 @@ Test(events, every_typed_event_matches_the_schema) {
   events_run_failed(ev, "max turns (1) exceeded", "LIMIT_EXCEEDED", 1, 1, &u,
                     10);
   events_run_paused(ev, "/tmp/rs.json", 1);
+  events_run_cancelled(ev, 1, &u, 10);
+  events_run_cancelled(ev, 0, NULL, 0);
   events_free(ev);
   fclose(f);
   json_decref(out);
   json_decref(img);
   json_t *fixture = load_fixture();
   json_t *events = check_stream(fixture, buf);
-  cr_expect_eq(json_array_size(events), 17);
+  cr_expect_eq(json_array_size(events), 19);
   json_t *d = find_event(events, "text_delta", NULL, NULL);
   cr_expect_str_eq(str(d, "delta"), "bad \xef\xbf\xbd utf-8");
   cr_expect_not_null(
@@ -670,4 +672,45 @@ Test(events, null_emitter_does_nothing) {
   events_run_started(NULL, "A", "local", "m", 1, NULL);
   events_text_delta(NULL, &(struct events_where){"A", 0, 1}, "x", 1);
   events_run_failed(NULL, "e", "INTERNAL", 1, 0, NULL, 0);
+}
+
+/* ---- the sink ------------------------------------------------------------ */
+
+struct sunk {
+  uint64_t seq[8];
+  char type[8][32];
+  char line[8][512];
+  size_t n;
+};
+
+static void sink(void *arg, uint64_t seq, const char *type, const char *line,
+                 size_t len) {
+  struct sunk *s = arg;
+  cr_assert_lt(s->n, 8);
+  s->seq[s->n] = seq;
+  (void)snprintf(s->type[s->n], sizeof(s->type[0]), "%s", type);
+  cr_expect_eq(strlen(line), len, "the line is NUL-terminated at LEN");
+  (void)snprintf(s->line[s->n], sizeof(s->line[0]), "%.*s", (int)len, line);
+  s->n++;
+}
+
+Test(events, a_sink_gets_each_event_numbered_after_the_last_seq) {
+  struct sunk s = {0};
+  struct events *ev = NULL;
+  cr_assert_eq(events_new_sink(sink, &s, "0123456789abcdef0123456789abcdef",
+                               41, &ev, NULL),
+               0);
+  events_run_started(ev, "A", "local", "m", 10, NULL);
+  events_run_cancelled(ev, 0, NULL, 0);
+  events_free(ev);
+  cr_assert_eq(s.n, 2);
+  cr_expect_eq(s.seq[0], 42);
+  cr_expect_eq(s.seq[1], 43);
+  cr_expect_str_eq(s.type[0], "run_started");
+  cr_expect_str_eq(s.type[1], "run_cancelled");
+  json_t *j = json_loads(s.line[1], 0, NULL);
+  cr_assert_not_null(j, "%s", s.line[1]);
+  cr_expect_eq(json_integer_value(json_object_get(j, "seq")), 43);
+  cr_expect_null(strchr(s.line[1], '\n'));
+  json_decref(j);
 }

@@ -1,0 +1,100 @@
+/* Agents sent over the API. An agent file on the command line is the
+ * operator's own configuration; one in a request comes from whoever holds
+ * a token, so it may not reach the server's files: no other agent files
+ * (handoffs and agents as tools name them by path), no manifest entries
+ * copied or mounted from the host (local_file, local_dir, mount), no
+ * git_repo (cloned by the host), no grants of host paths. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "controller/config/agent.h"
+#include "controller/config/manifest.h"
+#include "controller/server/server_internal.h"
+#include "shared/cleanup.h"
+#include "shared/fileio.h"
+
+#define AGENT_NAME "agent.json"
+
+/* Replaces the temporary file's path at the start of E's message with
+ * "agent", the request's member the message is about. */
+static void tidy_message(struct sbx_error *e, const char *path) {
+  size_t n = strlen(path);
+  if (n < 5 || strncmp(e->msg, path, n) != 0)
+    return;
+  memmove(e->msg + 5, e->msg + n, strlen(e->msg + n) + 1);
+  memcpy(e->msg, "agent", 5);
+}
+
+static int refuse_host_paths(const struct agent *a, struct sbx_error *e) {
+  if (!a->default_manifest)
+    return 0;
+  struct manifest *m = NULL;
+  int r = manifest_parse(a->default_manifest, "agent: default_manifest", &m, e);
+  if (r < 0)
+    return r;
+  for (size_t i = 0; i < m->nentries && r == 0; i++) {
+    const struct manifest_entry *me = &m->entries[i];
+    if (me->type == MANIFEST_LOCAL_FILE || me->type == MANIFEST_LOCAL_DIR ||
+        me->type == MANIFEST_MOUNT || me->type == MANIFEST_GIT_REPO)
+      r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                        "agent: default_manifest: entry \"%s\" is a %s, "
+                        "which reads the server's own files or network; "
+                        "an agent sent over the API may have file and dir "
+                        "entries only",
+                        me->path, me->type_name);
+  }
+  if (r == 0 && m->ngrants)
+    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                      "agent: default_manifest: grants name host paths, "
+                      "which an agent sent over the API may not");
+  manifest_free(m);
+  return r;
+}
+
+int server_agent_load(const struct server *srv, json_t *agent,
+                      struct agent_set **out, struct sbx_error *e) {
+  *out = NULL;
+  char dir[4200];
+  int n = snprintf(dir, sizeof(dir), "%s/tmp", srv->cfg->state_dir);
+  if (n < 0 || (size_t)n >= sizeof(dir) - 16)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
+                         "the state directory's path is too long");
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return sbx_error_set(e, SBX_INTERNAL, errno, "cannot create \"%s\": %s",
+                         dir, strerror(errno));
+  (void)snprintf(dir + n, sizeof(dir) - (size_t)n, "/agent.XXXXXX");
+  if (!mkdtemp(dir))
+    return sbx_error_set(e, SBX_INTERNAL, errno,
+                         "cannot make a directory in \"%s/tmp\": %s",
+                         srv->cfg->state_dir, strerror(errno));
+  char path[4300];
+  (void)snprintf(path, sizeof(path), "%s/%s", dir, AGENT_NAME);
+  _cleanup_free_ char *text = json_dumps(agent, JSON_COMPACT);
+  int r =
+      text ? sbx_write_file_atomic(path, text, strlen(text), 0600) : -ENOMEM;
+  if (r < 0)
+    r = sbx_error_set(e, SBX_INTERNAL, -r, "cannot write \"%s\": %s", path,
+                      strerror(-r));
+  struct agent_set *set = NULL;
+  if (r == 0 && (r = agent_load(path, &set, e)) < 0)
+    tidy_message(e, path);
+  (void)unlink(path);
+  (void)rmdir(dir);
+  if (r == 0 && set->n != 1)
+    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                      "agent: handoffs and agents as tools name other agent "
+                      "files, which an agent sent over the API may not");
+  if (r == 0)
+    r = refuse_host_paths(set->agents[0], e);
+  if (r < 0) {
+    agent_set_free(set);
+    return r;
+  }
+  *out = set;
+  return 0;
+}

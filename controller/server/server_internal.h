@@ -1,0 +1,140 @@
+/* The parts of sbx serve, private to controller/server/. */
+#ifndef SBX_SERVER_INTERNAL_H
+#define SBX_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "controller/server/httpd.h"
+#include "controller/server/server.h"
+#include "controller/state/store.h"
+
+#define SERVER_ID_MAX 40 /* "run_" and 32 hex digits, with room */
+#define SERVER_RUN_PREFIX "run_"
+
+/* One run executing in this server. */
+struct job {
+  struct job *next;
+  struct server *srv;
+  char id[SERVER_ID_MAX];  /* the store's id: run_ and the runner's id */
+  volatile bool cancel;    /* the runner stops at its next step */
+  volatile bool interrupt; /* ... and keeps its state: the server stops or
+                              lost the lease */
+  json_t *pending;         /* approvals asked for, [{call_id, tool,
+                              arguments}], under the server's mu */
+};
+
+struct server_metrics {
+  atomic_uint_fast64_t http[6]; /* by status class: 1xx .. 5xx, [0] other */
+  atomic_uint_fast64_t events;  /* recorded by this server's runs */
+  atomic_uint_fast64_t runs_started, runs_finished;
+  atomic_uint_fast64_t lease_lost;
+};
+
+struct server {
+  const struct server_config *cfg;
+  struct store *store;
+  struct httpd *http;
+  char owner[64];     /* this server in leases: host, pid and a random part */
+  char host_id[4400]; /* the host and state dir its runs' state files are in */
+  int64_t lease_ms;
+  volatile bool stopping;
+  pthread_mutex_t mu;
+  pthread_cond_t events_cv;  /* an event was recorded here */
+  pthread_cond_t work_cv;    /* a run may be waiting to be taken */
+  pthread_mutex_t decide_mu; /* decisions on one host's state files */
+  struct job *jobs;          /* executing here, under mu */
+  unsigned njobs;
+  pthread_t *workers;
+  unsigned nworkers;
+  pthread_t renewer;
+  bool renewer_started;
+  struct server_metrics m;
+  int64_t started_ms;
+};
+
+/* A request's context once it matched a route: the path's parameters
+ * and the token that authorized it. */
+#define API_MAX_PARAMS 3
+struct api {
+  struct server *srv;
+  struct http_req *r;
+  const char *param[API_MAX_PARAMS];
+  const char *token;  /* the token's name ("" without auth) */
+  const char *scopes; /* its scopes */
+};
+
+/* routes.c: the route table; every request goes through api_dispatch. */
+void api_dispatch(void *arg, struct http_req *r);
+/* The table's routes as "METHOD /path/{param}" for the OpenAPI check:
+ * the I-th, or NULL past the end. */
+const char *api_route_at(size_t i, const char **method);
+/* The request body as a JSON object (*OUT new), or a 400 already sent. */
+int api_body_object(struct api *a, json_t **out);
+/* Replies with BODY (stolen) and records the answer under the request's
+ * Idempotency-Key, if it has one. */
+int api_reply(struct api *a, unsigned status, json_t *body);
+/* Replies with an error as http_reply_error, also recorded. Returns -1,
+ * so that a check can end with `return api_error(...)`. */
+int api_error(struct api *a, unsigned status, const char *code, const char *fmt,
+              ...) __attribute__((format(printf, 4, 5)));
+/* Whether the token holds SCOPE (admin holds every scope). */
+bool api_has_scope(const struct api *a, const char *scope);
+
+/* auth.c */
+/* Checks the Authorization header of R: 0 with the token's name and
+ * scopes copied into NAME and SCOPES, or the status to answer (401) with
+ * E saying why. */
+int auth_check(struct server *srv, struct http_req *r, char *name,
+               size_t name_n, char *scopes, size_t scopes_n,
+               struct sbx_error *e);
+/* Whether the comma list LIST holds SCOPE, or admin. */
+bool auth_scope_in(const char *list, const char *scope);
+
+/* api_runs.c */
+void api_runs_create(struct api *a);
+void api_runs_list(struct api *a);
+void api_runs_get(struct api *a);
+void api_runs_cancel(struct api *a);
+void api_runs_approve(struct api *a);
+void api_runs_retry(struct api *a);
+/* The API's view of a stored run ROW (borrowed): new, NULL on OOM. */
+json_t *api_run_view(json_t *row);
+/* The runner's state file of run ID. */
+int server_state_path(const struct server *srv, const char *id, char *out,
+                      size_t n);
+
+/* api_events.c: GET /v1/runs/{id}/events as Server-Sent Events. */
+void api_runs_events(struct api *a);
+/* Whether an event TYPE ends a run's stream. */
+bool server_event_terminal(const char *type);
+
+/* metrics.c: GET /metrics in Prometheus' text format. */
+void api_metrics(struct api *a);
+/* openapi.c: GET /v1/openapi.json. */
+void api_openapi(struct api *a);
+/* The OpenAPI document (borrowed text). */
+const char *server_openapi_text(void);
+
+/* agent_check.c: the agent of a request (borrowed) loaded into *OUT (new)
+ * and checked to reach none of the server's files. -EINVAL with E. */
+struct agent_set;
+int server_agent_load(const struct server *srv, json_t *agent,
+                      struct agent_set **out, struct sbx_error *e);
+
+/* executor.c: the workers that lease and execute runs. */
+int executor_start(struct server *srv, struct sbx_error *e);
+/* Wakes the workers (a run was queued). */
+void executor_wake(struct server *srv);
+/* Stops the workers: the runs they execute are cancelled locally without
+ * being marked cancelled, their leases given up. */
+void executor_stop(struct server *srv);
+/* The job executing run ID here, or NULL; under srv->mu. */
+struct job *executor_find(struct server *srv, const char *id);
+/* Records run_cancelled for run ID, cancelled before it ran. */
+int executor_cancelled(struct server *srv, const char *id, struct sbx_error *e);
+
+#endif
