@@ -141,6 +141,8 @@ void test_server_kill(struct test_server *s, int sig) {
 
 void test_server_fini(struct test_server *s) {
   test_server_kill(s, SIGTERM);
+  if (!s->dir[0])
+    return; /* never started */
   sbx_sandbox_remove_all(s->state);
   if (!getenv("SBX_TEST_KEEP"))
     (void)test_rm_rf(s->dir);
