@@ -10,7 +10,7 @@ pkgs=(
   libmbedtls-dev libzstd-dev liblz4-dev libacl1-dev nettle-dev libbz2-dev
   liblzma-dev libxml2-dev libicu-dev zlib1g-dev libssl-dev
   zstd tar passwd util-linux procps iproute2 python3 tmux openssl nginx
-  passt libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql prometheus
+  passt libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql prometheus systemd
 )
 # The container backend's tests: the engine (podman serving the Docker API,
 # on runc), bridge networking, and debootstrap for the offline Debian image.

@@ -583,3 +583,41 @@ Test(server, tokens_are_made_listed_and_removed) {
   cr_expect_eq(r.status, 1);
   sbx_run_free(&r);
 }
+
+Test(server, the_systemd_unit_verifies) {
+  /* The unit as shipped, with the binary and settings of this build. */
+  char dir[64] = "/tmp/sbx-unit-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  FILE *in = fopen(SBX_SOURCE_DIR "/deploy/systemd/sbx-server.service", "r");
+  cr_assert_not_null(in);
+  char unit[128];
+  (void)snprintf(unit, sizeof(unit), "%s/sbx-server.service", dir);
+  FILE *out = fopen(unit, "w");
+  cr_assert_not_null(out);
+  char line[1024];
+  while (fgets(line, sizeof(line), in)) {
+    char *p = strstr(line, "/usr/local/bin/sbx");
+    if (p)
+      fprintf(out, "%.*s%s%s", (int)(p - line), line, test_sbx_path(),
+              p + strlen("/usr/local/bin/sbx"));
+    else if (strncmp(line, "EnvironmentFile=", 16) == 0)
+      fprintf(out, "EnvironmentFile=%s/deploy/systemd/server.env\n",
+              SBX_SOURCE_DIR);
+    else
+      fputs(line, out);
+  }
+  fclose(in);
+  fclose(out);
+  char cmd[512];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "SYSTEMD_LOG_LEVEL=err systemd-analyze verify %s 2>&1", unit);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  char said[4096] = "";
+  size_t n = fread(said, 1, sizeof(said) - 1, p);
+  said[n] = '\0';
+  int st = pclose(p);
+  cr_expect_eq(st, 0, "systemd-analyze verify: %s", said);
+  cr_expect_eq(n, 0, "systemd-analyze verify: %s", said);
+  (void)test_rm_rf(dir);
+}
