@@ -42,6 +42,8 @@ static void usage_serve(FILE *f) {
       "  --max-runs N         unfinished runs one token may have (0: no "
       "limit, the\n"
       "                       default); over it a submit gets 429\n"
+      "  --max-sandboxes N    sandboxes one token may have (0: no limit, "
+      "the default)\n"
       "  --max-body BYTES     the largest request body (default 16 MiB)\n"
       "  --tls-cert FILE      serve HTTPS with this PEM certificate ...\n"
       "  --tls-key FILE       ... and its PEM key\n"
@@ -126,6 +128,7 @@ enum {
   O_WORKERS,
   O_LEASE,
   O_MAX_RUNS,
+  O_MAX_SANDBOXES,
   O_MAX_BODY,
   O_TLS_CERT,
   O_TLS_KEY,
@@ -167,6 +170,10 @@ static int serve_option(struct serve_args *s, int ch, const char *arg) {
     v = number("sbx serve", "--max-runs", arg, 0, 1000000);
     s->c.max_runs = (unsigned)v;
     return v < 0 ? 2 : 0;
+  case O_MAX_SANDBOXES:
+    v = number("sbx serve", "--max-sandboxes", arg, 0, 1000000);
+    s->c.max_sandboxes = (unsigned)v;
+    return v < 0 ? 2 : 0;
   case O_MAX_BODY:
     v = number("sbx serve", "--max-body", arg, 1024, (long long)1 << 30);
     s->c.max_body = (size_t)v;
@@ -197,6 +204,7 @@ int cli_serve(int argc, char **argv) {
       {"workers", required_argument, NULL, O_WORKERS},
       {"lease-seconds", required_argument, NULL, O_LEASE},
       {"max-runs", required_argument, NULL, O_MAX_RUNS},
+      {"max-sandboxes", required_argument, NULL, O_MAX_SANDBOXES},
       {"max-body", required_argument, NULL, O_MAX_BODY},
       {"tls-cert", required_argument, NULL, O_TLS_CERT},
       {"tls-key", required_argument, NULL, O_TLS_KEY},

@@ -30,28 +30,33 @@ static void tidy_message(struct sbx_error *e, const char *path) {
   memcpy(e->msg, "agent", 5);
 }
 
+int server_manifest_check(const struct manifest *m, const char *where,
+                          struct sbx_error *e) {
+  for (size_t i = 0; i < m->nentries; i++) {
+    const struct manifest_entry *me = &m->entries[i];
+    if (me->type == MANIFEST_LOCAL_FILE || me->type == MANIFEST_LOCAL_DIR ||
+        me->type == MANIFEST_MOUNT || me->type == MANIFEST_GIT_REPO)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "%s: entry \"%s\" is a %s, which reads the "
+                           "server's own files or network; one sent over "
+                           "the API may have file and dir entries only",
+                           where, me->path, me->type_name);
+  }
+  if (m->ngrants)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "%s: grants name host paths, which one sent over "
+                         "the API may not",
+                         where);
+  return 0;
+}
+
 static int refuse_host_paths(const struct agent *a, struct sbx_error *e) {
   if (!a->default_manifest)
     return 0;
   struct manifest *m = NULL;
   int r = manifest_parse(a->default_manifest, "agent: default_manifest", &m, e);
-  if (r < 0)
-    return r;
-  for (size_t i = 0; i < m->nentries && r == 0; i++) {
-    const struct manifest_entry *me = &m->entries[i];
-    if (me->type == MANIFEST_LOCAL_FILE || me->type == MANIFEST_LOCAL_DIR ||
-        me->type == MANIFEST_MOUNT || me->type == MANIFEST_GIT_REPO)
-      r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                        "agent: default_manifest: entry \"%s\" is a %s, "
-                        "which reads the server's own files or network; "
-                        "an agent sent over the API may have file and dir "
-                        "entries only",
-                        me->path, me->type_name);
-  }
-  if (r == 0 && m->ngrants)
-    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                      "agent: default_manifest: grants name host paths, "
-                      "which an agent sent over the API may not");
+  if (r == 0)
+    r = server_manifest_check(m, "agent: default_manifest", e);
   manifest_free(m);
   return r;
 }

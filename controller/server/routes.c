@@ -38,6 +38,22 @@ static const struct route routes[] = {
     {"POST", "/v1/runs/{run_id}/approvals/{call_id}", "approve",
      api_runs_approve},
     {"POST", "/v1/runs/{run_id}/retry", "run", api_runs_retry},
+    {"POST", "/v1/sandboxes", "run", api_sandboxes_create},
+    {"GET", "/v1/sandboxes", "read", api_sandboxes_list},
+    {"GET", "/v1/sandboxes/{sandbox_id}", "read", api_sandboxes_get},
+    {"DELETE", "/v1/sandboxes/{sandbox_id}", "run", api_sandboxes_delete},
+    {"POST", "/v1/sandboxes/{sandbox_id}/execs", "run", api_execs_start},
+    {"GET", "/v1/sandboxes/{sandbox_id}/execs/{exec_id}", "read",
+     api_execs_get},
+    {"GET", "/v1/sandboxes/{sandbox_id}/execs/{exec_id}/output", "read",
+     api_execs_output},
+    {"POST", "/v1/sandboxes/{sandbox_id}/execs/{exec_id}/stdin", "run",
+     api_execs_stdin},
+    {"PUT", "/v1/sandboxes/{sandbox_id}/files/{path*}", "run", api_files_put},
+    {"GET", "/v1/sandboxes/{sandbox_id}/files/{path*}", "read", api_files_get},
+    {"DELETE", "/v1/sandboxes/{sandbox_id}/files/{path*}", "run",
+     api_files_delete},
+    {"POST", "/v1/sandboxes/{sandbox_id}/patch", "run", api_sandboxes_patch},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -53,6 +69,7 @@ static bool match(const char *pattern, char *path, const char **param) {
   size_t np = 0;
   const char *p = pattern;
   char *s = path;
+  char *rest = NULL; /* where a {name*} parameter began */
   while (*p && *s) {
     if (*p != '/' || *s != '/')
       return false;
@@ -60,7 +77,16 @@ static bool match(const char *pattern, char *path, const char **param) {
     const char *pe = strchrnul(p, '/');
     char *se = strchrnul(s, '/');
     size_t plen = (size_t)(pe - p), slen = (size_t)(se - s);
-    if (plen > 1 && p[0] == '{') {
+    if (plen > 2 && p[0] == '{' && p[plen - 2] == '*') {
+      /* The rest of the path, its slashes kept: a file's path. */
+      if (slen == 0 || np == API_MAX_PARAMS || *pe)
+        return false;
+      param[np++] = s;
+      rest = s;
+      s += strlen(s);
+      p = pe;
+      break;
+    } else if (plen > 1 && p[0] == '{') {
       if (slen == 0 || slen > SEGMENT_MAX || np == API_MAX_PARAMS)
         return false;
       param[np++] = s;
@@ -73,7 +99,7 @@ static bool match(const char *pattern, char *path, const char **param) {
   if (*p || *s)
     return false;
   /* Cut the parameters out of the copy, now that it matched. */
-  for (char *q = path; (q = strchr(q, '/')); q++)
+  for (char *q = path; (q = strchr(q, '/')) && (!rest || q < rest); q++)
     if (q != path)
       *q = '\0';
   return true;

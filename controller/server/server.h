@@ -28,10 +28,11 @@ struct server_config {
   uint16_t port;    /* 0: any free port (printed when listening) */
   const char *db;   /* the store's URL */
   const char *state_dir;
-  unsigned workers;  /* runs executed at once; 0: the default */
-  int64_t lease_ms;  /* a run's lease; renewed at a third of it */
-  unsigned max_runs; /* per token, unfinished at once; 0: no limit */
-  size_t max_body;   /* 0: httpd's default */
+  unsigned workers;       /* runs executed at once; 0: the default */
+  int64_t lease_ms;       /* a run's lease; renewed at a third of it */
+  unsigned max_runs;      /* per token, unfinished at once; 0: no limit */
+  unsigned max_sandboxes; /* per token, at once; 0: no limit */
+  size_t max_body;        /* 0: httpd's default */
   const char *tls_cert, *tls_key, *tls_client_ca;
   bool insecure; /* plain HTTP off loopback */
   /* Where "listening on URL" is printed once the server serves (a test

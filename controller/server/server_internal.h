@@ -107,6 +107,31 @@ json_t *api_run_view(json_t *row);
 int server_state_path(const struct server *srv, const char *id, char *out,
                       size_t n);
 
+/* api_sandboxes.c, api_execs.c, api_files.c: the sandboxes API. */
+void api_sandboxes_create(struct api *a);
+void api_sandboxes_list(struct api *a);
+void api_sandboxes_get(struct api *a);
+void api_sandboxes_delete(struct api *a);
+void api_sandboxes_patch(struct api *a);
+void api_execs_start(struct api *a);
+void api_execs_get(struct api *a);
+void api_execs_output(struct api *a);
+void api_execs_stdin(struct api *a);
+void api_files_put(struct api *a);
+void api_files_get(struct api *a);
+void api_files_delete(struct api *a);
+struct lifecycle_record;
+struct sandbox;
+/* Attaches the sandbox of the path's first parameter (one with a running
+ * sandboxd when NEED_CLIENT): 0, or a reply sent (404, 503, ...). */
+int api_sandbox_attach(struct api *a, struct lifecycle_record *rec,
+                       struct sandbox **sb, bool need_client);
+void api_sandbox_detach(struct lifecycle_record *rec, struct sandbox *sb);
+/* The HTTP status for an error E (or R): 404, 422, 409, 503, ... */
+unsigned api_status_for(const struct sbx_error *e, int r);
+/* Replies with E (or R) under that status; returns -1. */
+int api_fail(struct api *a, const struct sbx_error *e, int r);
+
 /* api_events.c: GET /v1/runs/{id}/events as Server-Sent Events. */
 void api_runs_events(struct api *a);
 /* Whether an event TYPE ends a run's stream. */
@@ -124,6 +149,11 @@ const char *server_openapi_text(void);
 struct agent_set;
 int server_agent_load(const struct server *srv, json_t *agent,
                       struct agent_set **out, struct sbx_error *e);
+/* Refuses a manifest M (named WHERE) with entries or grants that read the
+ * server's files: -EINVAL with E. */
+struct manifest;
+int server_manifest_check(const struct manifest *m, const char *where,
+                          struct sbx_error *e);
 
 /* executor.c: the workers that lease and execute runs. */
 int executor_start(struct server *srv, struct sbx_error *e);

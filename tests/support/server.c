@@ -155,6 +155,14 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg) {
 void test_http(struct test_http *out, const struct test_server *s,
                const char *method, const char *path, const char *token,
                const char *body, const char *const *headers) {
+  test_http_bytes(out, s, method, path, token, body, body ? strlen(body) : 0,
+                  "application/json", headers);
+}
+
+void test_http_bytes(struct test_http *out, const struct test_server *s,
+                     const char *method, const char *path, const char *token,
+                     const void *body, size_t len, const char *ctype,
+                     const char *const *headers) {
   memset(out, 0, sizeof(*out));
   CURL *c = curl_easy_init();
   cr_assert_not_null(c);
@@ -165,8 +173,11 @@ void test_http(struct test_http *out, const struct test_server *s,
     (void)snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
     hl = curl_slist_append(hl, auth);
   }
-  if (body)
-    hl = curl_slist_append(hl, "Content-Type: application/json");
+  char ct[128];
+  if (body) {
+    (void)snprintf(ct, sizeof(ct), "Content-Type: %s", ctype);
+    hl = curl_slist_append(hl, ct);
+  }
   for (size_t i = 0; headers && headers[i]; i++)
     hl = curl_slist_append(hl, headers[i]);
   struct sbx_buf b, h;
@@ -174,9 +185,10 @@ void test_http(struct test_http *out, const struct test_server *s,
   sbx_buf_init(&h, 1u << 20);
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
   if (body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
   } else if (strcmp(method, "POST") == 0) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
   }
@@ -191,6 +203,7 @@ void test_http(struct test_http *out, const struct test_server *s,
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
   curl_easy_cleanup(c);
   curl_slist_free_all(hl);
+  out->len = b.len;
   (void)sbx_buf_append(&b, "", 1);
   (void)sbx_buf_append(&h, "", 1);
   out->body = sbx_buf_steal(&b, NULL);

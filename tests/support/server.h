@@ -36,7 +36,8 @@ char *test_server_token(struct test_server *s, const char *name,
 
 struct test_http {
   long status;
-  char *body;    /* new */
+  char *body;    /* new, NUL-terminated */
+  size_t len;    /* its length */
   char *headers; /* new: the response's header lines */
   json_t *json;  /* new: the body parsed, or NULL */
 };
@@ -46,6 +47,11 @@ struct test_http {
 void test_http(struct test_http *out, const struct test_server *s,
                const char *method, const char *path, const char *token,
                const char *body, const char *const *headers);
+/* As test_http with LEN bytes of BODY of type CTYPE. */
+void test_http_bytes(struct test_http *out, const struct test_server *s,
+                     const char *method, const char *path, const char *token,
+                     const void *body, size_t len, const char *ctype,
+                     const char *const *headers);
 void test_http_free(struct test_http *h);
 /* The value of header NAME in H (new), or NULL. */
 char *test_http_header(const struct test_http *h, const char *name);

@@ -8,6 +8,17 @@
 
 #include "controller/server/server_internal.h"
 
+/* PATTERN as OpenAPI writes it: a rest-of-path "{name*}" is "{name}". */
+static const char *as_openapi(const char *pattern) {
+  static char out[256];
+  size_t n = 0;
+  for (const char *p = pattern; *p && n < sizeof(out) - 1; p++)
+    if (!(*p == '*' && p[1] == '}'))
+      out[n++] = *p;
+  out[n] = '\0';
+  return out;
+}
+
 static json_t *doc(void) {
   json_error_t je;
   json_t *d = json_loads(server_openapi_text(), 0, &je);
@@ -29,7 +40,7 @@ Test(openapi, documents_every_route) {
   const char *pattern;
   size_t n = 0;
   for (size_t i = 0; (pattern = api_route_at(i, &method)); i++, n++) {
-    json_t *p = json_object_get(paths, pattern);
+    json_t *p = json_object_get(paths, as_openapi(pattern));
     cr_expect_not_null(p, "%s is not in openapi.json", pattern);
     char lower[16];
     size_t k = 0;
@@ -55,7 +66,8 @@ Test(openapi, documents_only_routes) {
       bool found = false;
       const char *method, *pattern;
       for (size_t i = 0; !found && (pattern = api_route_at(i, &method)); i++)
-        found = strcmp(pattern, path) == 0 && strcasecmp(method, op) == 0;
+        found = strcmp(as_openapi(pattern), path) == 0 &&
+                strcasecmp(method, op) == 0;
       cr_expect(found, "openapi.json documents %s %s, which is no route", op,
                 path);
     }
