@@ -243,6 +243,24 @@ int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e);
  * the run paused, removes its files; sets res->state_path. The sandboxes
  * of nested runs that a resume did not reach are closed. */
 void run_state_end(struct run *run, bool keep);
+
+/* state_io.c: where the root run's state goes, a file or the store
+ * (run_options.store); sh->rs_path names it (the file, or the store's run
+ * id). 0 or a negative errno with E. */
+int rs_io_begin(struct shared *sh, struct sbx_error *e);
+int rs_io_append(struct shared *sh, const char *text, size_t len,
+                 struct sbx_error *e);
+int rs_io_put(struct shared *sh, const char *text, size_t len,
+              struct sbx_error *e);
+/* The state at WHERE (a file, or a run id in the store) and its journal
+ * (new, both; the journal "" when there is none), up to MAX bytes each. */
+int rs_io_read(struct shared *sh, const char *where, size_t max, char **state,
+               size_t *slen, char **journal, size_t *jlen, struct sbx_error *e);
+/* Keeps the first KEEP bytes of the journal. */
+int rs_io_cut(struct shared *sh, size_t keep, struct sbx_error *e);
+void rs_io_close(struct shared *sh);
+/* Removes the state and its journal. */
+void rs_io_remove(struct shared *sh);
 /* Sets up the journaling of RUN, nested in PARENT's call CALL_ID; when a
  * resumed run journaled it before, RUN goes on from there: its
  * conversation, agent (*START), turn, usage, sandboxes and pending calls;

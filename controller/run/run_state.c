@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "controller/run/run_internal.h"
+#include "controller/state/store.h"
 #include "shared/buf.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
@@ -41,36 +42,10 @@ static const char *const rs_progress_keys[] = {
  * below this), not a fixed buffer. */
 #define RS_JOURNAL_MAX ((size_t)1 << 30)
 
-#define JOURNAL_PATH_MAX 4300
-
-/* The journal's path beside the state file PATH. */
-static void journal_path(const char *path, char out[JOURNAL_PATH_MAX]) {
-  (void)snprintf(out, JOURNAL_PATH_MAX, "%s.items", path);
-}
-
-/* Appends LEN bytes of TEXT to the journal, opening it the first time;
- * E names the journal on failure. */
+/* Appends LEN bytes of TEXT to the journal (state_io.c). */
 static int rs_append(struct shared *sh, const char *text, size_t len,
                      struct sbx_error *e) {
-  char jpath[JOURNAL_PATH_MAX];
-  journal_path(sh->rs_path, jpath);
-  pthread_mutex_lock(&sh->rs_mu);
-  int r = 0;
-  if (sh->rs_jfd < 0) {
-    sh->rs_jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (sh->rs_jfd < 0)
-      r = -errno;
-  }
-  /* One write: a kill leaves at most a partial last line, which a resume
-   * ignores. */
-  if (r == 0)
-    r = sbx_write_all(sh->rs_jfd, text, len);
-  pthread_mutex_unlock(&sh->rs_mu);
-  if (r < 0)
-    return sbx_error_set(e, SBX_INTERNAL, -r,
-                         "cannot write the run journal \"%s\": %s", jpath,
-                         strerror(-r));
-  return 0;
+  return rs_io_append(sh, text, len, e);
 }
 
 /* The members of the run state that change as the run goes, as they are
@@ -224,11 +199,9 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
   if (!text)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
                          "cannot save the run state: out of memory");
-  r = sbx_write_file_replace(sh->rs_path, text, strlen(text), 0600);
+  r = rs_io_put(sh, text, strlen(text), e);
   if (r < 0)
-    return sbx_error_set(e, SBX_INTERNAL, -r,
-                         "cannot write the run state \"%s\": %s", sh->rs_path,
-                         strerror(-r));
+    return r;
   sh->rs_written = true;
   return 0;
 }
@@ -248,20 +221,11 @@ int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e) {
 int run_state_begin(struct run *run, struct sbx_error *e) {
   struct shared *sh = run->sh;
   const struct run_options *o = sh->o;
-  char dir[4200];
-  int n = snprintf(dir, sizeof(dir), "%s/runs", o->state_dir);
-  if (n < 0 || (size_t)n >= sizeof(dir))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
-                         "state directory path too long");
   int r = state_dir_ensure(o->state_dir, e);
+  if (r == 0)
+    r = rs_io_begin(sh, e);
   if (r < 0)
     return r;
-  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-    return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %s", dir,
-                         strerror(errno));
-  n = snprintf(sh->rs_path, sizeof(sh->rs_path), "%s/%s.json", dir, sh->run_id);
-  if (n < 0 || (size_t)n >= sizeof(sh->rs_path))
-    return -ENAMETOOLONG;
   char abs[4096];
   const char *path = o->agents->agents[0]->path;
   if (!realpath(path, abs))
@@ -326,15 +290,16 @@ static size_t rs_done_calls(const char *text, size_t len, size_t cut,
   return cut;
 }
 
-/* Reads the journal of the run state RS saved at PATH: the conversation
+/* Reads the journal TEXT (LEN) of the run state RS: the conversation
  * into *ITEMS (new reference), the outputs of the pending calls that were
  * done into *DONE (new), the state of the runs nested in them into
  * *NESTED (new), and RS brought up to the newest checkpoint that is newer
- * than the state file. Then cuts the journal after what counts: a kill can
- * leave items without their checkpoint, or half a line. Fails (-EINVAL)
- * when items the state counts are missing. */
-static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
-                           json_t **done_out, json_t **nested_out) {
+ * than the state file, and *CUT_OUT, where to cut the journal after what
+ * counts: a kill can leave items without their checkpoint, or half a line.
+ * Fails (-EINVAL) when items the state counts are missing. */
+static int rs_load_journal(const char *text, size_t len, json_t *rs,
+                           json_t **items_out, json_t **done_out,
+                           json_t **nested_out, size_t *cut_out) {
   *items_out = NULL;
   *done_out = NULL;
   *nested_out = NULL;
@@ -343,21 +308,14 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
   if (!json_is_integer(cnt) || json_integer_value(cnt) < 1)
     return -EINVAL;
   size_t want = (size_t)json_integer_value(cnt);
-  char jpath[JOURNAL_PATH_MAX];
-  journal_path(path, jpath);
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  int r = sbx_read_file(jpath, RS_JOURNAL_MAX, &text, &len);
-  if (r < 0)
-    return r;
   _cleanup_json_ json_t *items = json_array();
   _cleanup_json_ json_t *done = json_object();
   _cleanup_json_ json_t *nested = json_object();
   _cleanup_json_ json_t *best = NULL; /* the newest good checkpoint */
   size_t best_end = 0, want_end = 0;
   bool have_want = false;
-  for (char *p = text, *end = text + len; items && p < end;) {
-    char *nl = memchr(p, '\n', (size_t)(end - p));
+  for (const char *p = text, *end = text + len; items && p < end;) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
     if (!nl)
       break;
     json_error_t je;
@@ -410,9 +368,7 @@ static int rs_load_journal(const char *path, json_t *rs, json_t **items_out,
   /* Removing an array's last item cannot fail. */
   while (json_array_size(items) > want)
     (void)json_array_remove(items, json_array_size(items) - 1);
-  cut = rs_done_calls(text, len, cut, done, nested);
-  if (truncate(jpath, (off_t)cut) < 0)
-    return -errno;
+  *cut_out = rs_done_calls(text, len, cut, done, nested);
   *items_out = TAKE_PTR(items);
   *done_out = TAKE_PTR(done);
   *nested_out = TAKE_PTR(nested);
@@ -473,25 +429,57 @@ static int reattach_all(struct run *run, json_t *sbs, struct sbx_error *e) {
   return 0;
 }
 
+/* With the state in the store, the decisions a person made there (sbx
+ * serve's approvals) join the run state's, in its words. */
+static int decisions_from_store(struct shared *sh, struct sbx_error *e) {
+  _cleanup_json_ json_t *ds = NULL;
+  int r = store_decisions_get(sh->o->store, sh->rs_path, &ds, e);
+  if (r < 0)
+    return r;
+  json_t *into = json_object_get(sh->rs, "decisions");
+  if (!json_is_object(into) &&
+      json_object_set_new(sh->rs, "decisions", into = json_object()) < 0)
+    return -ENOMEM;
+  const char *call;
+  json_t *d;
+  json_object_foreach(ds, call, d) {
+    const char *v = json_string_value(json_object_get(d, "decision"));
+    json_t *x =
+        json_pack("{s:s, s:O?}", "decision",
+                  v && strcmp(v, "approve") == 0 ? "approved" : "rejected",
+                  "reason", json_object_get(d, "reason"));
+    if (!x || json_object_set_new(into, call, x) < 0)
+      return -ENOMEM;
+  }
+  return 0;
+}
+
 /* Loads the run state at o->resume_path: conversation, agent, turn,
  * usage, pending calls, and re-attaches the recorded sandboxes. */
 int run_state_resume(struct run *run, const struct agent **start,
                      struct sbx_error *e) {
   struct shared *sh = run->sh;
   const struct run_options *o = sh->o;
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  int r = sbx_read_file(o->resume_path, 256u << 20, &text, &len);
+  _cleanup_free_ char *text = NULL, *jtext = NULL;
+  size_t len = 0, jlen = 0, cut = 0;
+  int r = rs_io_read(sh, o->resume_path, RS_JOURNAL_MAX, &text, &len, &jtext,
+                     &jlen, e);
   if (r < 0) {
     run->res->config_error = true;
-    return sbx_error_set(e, SBX_OK, -r, "cannot read run state \"%s\": %s",
-                         o->resume_path, strerror(-r));
+    return r;
   }
   json_error_t je;
   json_t *rs = json_loadb(text, len, 0, &je);
   json_t *items = NULL, *done = NULL, *nested = NULL;
-  if (json_is_object(rs))
-    (void)rs_load_journal(o->resume_path, rs, &items, &done, &nested);
+  if (json_is_object(rs) &&
+      rs_load_journal(jtext, jlen, rs, &items, &done, &nested, &cut) == 0 &&
+      (r = rs_io_cut(sh, cut, e)) < 0) {
+    json_decref(items);
+    json_decref(done);
+    json_decref(nested);
+    json_decref(rs);
+    return r;
+  }
   json_t *agent = json_object_get(rs, "agent");
   const char *id = json_string_value(json_object_get(rs, "run_id"));
   const char *status = json_string_value(json_object_get(rs, "status"));
@@ -520,7 +508,8 @@ int run_state_resume(struct run *run, const struct agent **start,
   }
   sh->rs = rs;
   memcpy(sh->run_id, id, 33);
-  (void)snprintf(sh->rs_path, sizeof(sh->rs_path), "%s", o->resume_path);
+  if (o->store && (r = decisions_from_store(sh, e)) < 0)
+    return r;
   run->items = items;
   sh->rs_done = done;
   sh->rs_nested = nested;
@@ -596,9 +585,7 @@ int run_state_nested(struct run *run, const struct run *parent,
 void run_state_end(struct run *run, bool keep) {
   struct shared *sh = run->sh;
   struct run_result *res = run->res;
-  if (sh->rs_jfd >= 0)
-    (void)close(sh->rs_jfd);
-  sh->rs_jfd = -1;
+  rs_io_close(sh);
   if (sh->rs) {
     (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh->rs_path);
     /* Only a kept run (or a killed one, which never gets here) leaves
@@ -614,10 +601,7 @@ void run_state_end(struct run *run, bool keep) {
             sh->o,
             json_object_get(json_object_get(st, "progress"), "sandboxes"));
       }
-      (void)unlink(sh->rs_path);
-      char jpath[JOURNAL_PATH_MAX];
-      journal_path(sh->rs_path, jpath);
-      (void)unlink(jpath);
+      rs_io_remove(sh);
       res->state_path[0] = '\0';
     }
   }

@@ -21,6 +21,7 @@
 #include "shared/errors.h"
 
 struct tracer;
+struct store;
 
 #define RUNNER_DEFAULT_MAX_TURNS 10
 
@@ -55,6 +56,11 @@ struct run_options {
    * instead of pausing. */
   const char *state_dir;
   const char *resume_path;
+  /* With STORE (borrowed), the root run's state and journal live in its
+   * row "run_<run id>" of the state store instead of files (sbx serve),
+   * RESUME_PATH is that id, and decisions recorded in the store apply on
+   * a resume. */
+  struct store *store;
   bool approve_ask;
   FILE *ask_tty;
   /* Snapshots of a run with a state dir (controller/run/snapshots.c):

@@ -27,11 +27,10 @@ static const char *const statuses[] = {
     "queued",    "running", "waiting_approval", "completed", "failed",
     "cancelled", NULL};
 
-int server_state_path(const struct server *srv, const char *id, char *out,
-                      size_t n) {
-  int k = snprintf(out, n, "%s/runs/%s.json", srv->cfg->state_dir,
-                   id + strlen(SERVER_RUN_PREFIX));
-  return k < 0 || (size_t)k >= n ? -ENAMETOOLONG : 0;
+bool server_has_state(struct server *srv, const char *id) {
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  return store_state_get(srv->store, id, &text, &len, NULL) == 0 && len > 0;
 }
 
 static json_t *time_json(json_t *ms) {
@@ -396,13 +395,9 @@ void api_runs_approve(struct api *a) {
                     id, call_id, status);
     return;
   }
-  char state[4300];
-  int r = server_state_path(srv, id, state, sizeof(state));
-  if (r == 0)
-    r = store_decision_add(srv->store, id, call_id,
-                           approve ? "approve" : "reject", reason, &e);
-  if (r == 0)
-    r = runner_decide(state, call_id, approve, reason, &e);
+  /* The runner takes the decision from the store when the run goes on. */
+  int r = store_decision_add(srv->store, id, call_id,
+                             approve ? "approve" : "reject", reason, &e);
   if (r == 0)
     r = settle(a, row, call_id, &e);
   pthread_mutex_unlock(&srv->decide_mu);
@@ -420,8 +415,6 @@ void api_runs_retry(struct api *a) {
   if (load_run(a, &row) < 0)
     return;
   const char *id = a->param[0];
-  char state[4300];
-  (void)server_state_path(a->srv, id, state, sizeof(state));
   static const char *const failed[] = {"failed", NULL};
   struct sbx_error e = {0};
   const char *status = json_string_value(json_object_get(row, "status"));
@@ -431,10 +424,10 @@ void api_runs_retry(struct api *a) {
                     status);
     return;
   }
-  if (access(state, F_OK) != 0) {
+  if (!server_has_state(a->srv, id)) {
     (void)api_error(a, 409, "conflict",
-                    "run %s failed before its first step or on another "
-                    "server: there is no state to continue from",
+                    "run %s failed before its first step: there is no "
+                    "state to continue from",
                     id);
     return;
   }

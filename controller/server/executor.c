@@ -4,7 +4,7 @@
  *
  * A run's lease is what makes one server its executor. A worker takes a
  * run that is queued, or running under a lease that expired (its server
- * died); the runner's state file says whether it starts or goes on from
+ * died); its state in the store says whether it starts or goes on from
  * its last step. When this server stops, its runs are interrupted (they
  * keep their state and sandboxes) and their leases given up, so the next
  * server to start continues them. */
@@ -189,6 +189,7 @@ static int options_for(struct job *j, json_t *request, struct agent_set *set,
   o->model_cfg.stream = true;
   o->materialize.limits = materialize_default_limits();
   o->state_dir = srv->cfg->state_dir;
+  o->store = srv->store;
   o->resume_path = resume;
   o->run_id = j->id + strlen(SERVER_RUN_PREFIX);
   o->event_sink = job_sink;
@@ -199,7 +200,8 @@ static int options_for(struct job *j, json_t *request, struct agent_set *set,
   return 0;
 }
 
-/* Executes the leased run J: from the start, or from its state file. */
+/* Executes the leased run J: from the start, or from its state in the
+ * store (a run that began on this server or another). */
 static void execute(struct job *j) {
   struct server *srv = j->srv;
   struct sbx_error e = {0};
@@ -214,14 +216,7 @@ static void execute(struct job *j) {
       json_is_object(old) ? json_deep_copy(old) : json_object();
   if (!result)
     return;
-  char state[4300];
-  (void)server_state_path(srv, j->id, state, sizeof(state));
-  bool resume = access(state, F_OK) == 0;
-  /* A run that began on another host has its state there; one that began
-   * here without a state file never saved a step, so no call of it ran
-   * and it may start again. */
-  const char *host = json_string_value(json_object_get(result, "began_on"));
-  bool began = host && strcmp(host, srv->host_id) != 0;
+  bool resume = server_has_state(srv, j->id);
   if (json_is_true(json_object_get(row, "cancel_requested")))
     j->cancel = true;
   if (store_run_update(srv->store, j->id, claimable, "running", NULL, &e) < 0) {
@@ -234,26 +229,16 @@ static void execute(struct job *j) {
     (void)executor_cancelled(srv, j->id, &e);
     return;
   }
-  if (began && !resume) {
-    (void)sbx_error_set(&e, SBX_UNAVAILABLE, ENOENT,
-                        "the run's state is not on this server (%s): it "
-                        "started on another one and cannot go on here",
-                        state);
-    fail(j, result, -ENOENT, &e);
-    return;
-  }
   struct agent_set *set = NULL;
   struct run_options o = {0};
   int r = server_agent_load(srv, json_object_get(request, "agent"), &set, &e);
   if (r == 0)
-    r = options_for(j, request, set, resume ? state : NULL, &o, &e);
+    r = options_for(j, request, set, resume ? j->id : NULL, &o, &e);
   if (r < 0) {
     fail(j, result, r, &e);
     agent_set_free(set);
     return;
   }
-  (void)json_object_set_new(result, "began_on", json_string(srv->host_id));
-  (void)store_run_update(srv->store, j->id, mine, NULL, result, &e);
   uint64_t seq = 0;
   _cleanup_json_ json_t *now = NULL;
   if (store_run_get(srv->store, j->id, &now, &e) == 0)

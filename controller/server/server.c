@@ -62,8 +62,6 @@ static int server_init(struct server *srv, const struct server_config *c,
     return sbx_error_set(e, SBX_INTERNAL, EIO, "cannot make a random id");
   (void)snprintf(srv->owner, sizeof(srv->owner), "%.40s:%ld:%s", host,
                  (long)getpid(), rnd);
-  (void)snprintf(srv->host_id, sizeof(srv->host_id), "%s:%s", host,
-                 c->state_dir);
   return store_open(c->db, &srv->store, e);
 }
 

@@ -38,8 +38,7 @@ struct server {
   const struct server_config *cfg;
   struct store *store;
   struct httpd *http;
-  char owner[64];     /* this server in leases: host, pid and a random part */
-  char host_id[4400]; /* the host and state dir its runs' state files are in */
+  char owner[64]; /* this server in leases: host, pid and a random part */
   int64_t lease_ms;
   volatile bool stopping;
   pthread_mutex_t mu;
@@ -103,9 +102,8 @@ void api_runs_approve(struct api *a);
 void api_runs_retry(struct api *a);
 /* The API's view of a stored run ROW (borrowed): new, NULL on OOM. */
 json_t *api_run_view(json_t *row);
-/* The runner's state file of run ID. */
-int server_state_path(const struct server *srv, const char *id, char *out,
-                      size_t n);
+/* Whether run ID has a state in the store to go on from. */
+bool server_has_state(struct server *srv, const char *id);
 
 /* api_sandboxes.c, api_execs.c, api_files.c: the sandboxes API. */
 void api_sandboxes_create(struct api *a);

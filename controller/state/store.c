@@ -626,6 +626,12 @@ int store_state_get(struct store *s, const char *id, char **text, size_t *len,
   return 0;
 }
 
+int store_state_clear(struct store *s, const char *id, struct sbx_error *e) {
+  if (!id)
+    return bad_args(e, __func__);
+  return s->ops->state_clear(s, id, e);
+}
+
 int store_journal_append(struct store *s, const char *id, const char *text,
                          size_t len, struct sbx_error *e) {
   if (!id || !text)
@@ -668,6 +674,49 @@ int store_journal_read(struct store *s, const char *id, size_t max, char **text,
     return r;
   *text = sbx_buf_steal(&b, len);
   return *text ? 0 : oom(e);
+}
+
+struct chunks {
+  size_t keep;   /* the bytes to keep */
+  size_t total;  /* of the chunks seen */
+  int64_t whole; /* chunks that end at or before KEEP */
+  bool inside;   /* KEEP falls inside a chunk */
+  char *part;    /* that chunk's first bytes (new) */
+  size_t part_len;
+};
+
+static int chunk_row(void *arg, const struct store_row *row,
+                     struct sbx_error *e) {
+  struct chunks *c = arg;
+  size_t len;
+  const char *t = row->text(row, 0, &len);
+  if (c->total + len <= c->keep) {
+    c->whole++;
+  } else if (c->total < c->keep && !c->part) {
+    c->part_len = c->keep - c->total;
+    c->part = malloc(c->part_len);
+    if (!c->part)
+      return oom(e);
+    memcpy(c->part, t, c->part_len);
+  }
+  c->total += len;
+  return 0;
+}
+
+int store_journal_cut(struct store *s, const char *id, size_t keep,
+                      struct sbx_error *e) {
+  if (!id)
+    return bad_args(e, __func__);
+  struct chunks c = {.keep = keep};
+  int r = s->ops->journal_read(s, id, chunk_row, &c, e);
+  if (r == 0 && c.total > keep)
+    r = s->ops->journal_keep(s, id, c.whole, e);
+  /* A cut inside a chunk (the runner cuts after whole steps, so only a
+   * journal that was not the runner's): its first bytes go back. */
+  if (r == 0 && c.part)
+    r = s->ops->journal_append(s, id, c.part, c.part_len, e);
+  free(c.part);
+  return r;
 }
 
 /* ---- events -------------------------------------------------------------- */

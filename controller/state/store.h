@@ -131,9 +131,17 @@ int store_state_put(struct store *s, const char *id, const char *text,
  * the run has none. */
 int store_state_get(struct store *s, const char *id, char **text, size_t *len,
                     struct sbx_error *e);
+/* Removes the run's state and journal (a run that ended, or one starting
+ * again from nothing). */
+int store_state_clear(struct store *s, const char *id, struct sbx_error *e);
 /* Appends LEN bytes to the run's journal. */
 int store_journal_append(struct store *s, const char *id, const char *text,
                          size_t len, struct sbx_error *e);
+/* Keeps the first KEEP bytes of the run's journal: the chunks after them
+ * are removed in one statement (a cut inside a chunk, which the runner
+ * never makes, puts that chunk's first bytes back after). */
+int store_journal_cut(struct store *s, const char *id, size_t keep,
+                      struct sbx_error *e);
 /* The whole journal (new, NUL-terminated; "" when empty), up to MAX bytes
  * (-EFBIG over it). */
 int store_journal_read(struct store *s, const char *id, size_t max, char **text,

@@ -110,6 +110,11 @@ struct store_ops {
   /* The chunks in the order they were appended. */
   int (*journal_read)(struct store *s, const char *id, store_row_fn fn,
                       void *arg, struct sbx_error *e);
+  /* Removes the run's journal chunks after the first NCHUNKS. */
+  int (*journal_keep)(struct store *s, const char *id, int64_t nchunks,
+                      struct sbx_error *e);
+  /* The run's state set to NULL and its journal emptied. */
+  int (*state_clear)(struct store *s, const char *id, struct sbx_error *e);
 
   int (*event_add)(struct store *s, const char *id, int64_t seq,
                    const char *type, const char *data, struct sbx_error *e);

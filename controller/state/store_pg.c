@@ -397,6 +397,27 @@ static int pg_journal_append(struct store *s, const char *id, const char *text,
                   e);
 }
 
+static int pg_journal_keep(struct store *s, const char *id, int64_t nchunks,
+                           struct sbx_error *e) {
+  const struct store_arg a[] = {store_text(id), store_int(nchunks)};
+  return PG_WRITE(s, PG_SAFE,
+                  "DELETE FROM journal WHERE run_id = $1 AND n NOT IN "
+                  "(SELECT n FROM journal WHERE run_id = $1 ORDER BY n "
+                  "LIMIT $2)",
+                  a, NULL, e);
+}
+
+static int pg_state_clear(struct store *s, const char *id,
+                          struct sbx_error *e) {
+  const struct store_arg a[] = {store_text(id)};
+  int r =
+      PG_WRITE(s, PG_SAFE, "DELETE FROM journal WHERE run_id = $1", a, NULL, e);
+  if (r == 0)
+    r = PG_WRITE(s, PG_SAFE, "UPDATE runs SET state = NULL WHERE id = $1", a,
+                 NULL, e);
+  return r;
+}
+
 static int pg_journal_read(struct store *s, const char *id, store_row_fn fn,
                            void *arg, struct sbx_error *e) {
   const struct store_arg a[] = {store_text(id)};
@@ -528,6 +549,8 @@ const struct store_ops store_pg_ops = {
     .state_get = pg_state_get,
     .journal_append = pg_journal_append,
     .journal_read = pg_journal_read,
+    .state_clear = pg_state_clear,
+    .journal_keep = pg_journal_keep,
     .event_add = pg_event_add,
     .events_after = pg_events_after,
     .decision_add = pg_decision_add,

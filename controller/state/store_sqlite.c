@@ -438,6 +438,25 @@ static int sq_journal_append(struct store *s, const char *id, const char *text,
                   NULL, e);
 }
 
+static int sq_journal_keep(struct store *s, const char *id, int64_t nchunks,
+                           struct sbx_error *e) {
+  const struct store_arg a[] = {store_text(id), store_int(nchunks)};
+  return SQ_WRITE(s,
+                  "DELETE FROM journal WHERE run_id = ?1 AND n NOT IN "
+                  "(SELECT n FROM journal WHERE run_id = ?1 ORDER BY n "
+                  "LIMIT ?2)",
+                  a, NULL, e);
+}
+
+static int sq_state_clear(struct store *s, const char *id,
+                          struct sbx_error *e) {
+  const struct store_arg a[] = {store_text(id)};
+  int r = SQ_WRITE(s, "DELETE FROM journal WHERE run_id = ?", a, NULL, e);
+  if (r == 0)
+    r = SQ_WRITE(s, "UPDATE runs SET state = NULL WHERE id = ?", a, NULL, e);
+  return r;
+}
+
 static int sq_journal_read(struct store *s, const char *id, store_row_fn fn,
                            void *arg, struct sbx_error *e) {
   const struct store_arg a[] = {store_text(id)};
@@ -568,6 +587,8 @@ const struct store_ops store_sqlite_ops = {
     .state_get = sq_state_get,
     .journal_append = sq_journal_append,
     .journal_read = sq_journal_read,
+    .state_clear = sq_state_clear,
+    .journal_keep = sq_journal_keep,
     .event_add = sq_event_add,
     .events_after = sq_events_after,
     .decision_add = sq_decision_add,

@@ -749,6 +749,69 @@ BOTH(journal) {
   store_close(s);
 }
 
+BOTH(state_clear) {
+  struct store *s = open_store();
+  struct sbx_error e = {0};
+  insert_run(s, "r1", "", "running");
+  insert_run(s, "r2", "", "running");
+  cr_assert_eq(store_state_put(s, "r1", "{\"a\":1}", 7, &e), 0, "%s", e.msg);
+  cr_assert_eq(store_state_put(s, "r2", "{\"b\":2}", 7, &e), 0, "%s", e.msg);
+  cr_assert_eq(store_journal_append(s, "r1", "one\n", 4, &e), 0);
+  cr_assert_eq(store_journal_append(s, "r2", "two\n", 4, &e), 0);
+  cr_assert_eq(store_state_clear(s, "r1", &e), 0, "%s", e.msg);
+  char *got = NULL;
+  size_t len = 0;
+  cr_expect_eq(store_state_get(s, "r1", &got, &len, &e), -ENOENT);
+  cr_assert_eq(store_journal_read(s, "r1", 1024, &got, &len, &e), 0);
+  cr_expect_str_eq(got, "");
+  free(got);
+  /* The other run keeps both. */
+  cr_assert_eq(store_state_get(s, "r2", &got, &len, &e), 0);
+  cr_expect_str_eq(got, "{\"b\":2}");
+  free(got);
+  cr_assert_eq(store_journal_read(s, "r2", 1024, &got, &len, &e), 0);
+  cr_expect_str_eq(got, "two\n");
+  free(got);
+  /* The run's row stays: a state can be put again. */
+  cr_expect_eq(store_state_put(s, "r1", "{}", 2, &e), 0, "%s", e.msg);
+  store_close(s);
+}
+
+BOTH(journal_cut) {
+  struct store *s = open_store();
+  struct sbx_error e = {0};
+  insert_run(s, "r1", "", "running");
+  insert_run(s, "r2", "", "running");
+  const char *chunks[] = {"aa\n", "bbb\n", "cccc\n", "dd\n"};
+  for (size_t i = 0; i < 4; i++)
+    cr_assert_eq(
+        store_journal_append(s, "r1", chunks[i], strlen(chunks[i]), &e), 0);
+  cr_assert_eq(store_journal_append(s, "r2", "keep\n", 5, &e), 0);
+  /* At a chunk's end: the chunks after it go. */
+  cr_assert_eq(store_journal_cut(s, "r1", 7, &e), 0, "%s", e.msg);
+  char *got = NULL;
+  size_t len = 0;
+  cr_assert_eq(store_journal_read(s, "r1", 1024, &got, &len, &e), 0);
+  cr_expect_str_eq(got, "aa\nbbb\n");
+  free(got);
+  /* Appends go on after the cut. */
+  cr_assert_eq(store_journal_append(s, "r1", "e\n", 2, &e), 0);
+  /* Inside a chunk: its first bytes stay. */
+  cr_assert_eq(store_journal_cut(s, "r1", 5, &e), 0, "%s", e.msg);
+  cr_assert_eq(store_journal_read(s, "r1", 1024, &got, &len, &e), 0);
+  cr_expect_str_eq(got, "aa\nbb");
+  free(got);
+  /* Past the end: nothing changes. */
+  cr_assert_eq(store_journal_cut(s, "r1", 100, &e), 0);
+  cr_assert_eq(store_journal_read(s, "r1", 1024, &got, &len, &e), 0);
+  cr_expect_str_eq(got, "aa\nbb");
+  free(got);
+  cr_assert_eq(store_journal_read(s, "r2", 1024, &got, &len, &e), 0);
+  cr_expect_str_eq(got, "keep\n", "another run's journal is not cut");
+  free(got);
+  store_close(s);
+}
+
 /* ---- events -------------------------------------------------------------- */
 
 static void events(struct store *s, int64_t after, size_t limit,
