@@ -1,6 +1,7 @@
 #include "controller/cli/cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "controller/cli/cli_internal.h"
@@ -29,21 +30,39 @@ static void usage_main(FILE *f) {
           "serve --help)\n"
           "  token SUBCOMMAND        the server's bearer tokens: create, ls, "
           "rm\n"
+          "  runs SUBCOMMAND         with --server: the server's runs (ls, "
+          "show, cancel,\n"
+          "                          logs)\n"
           "\n"
           "Options:\n"
           "  --log-level LEVEL       error | warn | info | debug (default "
           "warn)\n"
+          "  --server URL            be a client of sbx serve at URL: run, "
+          "approve,\n"
+          "                          reject and runs (ls, show, cancel, "
+          "logs) go there\n"
           "  --version               print the version and exit\n"
           "  --help                  print this help and exit\n"
           "\n"
           "Environment: OPENAI_API_KEY, OPENAI_BASE_URL (default "
           "https://api.openai.com/v1),\n"
           "OPENAI_DEFAULT_MODEL, SBX_SANDBOXD (path of the sandboxd "
-          "binary).\n");
+          "binary),\n"
+          "SBX_SERVER (as --server), SBX_TOKEN (the bearer token for "
+          "--server).\n");
+}
+
+/* sbx runs without a server: there is no local list of runs. */
+static int cli_runs_local(int argc, char **argv) {
+  (void)argc, (void)argv;
+  fprintf(stderr, "sbx runs: needs --server URL (or SBX_SERVER): the runs "
+                  "it lists are a server's\n");
+  return 2;
 }
 
 int cli_main(int argc, char **argv) {
   sbx_log_set_program("sbx");
+  const char *server = getenv("SBX_SERVER");
   int i = 1;
   for (; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -53,6 +72,10 @@ int cli_main(int argc, char **argv) {
     if (strcmp(argv[i], "--version") == 0) {
       printf("sbx %s\n", SBX_VERSION);
       return 0;
+    }
+    if (strcmp(argv[i], "--server") == 0 && i + 1 < argc) {
+      server = argv[++i];
+      continue;
     }
     if (strcmp(argv[i], "--log-level") == 0) {
       enum sbx_log_level lvl;
@@ -71,13 +94,18 @@ int cli_main(int argc, char **argv) {
     usage_main(stderr);
     return 2;
   }
+  /* serve and token work on the server's own store, never through it. */
+  if (server && *server && strcmp(argv[i], "serve") != 0 &&
+      strcmp(argv[i], "token") != 0)
+    return cli_remote(server, argc - i, argv + i);
   static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
   } commands[] = {
-      {"run", cli_run},       {"approve", cli_decide},
-      {"reject", cli_decide}, {"sandbox", cli_sandbox_main},
-      {"serve", cli_serve},   {"token", cli_token},
+      {"run", cli_run},         {"approve", cli_decide},
+      {"reject", cli_decide},   {"sandbox", cli_sandbox_main},
+      {"serve", cli_serve},     {"token", cli_token},
+      {"runs", cli_runs_local},
   };
   for (size_t k = 0; k < SBX_ARRAY_SIZE(commands); k++)
     if (strcmp(argv[i], commands[k].name) == 0)

@@ -17,6 +17,8 @@
 int cli_run(int argc, char **argv);
 int cli_decide(int argc, char **argv);
 int cli_sandbox_main(int argc, char **argv);
+/* The commands as clients of the server at SERVER (remote.c). */
+int cli_remote(const char *server, int argc, char **argv);
 /* sbx serve and sbx token (serve.c). */
 int cli_serve(int argc, char **argv);
 int cli_token(int argc, char **argv);

@@ -1,7 +1,7 @@
 /* A run's events as Server-Sent Events: every event after the client's
  * Last-Event-ID (or ?after=SEQ), as "id: SEQ", "event: TYPE" and "data:"
  * the JSON of `sbx run --stream`, then those still to come, until the
- * run's last event. Events are read from the store, so a client may read
+ * run's last event (or, with ?follow=false, until the last recorded). Events are read from the store, so a client may read
  * a run that another server executes; it is woken at once by events
  * recorded here and looks for others every POLL_MS. A comment line every
  * KEEPALIVE_MS keeps proxies from closing a quiet stream, and shows a
@@ -26,6 +26,7 @@ struct sse {
   char id[SERVER_ID_MAX];
   int64_t after;      /* the last seq sent */
   bool ended;         /* the terminal event was sent */
+  bool follow;        /* wait for events to come (else end at the last) */
   struct sbx_buf out; /* formatted, not yet handed to the connection */
   size_t off;
   int64_t last_write_ms;
@@ -101,6 +102,8 @@ static ssize_t sse_read(void *arg, char *buf, size_t max,
       return got;
     if (got > 0)
       continue;
+    if (!s->follow)
+      return 0;
     /* A run that ended without a terminal event in its stream (events
      * cannot be lost, but a stream must not hang on one that was). */
     if (run_over(s) && fetch(s) == 0)
@@ -152,6 +155,11 @@ void api_runs_events(struct api *a) {
     (void)api_error(a, 503, "unavailable", "%s", e.msg);
     return;
   }
+  const char *follow = http_req_query(a->r, "follow");
+  if (follow && strcmp(follow, "true") != 0 && strcmp(follow, "false") != 0) {
+    (void)api_error(a, 400, "invalid_request", "\"follow\" is true or false");
+    return;
+  }
   int64_t after = resume_point(a->r);
   if (after < 0) {
     (void)api_error(a, 400, "invalid_request",
@@ -166,6 +174,7 @@ void api_runs_events(struct api *a) {
   s->srv = a->srv;
   (void)snprintf(s->id, sizeof(s->id), "%s", id);
   s->after = after;
+  s->follow = !follow || strcmp(follow, "true") == 0;
   s->last_write_ms = store_now_ms();
   sbx_buf_init(&s->out, (size_t)64 << 20);
   (void)http_add_header(a->r, "X-Accel-Buffering", "no");
