@@ -1,11 +1,11 @@
 /* A run's events as Server-Sent Events: every event after the client's
  * Last-Event-ID (or ?after=SEQ), as "id: SEQ", "event: TYPE" and "data:"
  * the JSON of `sbx run --stream`, then those still to come, until the
- * run's last event (or, with ?follow=false, until the last recorded). Events are read from the store, so a client may read
- * a run that another server executes; it is woken at once by events
- * recorded here and looks for others every POLL_MS. A comment line every
- * KEEPALIVE_MS keeps proxies from closing a quiet stream, and shows a
- * client that has gone. */
+ * run's last event (or, with ?follow=false, until the last recorded). Events
+ * are read from the store, so a client may read a run that another server
+ * executes; it is woken at once by events recorded here and looks for others
+ * every POLL_MS. A comment line every KEEPALIVE_MS keeps proxies from closing a
+ * quiet stream, and shows a client that has gone. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -87,6 +87,30 @@ static int load_run(struct api *a, json_t **row) {
   return 0;
 }
 
+/* A run's sandbox_id: one of the API's sandboxes, the token's own (or any
+ * for admin). 0, or a reply sent. */
+static int check_sandbox(struct api *a, json_t *sid) {
+  const char *id = json_string_value(sid);
+  if (!id)
+    return api_error(a, 400, "invalid_request",
+                     "\"sandbox_id\" must be the id of one of the server's "
+                     "sandboxes");
+  _cleanup_json_ json_t *row = NULL;
+  struct sbx_error e = {0};
+  int r = store_sandbox_get(a->srv->store, id, &row, &e);
+  if (r == -ENOENT)
+    return api_error(a, 422, "invalid_request",
+                     "no sandbox \"%s\" (make one with POST /v1/sandboxes)",
+                     id);
+  if (r < 0)
+    return api_error(a, 503, "unavailable", "%s", e.msg);
+  const char *owner = json_string_value(json_object_get(row, "owner"));
+  if (!api_has_scope(a, "admin") && (!owner || strcmp(owner, a->token) != 0))
+    return api_error(a, 403, "forbidden", "sandbox %s belongs to another token",
+                     id);
+  return 0;
+}
+
 /* Checks a new run's members other than the agent: 0, or a reply sent. */
 static int check_request(struct api *a, json_t *body) {
   static const char *const keys[] = {"agent",      "input",     "run_config",
@@ -114,10 +138,9 @@ static int check_request(struct api *a, json_t *body) {
   if (rc && !json_is_object(rc))
     return api_error(a, 400, "invalid_request",
                      "\"run_config\" must be an object");
-  if (json_object_get(body, "sandbox_id"))
-    return api_error(a, 422, "not_supported",
-                     "\"sandbox_id\" is not supported by this server yet: "
-                     "each run gets a sandbox of its own");
+  json_t *sid = json_object_get(body, "sandbox_id");
+  if (sid && check_sandbox(a, sid) < 0)
+    return -1;
   json_t *mt = json_object_get(body, "max_turns");
   if (mt && (!json_is_integer(mt) || json_integer_value(mt) < 1 ||
              json_integer_value(mt) > MAX_TURNS_LIMIT))
@@ -196,7 +219,8 @@ void api_runs_create(struct api *a) {
   (void)snprintf(id, sizeof(id), SERVER_RUN_PREFIX "%s", hex);
   _cleanup_json_ json_t *request = json_pack(
       "{s:O, s:O}", "agent", agent, "input", json_object_get(body, "input"));
-  static const char *const optional[] = {"max_turns", "metadata", NULL};
+  static const char *const optional[] = {"max_turns", "metadata", "sandbox_id",
+                                         NULL};
   for (size_t i = 0; request && optional[i]; i++) {
     json_t *v = json_object_get(body, optional[i]);
     if (v)

@@ -17,6 +17,7 @@
 
 #include "backends/registry.h"
 #include "controller/run/runner.h"
+#include "controller/sandbox/lifecycle.h"
 #include "controller/server/server_internal.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
@@ -200,6 +201,28 @@ static int options_for(struct job *j, json_t *request, struct agent_set *set,
   return 0;
 }
 
+/* The API sandbox ID the run goes on in (run_options.sandbox): attached
+ * into O, its record into REC. */
+static int attach_sandbox(struct server *srv, const char *id,
+                          struct lifecycle_record *rec, struct run_options *o,
+                          struct sbx_error *e) {
+  int r = lifecycle_load(srv->cfg->state_dir, id, rec, e);
+  struct backend_options bo = {0};
+  struct sandbox *sb = NULL;
+  if (r == 0 && (r = lifecycle_attach(rec, &bo, &sb, e)) == 0 && !sb->client)
+    r = sbx_error_set(e, SBX_UNAVAILABLE, ESRCH,
+                      "the run's sandbox %s is stopped", id);
+  if (r < 0) {
+    if (sb)
+      sb->backend->detach(sb);
+    return r;
+  }
+  o->sandbox = sb;
+  o->sandbox_manifest = rec->manifest;
+  o->sandbox_record = rec;
+  return 0;
+}
+
 /* Executes the leased run J: from the start, or from its state in the
  * store (a run that began on this server or another). */
 static void execute(struct job *j) {
@@ -244,12 +267,24 @@ static void execute(struct job *j) {
   if (store_run_get(srv->store, j->id, &now, &e) == 0)
     seq = (uint64_t)json_integer_value(json_object_get(now, "last_seq"));
   o.event_seq = seq;
+  struct lifecycle_record rec = {0};
+  const char *sid = json_string_value(json_object_get(request, "sandbox_id"));
+  r = sid ? attach_sandbox(srv, sid, &rec, &o, &e) : 0;
+  if (r < 0) {
+    fail(j, result, r, &e);
+    backend_options_free(o.backend, (void *)o.backend_opts.own);
+    agent_set_free(set);
+    return;
+  }
   atomic_fetch_add(&srv->m.runs_started, 1);
   struct run_result res = {0};
   memset(&e, 0, sizeof(e));
   r = runner_run(&o, &res, &e);
   finish(j, result, r, &res, &e);
   run_result_clear(&res);
+  if (o.sandbox)
+    o.sandbox->backend->detach(o.sandbox);
+  lifecycle_record_clear(&rec);
   backend_options_free(o.backend, (void *)o.backend_opts.own);
   agent_set_free(set);
 }

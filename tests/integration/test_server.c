@@ -378,7 +378,9 @@ Test(server, bad_requests_are_refused_with_a_reason) {
           "\"input\": \"x\"}",
           422, "agent");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": \"s\"}",
-          422, "not supported");
+          422, "no sandbox \"s\"");
+  refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": 1}", 400,
+          "sandbox_id");
   char big[8192];
   memset(big, 'a', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';

@@ -9,12 +9,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/support/model_server.h"
 #include "tests/support/server.h"
 
 static struct test_server srv;
+static struct test_model_server ms;
 
 static void stop_all(void) {
   test_server_fini(&srv);
+  test_model_server_stop(&ms);
 }
 
 TestSuite(server_sandboxes, .fini = stop_all, .timeout = 240);
@@ -364,4 +367,51 @@ Test(server_sandboxes, bad_sandboxes_are_refused) {
   test_http(&h, &srv, "GET", "/v1/sandboxes", srv.token, NULL, NULL);
   cr_expect_eq(json_array_size(json_object_get(h.json, "data")), 0);
   test_http_free(&h);
+}
+
+Test(server_sandboxes, a_run_goes_on_in_a_sandbox_of_the_api) {
+  test_model_server_start(
+      &ms,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": "
+      "\"c1\", \"arguments\": {\"cmd\": \"cat a.txt; echo made > "
+      "made.txt\"}}]}, {\"text\": \"ok\"}]",
+      NULL);
+  test_server_init(&srv, NULL, ms.base_url);
+  test_server_start(&srv, NULL);
+  char *id = create();
+  char body[512];
+  (void)snprintf(body, sizeof(body),
+                 "{\"agent\": {\"name\": \"A\", \"model\": \"m1\"}, "
+                 "\"input\": \"x\", \"sandbox_id\": \"%s\"}",
+                 id);
+  struct test_http h;
+  test_http(&h, &srv, "POST", "/v1/runs", srv.token, body, NULL);
+  cr_assert_eq(h.status, 201, "%s", h.body);
+  char *rid = strdup(json_string_value(json_object_get(h.json, "id")));
+  test_http_free(&h);
+  json_decref(test_server_wait(&srv, rid, "completed", 60000));
+  json_t *reqs = test_model_server_requests(&ms);
+  const char *out = test_call_output(reqs, -1, "c1");
+  cr_expect(out && strstr(out, "hello"), "the run saw the sandbox's file: %s",
+            out ? out : "(none)");
+  json_decref(reqs);
+  /* The sandbox outlives the run, with what the run made. */
+  test_http(&h, &srv, "GET", p1(id, "/files/made.txt"), srv.token, NULL, NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  cr_expect_str_eq(h.body, "made\n");
+  test_http_free(&h);
+  /* Another token's sandbox, and one that does not exist. */
+  char *other = test_server_token(&srv, "other", "run,read");
+  test_http(&h, &srv, "POST", "/v1/runs", other, body, NULL);
+  cr_expect_eq(h.status, 403, "%s", h.body);
+  test_http_free(&h);
+  test_http(&h, &srv, "POST", "/v1/runs", srv.token,
+            "{\"agent\": {\"name\": \"A\"}, \"input\": \"x\", "
+            "\"sandbox_id\": \"000000000000\"}",
+            NULL);
+  cr_expect_eq(h.status, 422, "%s", h.body);
+  test_http_free(&h);
+  free(other);
+  free(rid);
+  free(id);
 }
