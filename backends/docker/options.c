@@ -474,7 +474,7 @@ const struct backend_option docker_option_table[] = {
     {"host", NULL, "URL",
      "the engine's API (default: $DOCKER_HOST, else "
      "unix:///var/run/docker.sock)",
-     BACKEND_OPTION_STRING},
+     BACKEND_OPTION_STRING, ""},
     {"sandboxd", NULL, "auto|baked|inject",
      "sandboxd from the image (baked), sbx's static build bind-mounted "
      "(inject), or baked when the image says it has one (auto)",
@@ -482,7 +482,7 @@ const struct backend_option docker_option_table[] = {
     {"sandboxd_static", NULL, "PATH",
      "the static sandboxd to inject (default: $SBX_SANDBOXD_STATIC, then "
      "sandboxd-static beside sbx)",
-     BACKEND_OPTION_STRING},
+     BACKEND_OPTION_STRING, ""},
     {"root", NULL, "PATH",
      "the workspace in the container (default: "
      "/workspace)",
@@ -500,7 +500,7 @@ const struct backend_option docker_option_table[] = {
      "userns-remap; an error where the engine has none), in which host files "
      "of bind mounts belong to nobody; host: none (default: auto where the "
      "engine can, else none)",
-     BACKEND_OPTION_STRING},
+     BACKEND_OPTION_STRING, "auto"},
     {"memory_bytes", "memory-bytes", "N",
      "memory limit in bytes (default: 2 GiB; 0: none)", BACKEND_OPTION_INTEGER},
     {"cpus", "cpus", "N", "CPU limit in CPUs (default and 0: none)",
@@ -508,7 +508,7 @@ const struct backend_option docker_option_table[] = {
     {"pids_limit", "pids-limit", "N", "process limit (default: 4096; 0: none)",
      BACKEND_OPTION_INTEGER},
     {"mounts", NULL, "[{type, source, target, read_only}]",
-     "bind mounts and volumes", BACKEND_OPTION_JSON},
+     "bind mounts and volumes", BACKEND_OPTION_JSON, ""},
     {"read_only_rootfs", NULL, NULL,
      "a read-only root filesystem (the workspace is a volume)",
      BACKEND_OPTION_BOOLEAN},

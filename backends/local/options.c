@@ -11,7 +11,7 @@ const struct backend_option local_option_table[] = {
     {"isolation", "isolation", "namespaces|none",
      "namespaces (default): the sandbox's own root, users, processes and "
      "network; none: commands run as you on the host",
-     BACKEND_OPTION_STRING},
+     BACKEND_OPTION_STRING, "namespaces"},
     {"network_mode", "network", "none",
      "none: loopback only (default: outbound through pasta, without the "
      "host's loopback)",

@@ -35,6 +35,11 @@ struct backend_option {
   const char *metavar; /* the flag's value in --help ("none", "IMG") */
   const char *help;    /* one line for --help */
   enum backend_option_type type;
+  /* What a request to sbx serve may set, where the server's operator is
+   * not the one asking: NULL any value; "" none (the option reaches the
+   * server's host: its files, its engine, its processes); else the values
+   * allowed, '|'-separated. */
+  const char *api;
 };
 
 /* What a backend can do with a manifest beyond files and directories;
@@ -148,6 +153,10 @@ struct backend {
 /* Checks OBJ against B's option table: a JSON object whose every key is one
  * of B's options, each of its type. -EINVAL with a message naming the key
  * ("WHERE.KEY", or "KEY" when WHERE is NULL); OBJ NULL is no options. */
+/* Refuses in OBJ (a request's options) what the options' api rules do
+ * not allow, naming WHERE and the option: -EPERM with E. */
+int backend_options_check_api(const struct backend *b, json_t *obj,
+                              const char *where, struct sbx_error *e);
 int backend_options_check(const struct backend *b, json_t *obj,
                           const char *where, struct sbx_error *e);
 

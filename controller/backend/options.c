@@ -71,6 +71,44 @@ int backend_options_check(const struct backend *b, json_t *obj,
   return 0;
 }
 
+/* Whether the string V is one of ALLOWED's '|'-separated values. */
+static bool api_allows(const char *allowed, json_t *v) {
+  const char *s = json_string_value(v);
+  size_t n = s ? strlen(s) : 0;
+  for (const char *p = allowed; s && *p;) {
+    const char *end = strchr(p, '|');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, s, n) == 0)
+      return true;
+    p = end ? end + 1 : p + len;
+  }
+  return false;
+}
+
+int backend_options_check_api(const struct backend *b, json_t *obj,
+                              const char *where, struct sbx_error *e) {
+  const char *k;
+  json_t *v;
+  const char *dot = *where ? "." : "";
+  json_object_foreach(obj, k, v) {
+    const struct backend_option *o = backend_option_find(b, k);
+    if (!o || !o->api)
+      continue;
+    if (!*o->api)
+      return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
+                           "\"%s%s%s\" reaches the server's own host; only "
+                           "its operator's configuration may set it, not a "
+                           "request",
+                           where, dot, k);
+    if (!api_allows(o->api, v))
+      return sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
+                           "\"%s%s%s\" may be only %s in a request to the "
+                           "server",
+                           where, dot, k, o->api);
+  }
+  return 0;
+}
+
 int backend_option_value(const struct backend_option *opt, const char *text,
                          json_t **out, struct sbx_error *e) {
   char *end = NULL;

@@ -3,7 +3,9 @@
  * a token, so it may not reach the server's files: no other agent files
  * (handoffs and agents as tools name them by path), no manifest entries
  * copied or mounted from the host (local_file, local_dir, mount), no
- * git_repo (cloned by the host), no grants of host paths. */
+ * git_repo (cloned by the host), no grants of host paths, no base_url (the
+ * server's API key would go there), and no backend option that reaches the
+ * host (the option tables' api rules). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/registry.h"
 #include "controller/config/agent.h"
 #include "controller/config/manifest.h"
 #include "controller/server/server_internal.h"
@@ -61,9 +64,27 @@ static int refuse_host_paths(const struct agent *a, struct sbx_error *e) {
   return r;
 }
 
+/* Refuses the members of AGENT that name other agent files: handoffs and
+ * agents used as tools. */
+static int refuse_references(json_t *agent, struct sbx_error *e) {
+  json_t *h = json_object_get(agent, "handoffs");
+  json_t *t = json_object_get(agent, "tools");
+  if ((json_is_array(h) && json_array_size(h)) ||
+      (json_is_array(t) && json_array_size(t)))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "agent: \"%s\" names other agent files, which an "
+                         "agent sent over the API may not",
+                         json_is_array(h) && json_array_size(h) ? "handoffs"
+                                                                : "tools");
+  return 0;
+}
+
 int server_agent_load(const struct server *srv, json_t *agent,
                       struct agent_set **out, struct sbx_error *e) {
   *out = NULL;
+  int r = refuse_references(agent, e);
+  if (r < 0)
+    return r;
   char dir[4200];
   int n = snprintf(dir, sizeof(dir), "%s/tmp", srv->cfg->state_dir);
   if (n < 0 || (size_t)n >= sizeof(dir) - 16)
@@ -80,8 +101,7 @@ int server_agent_load(const struct server *srv, json_t *agent,
   char path[4300];
   (void)snprintf(path, sizeof(path), "%s/%s", dir, AGENT_NAME);
   _cleanup_free_ char *text = json_dumps(agent, JSON_COMPACT);
-  int r =
-      text ? sbx_write_file_atomic(path, text, strlen(text), 0600) : -ENOMEM;
+  r = text ? sbx_write_file_atomic(path, text, strlen(text), 0600) : -ENOMEM;
   if (r < 0)
     r = sbx_error_set(e, SBX_INTERNAL, -r, "cannot write \"%s\": %s", path,
                       strerror(-r));
@@ -96,6 +116,16 @@ int server_agent_load(const struct server *srv, json_t *agent,
                       "files, which an agent sent over the API may not");
   if (r == 0)
     r = refuse_host_paths(set->agents[0], e);
+  if (r == 0 && set->agents[0]->base_url)
+    r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
+                      "agent: \"base_url\" would send the server's model API "
+                      "key where a request says; the server's operator sets "
+                      "where models are reached");
+  const struct backend *b =
+      r == 0 ? backend_find(set->agents[0]->run_backend) : NULL;
+  if (b)
+    r = backend_options_check_api(b, set->agents[0]->run_options,
+                                  "agent: run_config", e);
   if (r < 0) {
     agent_set_free(set);
     return r;

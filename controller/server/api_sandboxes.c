@@ -192,8 +192,10 @@ void api_sandboxes_create(struct api *a) {
   }
   struct sbx_error e = {0};
   void *own = NULL;
-  int r = backend_options_parse(b, json_object_get(body, "options"), "options",
-                                &own, &e);
+  json_t *opts = json_object_get(body, "options");
+  int r = backend_options_check_api(b, opts, "options", &e);
+  if (r == 0)
+    r = backend_options_parse(b, opts, "options", &own, &e);
   char id[STATE_ID_LEN + 1];
   if (r == 0)
     r = create(a, b, own, m, id, &e);

@@ -381,6 +381,23 @@ Test(server, bad_requests_are_refused_with_a_reason) {
           422, "no sandbox \"s\"");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": 1}", 400,
           "sandbox_id");
+  /* What would reach the server's own host is the operator's to set. */
+  refused("{\"agent\": {\"name\": \"A\", \"run_config\": {\"isolation\": "
+          "\"none\"}}, \"input\": \"x\"}",
+          403, "may be only namespaces");
+  refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"run_config\": "
+          "{\"isolation\": \"none\"}}",
+          403, "may be only namespaces");
+  refused("{\"agent\": {\"name\": \"A\", \"run_config\": {\"backend\": "
+          "\"docker\", \"mounts\": [{\"type\": \"bind\", \"source\": "
+          "\"/\", \"target\": \"/host\"}]}}, \"input\": \"x\"}",
+          403, "reaches the server's own host");
+  refused("{\"agent\": {\"name\": \"A\", \"run_config\": {\"backend\": "
+          "\"docker\", \"host\": \"tcp://127.0.0.1:1\"}}, \"input\": \"x\"}",
+          403, "reaches the server's own host");
+  refused("{\"agent\": {\"name\": \"A\", \"base_url\": "
+          "\"http://127.0.0.1:1/v1\"}, \"input\": \"x\"}",
+          403, "base_url");
   char big[8192];
   memset(big, 'a', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';

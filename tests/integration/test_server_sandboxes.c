@@ -350,6 +350,10 @@ Test(server_sandboxes, bad_sandboxes_are_refused) {
       {"{\"manifest\": {\"entries\": {\"e\": {\"type\": \"nope\"}}}}", "type",
        422},
       {"{\"options\": {\"no_such_option\": 1}}", "no_such_option", 422},
+      {"{\"options\": {\"isolation\": \"none\"}}", "namespaces", 403},
+      {"{\"backend\": \"docker\", \"options\": {\"sandboxd_static\": "
+       "\"/bin/sh\"}}",
+       "server's own host", 403},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct test_http h;
