@@ -121,9 +121,9 @@ void test_server_start(struct test_server *s, const char *const *extra) {
   }
 }
 
-void test_server_kill(struct test_server *s, int sig) {
+long test_server_kill(struct test_server *s, int sig) {
   if (s->pid <= 0)
-    return;
+    return 0;
   kill(s->pid, sig);
   int st;
   long t0 = now_ms();
@@ -137,6 +137,13 @@ void test_server_kill(struct test_server *s, int sig) {
     usleep(10000);
   }
   s->pid = 0;
+  return now_ms() - t0;
+}
+
+unsigned test_server_port(const struct test_server *s) {
+  const char *colon = strrchr(s->url, ':');
+  cr_assert_not_null(colon, "no port in \"%s\"", s->url);
+  return (unsigned)strtoul(colon + 1, NULL, 10);
 }
 
 void test_server_fini(struct test_server *s) {
@@ -150,13 +157,23 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg) {
   return sbx_buf_append(arg, p, size * n) < 0 ? 0 : size * n;
 }
 
-void test_http(struct test_http *out, const struct test_server *s,
-               const char *method, const char *path, const char *token,
-               const char *body, const char *const *headers) {
+/* The server's TLS files for the request C. */
+static void tls_options(CURL *c, const struct test_server *s) {
+  if (s->tls_ca[0])
+    curl_easy_setopt(c, CURLOPT_CAINFO, s->tls_ca);
+  if (s->tls_cert[0]) {
+    curl_easy_setopt(c, CURLOPT_SSLCERT, s->tls_cert);
+    curl_easy_setopt(c, CURLOPT_SSLKEY, s->tls_key);
+  }
+}
+
+int test_http_try(struct test_http *out, const struct test_server *s,
+                  const char *method, const char *path, const char *token,
+                  const char *body, const char *const *headers) {
   memset(out, 0, sizeof(*out));
   CURL *c = curl_easy_init();
   cr_assert_not_null(c);
-  char url[1024], auth[256];
+  char url[1024], auth[256], err[CURL_ERROR_SIZE] = "";
   (void)snprintf(url, sizeof(url), "%s%s", s->url, path);
   struct curl_slist *hl = NULL;
   if (token) {
@@ -184,8 +201,9 @@ void test_http(struct test_http *out, const struct test_server *s,
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
+  tls_options(c, s);
   CURLcode rc = curl_easy_perform(c);
-  cr_assert_eq(rc, CURLE_OK, "%s %s: %s", method, url, curl_easy_strerror(rc));
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
   curl_easy_cleanup(c);
   curl_slist_free_all(hl);
@@ -194,6 +212,17 @@ void test_http(struct test_http *out, const struct test_server *s,
   out->body = sbx_buf_steal(&b, NULL);
   out->headers = sbx_buf_steal(&h, NULL);
   out->json = json_loads(out->body, 0, NULL);
+  if (rc != CURLE_OK)
+    (void)snprintf(out->error, sizeof(out->error), "%.8s %.160s: %.300s",
+                   method, url, err[0] ? err : curl_easy_strerror(rc));
+  return (int)rc;
+}
+
+void test_http(struct test_http *out, const struct test_server *s,
+               const char *method, const char *path, const char *token,
+               const char *body, const char *const *headers) {
+  int rc = test_http_try(out, s, method, path, token, body, headers);
+  cr_assert_eq(rc, CURLE_OK, "%s", out->error);
 }
 
 void test_http_free(struct test_http *h) {
@@ -291,6 +320,7 @@ json_t *test_sse(const struct test_server *s, const char *token, const char *id,
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_sse_progress);
   curl_easy_setopt(c, CURLOPT_XFERINFODATA, &r);
   curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  tls_options(c, s);
   CURLcode rc = curl_easy_perform(c);
   long status = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

@@ -17,6 +17,9 @@ struct test_server {
   char url[64];    /* "http://127.0.0.1:PORT" */
   char token[128]; /* an admin token */
   char model_url[64];
+  /* PEM files test_http shows the server when set: the CA that signed its
+   * certificate, and a client certificate and its key. */
+  char tls_ca[128], tls_cert[128], tls_key[128];
 };
 
 /* Makes the temp dir and an admin token in the store DB (NULL: sqlite in
@@ -26,8 +29,11 @@ void test_server_init(struct test_server *s, const char *db,
 /* Starts sbx serve on a free loopback port with EXTRA (NULL-terminated,
  * may be NULL) flags; waits until it listens. */
 void test_server_start(struct test_server *s, const char *const *extra);
-/* Kills the server with SIG and reaps it. Accepts a stopped one. */
-void test_server_kill(struct test_server *s, int sig);
+/* Kills the server with SIG and reaps it: the milliseconds it took to
+ * exit. Accepts a stopped one (0). */
+long test_server_kill(struct test_server *s, int sig);
+/* The port of S->url. */
+unsigned test_server_port(const struct test_server *s);
 /* Stops the server, removes its sandboxes and the temp dir. */
 void test_server_fini(struct test_server *s);
 /* A new token NAME with SCOPES (new string). */
@@ -36,9 +42,10 @@ char *test_server_token(struct test_server *s, const char *name,
 
 struct test_http {
   long status;
-  char *body;    /* new */
-  char *headers; /* new: the response's header lines */
-  json_t *json;  /* new: the body parsed, or NULL */
+  char *body;      /* new */
+  char *headers;   /* new: the response's header lines */
+  json_t *json;    /* new: the body parsed, or NULL */
+  char error[512]; /* why the request failed (test_http_try) */
 };
 
 /* METHOD PATH on S with TOKEN (NULL: no Authorization) and BODY (NULL:
@@ -46,6 +53,12 @@ struct test_http {
 void test_http(struct test_http *out, const struct test_server *s,
                const char *method, const char *path, const char *token,
                const char *body, const char *const *headers);
+/* As test_http, but a request that gets no answer (a refused TLS
+ * handshake, a closed connection) is no failure: 0, or the libcurl error
+ * code with OUT->error saying why. */
+int test_http_try(struct test_http *out, const struct test_server *s,
+                  const char *method, const char *path, const char *token,
+                  const char *body, const char *const *headers);
 void test_http_free(struct test_http *h);
 /* The value of header NAME in H (new), or NULL. */
 char *test_http_header(const struct test_http *h, const char *name);
