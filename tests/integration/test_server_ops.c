@@ -1,0 +1,224 @@
+/* sbx serve in operation: HTTPS with and without client certificates and
+ * the TLS flags' refusals. Every connection goes to 127.0.0.1. */
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shared/fileio.h"
+#include "tests/support/certs.h"
+#include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
+#include "tests/support/server.h"
+
+static struct test_model_server model;
+static struct test_server srv;
+/* The test certificates (certs.h), in a directory of their own. */
+static struct {
+  char dir[64];
+  char ca[128], crt[128], key[128], client_key[128];
+} tls;
+
+static void stop_all(void) {
+  test_server_fini(&srv);
+  test_model_server_stop(&model);
+  if (tls.dir[0] && !getenv("SBX_TEST_KEEP"))
+    (void)test_rm_rf(tls.dir);
+}
+
+TestSuite(server_ops, .fini = stop_all, .timeout = 240);
+
+/* The model server on SCRIPT and sbx serve, not started yet. */
+static void init(const char *script) {
+  test_model_server_start(&model, script, NULL);
+  test_server_init(&srv, NULL, model.base_url);
+}
+
+/* The path of the test certificate file NAME into P (128 bytes). */
+static void cert_path(char *p, const char *name) {
+  (void)snprintf(p, 128, "%s/%s", tls.dir, name);
+}
+
+static void make_certs(void) {
+  cr_assert_eq(test_make_certs(tls.dir, sizeof(tls.dir)), 0,
+               "openssl could not make test certificates");
+  cert_path(tls.ca, "ca.crt");
+  cert_path(tls.crt, "server.crt");
+  cert_path(tls.key, "server.key");
+  cert_path(tls.client_key, "client.key");
+}
+
+/* sbx serve with the server certificate (make_certs first) and EXTRA
+ * flags (at most 8); the requests of test_http trust the test CA. */
+static void start_tls(const char *const *extra) {
+  init("[]");
+  const char *args[16] = {"--tls-cert", tls.crt, "--tls-key", tls.key};
+  size_t n = 4;
+  for (size_t i = 0; extra && extra[i] && n < 15; i++)
+    args[n++] = extra[i];
+  args[n] = NULL;
+  test_server_start(&srv, args);
+  (void)snprintf(srv.tls_ca, sizeof(srv.tls_ca), "%s", tls.ca);
+}
+
+/* Shows the client certificate WHO ("client", "rogue"; NULL: none). */
+static void client_cert(const char *who) {
+  srv.tls_cert[0] = srv.tls_key[0] = '\0';
+  if (!who)
+    return;
+  (void)snprintf(srv.tls_cert, sizeof(srv.tls_cert), "%s/%s.crt", tls.dir, who);
+  (void)snprintf(srv.tls_key, sizeof(srv.tls_key), "%s/%s.key", tls.dir, who);
+}
+
+/* The error code of an error answer, or "". */
+static const char *error_code(const struct test_http *h) {
+  const char *c = json_string_value(
+      json_object_get(json_object_get(h->json, "error"), "code"));
+  return c ? c : "";
+}
+
+static const char *error_message(const struct test_http *h) {
+  const char *m = json_string_value(
+      json_object_get(json_object_get(h->json, "error"), "message"));
+  return m ? m : "";
+}
+
+Test(server_ops, https_is_served_with_the_certificate_given) {
+  make_certs();
+  start_tls(NULL);
+  cr_expect(strncmp(srv.url, "https://127.0.0.1:", 18) == 0, "%s", srv.url);
+  char *log = NULL;
+  size_t len = 0;
+  cr_assert_eq(sbx_read_file(srv.log, 1u << 20, &log, &len), 0);
+  cr_expect(strstr(log, "sbx serve: listening on https://127.0.0.1:"), "%s",
+            log);
+  free(log);
+  struct test_http h;
+  test_http(&h, &srv, "GET", "/healthz", NULL, NULL, NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  cr_expect_str_eq(json_string_value(json_object_get(h.json, "status")), "ok");
+  test_http_free(&h);
+  test_http(&h, &srv, "GET", "/v1/runs", srv.token, NULL, NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  test_http_free(&h);
+  /* A client that does not trust the test CA refuses the server. */
+  struct test_server untrusting = srv;
+  untrusting.tls_ca[0] = '\0';
+  int rc = test_http_try(&h, &untrusting, "GET", "/healthz", NULL, NULL, NULL);
+  cr_expect_eq(rc, CURLE_PEER_FAILED_VERIFICATION, "%d %s", rc, h.error);
+  test_http_free(&h);
+  /* Plain HTTP to the TLS port gets no answer. */
+  struct test_server plain = srv;
+  (void)snprintf(plain.url, sizeof(plain.url), "http://127.0.0.1:%u",
+                 test_server_port(&srv));
+  rc = test_http_try(&h, &plain, "GET", "/healthz", NULL, NULL, NULL);
+  cr_expect_neq(rc, CURLE_OK, "plain HTTP was answered %ld: %s", h.status,
+                h.body);
+  cr_expect_eq(h.status, 0);
+  test_http_free(&h);
+}
+
+/* GET /v1/runs with the admin token, as the client certificate WHO, is
+ * refused: a 401 saying a client certificate is needed. */
+static void refused_without(const char *who) {
+  client_cert(who);
+  struct test_http h;
+  int rc = test_http_try(&h, &srv, "GET", "/v1/runs", srv.token, NULL, NULL);
+  cr_expect_eq(rc, CURLE_OK, "%s: %s", who ? who : "no certificate", h.error);
+  cr_expect_eq(h.status, 401, "%s: %ld %s", who ? who : "none", h.status,
+               h.body);
+  cr_expect_str_eq(error_code(&h), "unauthenticated", "%s", h.body);
+  cr_expect(strstr(error_message(&h), "client certificate"), "%s", h.body);
+  cr_expect(!strstr(h.body, "\"data\""), "no runs listed: %s", h.body);
+  test_http_free(&h);
+}
+
+Test(server_ops, a_client_ca_admits_only_the_certificates_it_signed) {
+  make_certs();
+  const char *extra[] = {"--tls-client-ca", tls.ca, NULL};
+  start_tls(extra);
+  client_cert("client");
+  struct test_http h;
+  test_http(&h, &srv, "GET", "/v1/runs", srv.token, NULL, NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  cr_expect(json_is_array(json_object_get(h.json, "data")), "%s", h.body);
+  test_http_free(&h);
+  /* The certificate does not stand in for the token. */
+  test_http(&h, &srv, "GET", "/v1/runs", NULL, NULL, NULL);
+  cr_expect_eq(h.status, 401, "%s", h.body);
+  cr_expect(!strstr(error_message(&h), "client certificate"), "%s", h.body);
+  test_http_free(&h);
+  refused_without(NULL);
+  refused_without("rogue");
+  /* Refused clients leave the server serving. */
+  client_cert("client");
+  test_http(&h, &srv, "GET", "/healthz", NULL, NULL, NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  test_http_free(&h);
+}
+
+/* sbx serve with FLAGS (at most 8, NULL-terminated) exits 2 before
+ * serving, saying WANT. */
+static void serve_refused(const char *const *flags, const char *want) {
+  const char *argv[20] = {"serve", "--listen",    "127.0.0.1:0", "--db",
+                          srv.db,  "--state-dir", srv.state};
+  size_t n = 7;
+  for (size_t i = 0; flags[i] && n < 19; i++)
+    argv[n++] = flags[i];
+  argv[n] = NULL;
+  struct sbx_run_out r;
+  sbx_run(&r, NULL, argv);
+  cr_expect_eq(r.status, 2, "%s %s: %d %s", flags[0], flags[1], r.status,
+               r.err);
+  cr_expect(strstr(r.err, want), "%s %s: %s", flags[0], flags[1], r.err);
+  cr_expect(!strstr(r.err, "listening on"), "%s", r.err);
+  sbx_run_free(&r);
+}
+
+Test(server_ops, tls_flags_that_cannot_work_are_refused_naming_the_file) {
+  make_certs();
+  test_server_init(&srv, NULL, NULL);
+  const char *crt = tls.crt, *key = tls.key, *ca = tls.ca;
+  const char *no_key[] = {"--tls-cert", crt, NULL};
+  serve_refused(no_key, "both a certificate and its key");
+  const char *no_cert[] = {"--tls-key", key, NULL};
+  serve_refused(no_cert, "both a certificate and its key");
+  char missing[128];
+  cert_path(missing, "missing.crt");
+  const char *unreadable[] = {"--tls-cert", missing, "--tls-key", key, NULL};
+  serve_refused(unreadable, missing);
+  const char *a_dir[] = {"--tls-cert", tls.dir, "--tls-key", key, NULL};
+  serve_refused(a_dir, tls.dir);
+  const char *ca_alone[] = {"--tls-client-ca", ca, NULL};
+  serve_refused(ca_alone, "a client CA needs TLS");
+  /* Readable files that are not what they are given as. */
+  char want[256];
+  const char *key_as_cert[] = {"--tls-cert", key, "--tls-key", key, NULL};
+  (void)snprintf(want, sizeof(want), "certificate \"%s\"", key);
+  serve_refused(key_as_cert, want);
+  const char *cert_as_key[] = {"--tls-cert", crt, "--tls-key", crt, NULL};
+  (void)snprintf(want, sizeof(want), "key \"%s\"", crt);
+  serve_refused(cert_as_key, want);
+  const char *wrong_key[] = {"--tls-cert", crt, "--tls-key", tls.client_key,
+                             NULL};
+  serve_refused(wrong_key, "is not the key of the certificate");
+  const char *key_as_ca[] = {"--tls-cert",      crt, "--tls-key", key,
+                             "--tls-client-ca", key, NULL};
+  (void)snprintf(want, sizeof(want), "client CA \"%s\"", key);
+  serve_refused(key_as_ca, want);
+}
+
+Test(server_ops, tls_may_listen_beyond_loopback) {
+  make_certs();
+  const char *extra[] = {"--listen", "0.0.0.0:0", NULL};
+  start_tls(extra);
+  cr_expect(strncmp(srv.url, "https://0.0.0.0:", 16) == 0, "%s", srv.url);
+  (void)snprintf(srv.url, sizeof(srv.url), "https://127.0.0.1:%u",
+                 test_server_port(&srv));
+  struct test_http h;
+  test_http(&h, &srv, "GET", "/healthz", NULL, NULL, NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  test_http_free(&h);
+}
