@@ -1,20 +1,25 @@
 /* sbx serve in operation: HTTPS with and without client certificates and
- * the TLS flags' refusals. Every connection goes to 127.0.0.1. */
+ * the TLS flags' refusals; /metrics checked by promtool and scraped by a
+ * real Prometheus. Every connection goes to 127.0.0.1. */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "shared/fileio.h"
 #include "tests/support/certs.h"
 #include "tests/support/model_server.h"
+#include "tests/support/prometheus.h"
 #include "tests/support/sbxrun.h"
 #include "tests/support/server.h"
 
 static struct test_model_server model;
 static struct test_server srv;
+static struct test_prometheus prom;
 /* The test certificates (certs.h), in a directory of their own. */
 static struct {
   char dir[64];
@@ -22,6 +27,7 @@ static struct {
 } tls;
 
 static void stop_all(void) {
+  test_prometheus_stop(&prom);
   test_server_fini(&srv);
   test_model_server_stop(&model);
   if (tls.dir[0] && !getenv("SBX_TEST_KEEP"))
@@ -29,6 +35,14 @@ static void stop_all(void) {
 }
 
 TestSuite(server_ops, .fini = stop_all, .timeout = 240);
+
+#define AGENT_A "{\"name\": \"A\", \"model\": \"m1\"}"
+
+static long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long)(ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
 
 /* The model server on SCRIPT and sbx serve, not started yet. */
 static void init(const char *script) {
@@ -221,4 +235,112 @@ Test(server_ops, tls_may_listen_beyond_loopback) {
   test_http(&h, &srv, "GET", "/healthz", NULL, NULL, NULL);
   cr_expect_eq(h.status, 200, "%s", h.body);
   test_http_free(&h);
+}
+
+/* The value of the single sample of QUERY (new), or NULL while there is
+ * none. */
+static char *sample(const char *query) {
+  json_t *v = test_prometheus_query(&prom, query);
+  const char *s = json_string_value(
+      json_array_get(json_object_get(json_array_get(v, 0), "value"), 1));
+  char *out = json_array_size(v) == 1 && s ? strdup(s) : NULL;
+  json_decref(v);
+  return out;
+}
+
+/* Whether sample(QUERY) is WANT. */
+static bool sample_is(const char *query, const char *want) {
+  char *v = sample(query);
+  bool ok = v && strcmp(v, want) == 0;
+  free(v);
+  return ok;
+}
+
+/* The last scrape error of JOB's target (new; "" when none). */
+static char *scrape_error(const char *job) {
+  json_t *d = test_prometheus_get(&prom, "/api/v1/targets?state=active");
+  json_t *targets = json_object_get(d, "activeTargets");
+  size_t i;
+  json_t *t;
+  char *out = NULL;
+  json_array_foreach(targets, i, t) {
+    const char *j =
+        json_string_value(json_object_get(json_object_get(t, "labels"), "job"));
+    const char *err = json_string_value(json_object_get(t, "lastError"));
+    if (j && err && strcmp(j, job) == 0)
+      out = strdup(err);
+  }
+  json_decref(d);
+  return out ? out : strdup("");
+}
+
+Test(server_ops, promtool_accepts_the_metrics_page) {
+  if (!test_have_program("promtool"))
+    cr_skip_test("promtool is not installed (scripts/install-deps.sh)");
+  init("[{\"text\": \"done\"}]");
+  test_server_start(&srv, NULL);
+  char *id = test_server_submit(&srv, AGENT_A, "x");
+  json_decref(test_server_wait(&srv, id, "completed", 60000));
+  free(id);
+  struct test_http h;
+  test_http(&h, &srv, "GET", "/v1/runs/run_missing", srv.token, NULL, NULL);
+  cr_expect_eq(h.status, 404);
+  test_http_free(&h);
+  char *reader = test_server_token(&srv, "scraper", "read");
+  test_http(&h, &srv, "GET", "/metrics", reader, NULL, NULL);
+  cr_assert_eq(h.status, 200, "%s", h.body);
+  char *ctype = test_http_header(&h, "Content-Type");
+  cr_expect(ctype && strncmp(ctype, "text/plain; version=0.0.4", 25) == 0, "%s",
+            ctype ? ctype : "(none)");
+  free(ctype);
+  cr_expect(strstr(h.body, "\nsbx_runs{status=\"completed\"} 1\n"), "%s",
+            h.body);
+  cr_expect(strstr(h.body, "\nsbx_runs_ended_total 1\n"), "%s", h.body);
+  cr_expect(strstr(h.body, "\nsbx_http_requests_total{code=\"4xx\"} 1\n"), "%s",
+            h.body);
+  char *out = NULL;
+  int rc = test_promtool_check(h.body, &out);
+  cr_expect_eq(rc, 0, "promtool check metrics: %d %s", rc, out);
+  cr_expect_str_eq(out, "", "promtool check metrics: %s\n%s", out, h.body);
+  free(out);
+  test_http_free(&h);
+  free(reader);
+}
+
+Test(server_ops, prometheus_scrapes_the_server_with_a_read_token) {
+  if (!test_have_program("prometheus"))
+    cr_skip_test("prometheus is not installed (scripts/install-deps.sh)");
+  init("[]");
+  test_server_start(&srv, NULL);
+  char *reader = test_server_token(&srv, "scraper", "read");
+  char target[64], wrong[128];
+  (void)snprintf(target, sizeof(target), "127.0.0.1:%u",
+                 test_server_port(&srv));
+  /* The scraper's token with another secret. */
+  (void)snprintf(wrong, sizeof(wrong), "%s", reader);
+  size_t n = strlen(wrong);
+  wrong[n - 1] = wrong[n - 1] == '0' ? '1' : '0';
+  const struct test_scrape jobs[] = {{"sbx", target, reader},
+                                     {"sbx_wrong_token", target, wrong}};
+  test_prometheus_start(&prom, jobs, 2);
+  bool up = false, down = false, runs = false;
+  long t0 = now_ms();
+  while (!(up && down && runs) && now_ms() - t0 < 30000) {
+    usleep(250000);
+    up = up || sample_is("up{job=\"sbx\"}", "1");
+    down = down || sample_is("up{job=\"sbx_wrong_token\"}", "0");
+    json_t *v = test_prometheus_query(&prom, "sbx_runs{job=\"sbx\"}");
+    runs = runs || json_array_size(v) == 6;
+    json_decref(v);
+  }
+  char *err = scrape_error("sbx_wrong_token"), *good = scrape_error("sbx");
+  cr_expect(up, "up{job=\"sbx\"} is not 1 after 30 s: \"%s\"", good);
+  cr_expect(runs, "sbx_runs has not its 6 series after 30 s");
+  cr_expect(down, "up{job=\"sbx_wrong_token\"} is not 0 after 30 s");
+  cr_expect(strstr(err, "401"), "the wrong token's scrape: \"%s\"", err);
+  cr_expect(sample_is("sbx_runs{job=\"sbx\", status=\"queued\"}", "0"));
+  cr_expect(sample_is("sbx_workers{job=\"sbx\"}", "16"));
+  free(err);
+  free(good);
+  free(reader);
 }
