@@ -1,15 +1,26 @@
 /* sbx serve in operation: HTTPS with and without client certificates and
  * the TLS flags' refusals; /metrics checked by promtool and scraped by a
- * real Prometheus. Every connection goes to 127.0.0.1. */
+ * real Prometheus; clients that are slow, never read, vanish or just hold
+ * connections open, which must not hold up other clients, runs or a stop;
+ * and a header block over the limit. Plain sockets where curl would be too
+ * polite; every connection goes to 127.0.0.1. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/buf.h"
 #include "shared/fileio.h"
 #include "tests/support/certs.h"
 #include "tests/support/model_server.h"
@@ -37,6 +48,9 @@ static void stop_all(void) {
 TestSuite(server_ops, .fini = stop_all, .timeout = 240);
 
 #define AGENT_A "{\"name\": \"A\", \"model\": \"m1\"}"
+#define AGENT_ASK                                                              \
+  "{\"name\": \"A\", \"model\": \"m1\", \"approvals\": {\"exec_command\": "    \
+  "\"always\"}}"
 
 static long now_ms(void) {
   struct timespec ts;
@@ -343,4 +357,274 @@ Test(server_ops, prometheus_scrapes_the_server_with_a_read_token) {
   free(err);
   free(good);
   free(reader);
+}
+
+/* A TCP connection to PORT on 127.0.0.1; with RCVBUF, a receive buffer
+ * that small from the start (set before connecting). */
+static int connect_raw(unsigned port, int rcvbuf) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
+  if (rcvbuf)
+    cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)),
+                 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0,
+               "connect to port %u: %s", port, strerror(errno));
+  return fd;
+}
+
+/* Sends TEXT (N bytes); whether all of it went (the server may close a
+ * connection it refuses before reading it all). */
+static bool send_raw(int fd, const char *text, size_t n) {
+  while (n) {
+    ssize_t k = send(fd, text, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return false;
+    text += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
+/* Reads FD into B until NEEDLE is in it (NULL: until the end), the peer
+ * closes, or TIMEOUT_MS pass: whether NEEDLE came (NULL: the end). */
+static bool read_raw(int fd, struct sbx_buf *b, const char *needle,
+                     long timeout_ms) {
+  long deadline = now_ms() + timeout_ms;
+  for (;;) {
+    if (needle && b->len && memmem(b->data, b->len, needle, strlen(needle)))
+      return true;
+    long left = deadline - now_ms();
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+      return false;
+    char buf[65536];
+    ssize_t k = recv(fd, buf, sizeof(buf), 0);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return !needle;
+    cr_assert_eq(sbx_buf_append(b, buf, (size_t)k), 0);
+  }
+}
+
+/* GET PATH with the admin token answers 200 in under 2 s. */
+static void answers_promptly(const char *path) {
+  long t0 = now_ms();
+  struct test_http h;
+  test_http(&h, &srv, "GET", path, srv.token, NULL, NULL);
+  long ms = now_ms() - t0;
+  cr_expect_eq(h.status, 200, "%s: %s", path, h.body);
+  cr_expect_lt(ms, 2000, "GET %s took %ld ms", path, ms);
+  test_http_free(&h);
+}
+
+Test(server_ops, clients_that_stop_mid_header_hold_up_no_one) {
+  init("[]");
+  test_server_start(&srv, NULL);
+  unsigned port = test_server_port(&srv);
+  int slow[4];
+  static const char half[] = "GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "Authoriz";
+  for (int i = 0; i < 4; i++) {
+    slow[i] = connect_raw(port, 0);
+    cr_assert(send_raw(slow[i], half, sizeof(half) - 1));
+  }
+  answers_promptly("/healthz");
+  answers_promptly("/v1/runs");
+  answers_promptly("/metrics");
+  /* The half requests are still waiting, unanswered and open. */
+  for (int i = 0; i < 4; i++) {
+    struct pollfd p = {.fd = slow[i], .events = POLLIN};
+    cr_expect_eq(poll(&p, 1, 0), 0, "a half request was answered or closed");
+    close(slow[i]);
+  }
+}
+
+/* GET /v1/runs/ID/events on a new connection with a receive buffer of
+ * RCVBUF bytes (0: the default): its fd, the answer not read. */
+static int open_stream(const char *id, int rcvbuf) {
+  int fd = connect_raw(test_server_port(&srv), rcvbuf);
+  char req[512];
+  int n = snprintf(req, sizeof(req),
+                   "GET /v1/runs/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   "Authorization: Bearer %s\r\n\r\n",
+                   id, srv.token);
+  cr_assert(n > 0 && (size_t)n < sizeof(req));
+  cr_assert(send_raw(fd, req, (size_t)n));
+  return fd;
+}
+
+/* The bytes the server's socket to the client on CLIENT_PORT has queued
+ * and not had acknowledged (/proc/net/tcp's tx_queue), or -1. */
+static long server_tx_queue(unsigned server_port, unsigned client_port) {
+  FILE *f = fopen("/proc/net/tcp", "r");
+  cr_assert_not_null(f);
+  char line[512];
+  long q = -1;
+  while (q < 0 && fgets(line, sizeof(line), f)) {
+    unsigned lport, rport;
+    unsigned long laddr, raddr, tx, rx;
+    if (sscanf(line, " %*u: %8lx:%4x %8lx:%4x %*x %8lx:%8lx", &laddr, &lport,
+               &raddr, &rport, &tx, &rx) == 6 &&
+        lport == server_port && rport == client_port)
+      q = (long)tx;
+  }
+  fclose(f);
+  return q;
+}
+
+/* The model's answer in the unread stream's run: large enough that its
+ * events fill the kernel's buffers on both sides and leave the stream's
+ * writer waiting on the client. */
+#define BIG_TEXT ((size_t)3 << 20)
+
+/* The script of one answer of BIG_TEXT bytes after DELAY_MS (new). */
+static char *big_answer(long delay_ms) {
+  char *text = malloc(BIG_TEXT + 1);
+  cr_assert_not_null(text);
+  memset(text, 'x', BIG_TEXT);
+  text[BIG_TEXT] = '\0';
+  json_t *script =
+      json_pack("[{s:I, s:s}]", "delay_ms", (json_int_t)delay_ms, "text", text);
+  free(text);
+  char *s = json_dumps(script, JSON_COMPACT);
+  json_decref(script);
+  cr_assert_not_null(s);
+  return s;
+}
+
+/* The whole event stream of the finished run ID, as bytes on the wire. */
+static size_t stream_length(const char *id) {
+  int fd = connect_raw(test_server_port(&srv), 0);
+  char req[512];
+  int n = snprintf(req, sizeof(req),
+                   "GET /v1/runs/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   "Authorization: Bearer %s\r\nConnection: close\r\n\r\n",
+                   id, srv.token);
+  cr_assert(send_raw(fd, req, (size_t)n));
+  struct sbx_buf b;
+  sbx_buf_init(&b, 256u << 20);
+  cr_expect(read_raw(fd, &b, NULL, 30000), "the stream did not end");
+  close(fd);
+  cr_expect(memmem(b.data, b.len, "event: run_finished", 19), "%.*s",
+            (int)(b.len < 300 ? b.len : 300), b.data ? b.data : "");
+  size_t len = b.len;
+  sbx_buf_free(&b);
+  return len;
+}
+
+Test(server_ops, a_stream_never_read_holds_up_neither_its_run_nor_a_stop) {
+  char *script = big_answer(1000);
+  init(script);
+  free(script);
+  test_server_start(&srv, NULL);
+  char *id = test_server_submit(&srv, AGENT_A, "say a lot");
+  int fd = open_stream(id, 1024);
+  json_decref(test_server_wait(&srv, id, "completed", 60000));
+  char path[128];
+  (void)snprintf(path, sizeof(path), "/v1/runs/%s", id);
+  answers_promptly(path);
+  answers_promptly("/healthz");
+  /* The stream's writer is stuck: part of the stream is neither in the
+   * client's receive buffer nor in the server's send queue. */
+  struct sockaddr_in me;
+  socklen_t ml = sizeof(me);
+  cr_assert_eq(getsockname(fd, (struct sockaddr *)&me, &ml), 0);
+  int unread = 0;
+  cr_assert_eq(ioctl(fd, FIONREAD, &unread), 0);
+  long queued = server_tx_queue(test_server_port(&srv), ntohs(me.sin_port));
+  size_t total = stream_length(id);
+  cr_assert_geq(queued, 0, "the server's socket is not in /proc/net/tcp");
+  cr_assert_lt((size_t)unread + (size_t)queued, total,
+               "the whole stream (%zu bytes) fit in the sockets' buffers "
+               "(%d + %ld): nothing was held up",
+               total, unread, queued);
+  long ms = test_server_kill(&srv, SIGTERM);
+  cr_expect_lt(ms, 5000, "SIGTERM took %ld ms with a stream unread", ms);
+  close(fd);
+  free(id);
+}
+
+Test(server_ops, a_stream_client_that_vanished_holds_up_no_stop) {
+  init("[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c1\", "
+       "\"arguments\": {\"cmd\": \"true\"}}]}, {\"text\": \"done\"}]");
+  test_server_start(&srv, NULL);
+  char *id = test_server_submit(&srv, AGENT_ASK, "ask first");
+  json_decref(test_server_wait(&srv, id, "waiting_approval", 60000));
+  /* One client reads to the pause (the stream stays open) and goes; one
+   * goes as soon as it has asked. */
+  int fd = open_stream(id, 0);
+  struct sbx_buf b;
+  sbx_buf_init(&b, 1u << 20);
+  cr_expect(read_raw(fd, &b, "event: run_paused", 10000), "%.*s", (int)b.len,
+            b.data ? b.data : "");
+  sbx_buf_free(&b);
+  close(fd);
+  close(open_stream(id, 0));
+  answers_promptly("/healthz");
+  usleep(500000);
+  long ms = test_server_kill(&srv, SIGTERM);
+  cr_expect_lt(ms, 5000, "SIGTERM took %ld ms after a client vanished", ms);
+  free(id);
+}
+
+Test(server_ops, fifty_idle_connections_leave_the_server_answering) {
+  init("[]");
+  test_server_start(&srv, NULL);
+  int fds[50];
+  for (int i = 0; i < 50; i++)
+    fds[i] = connect_raw(test_server_port(&srv), 0);
+  answers_promptly("/healthz");
+  answers_promptly("/v1/runs");
+  for (int i = 0; i < 50; i++)
+    close(fds[i]);
+  answers_promptly("/healthz");
+}
+
+/* A GET /healthz whose header block holds a header of N bytes, on a raw
+ * connection: the answer's status line (new); *CLOSED whether the server
+ * closed the connection after it. */
+static char *big_header_status(size_t n, bool *closed) {
+  struct sbx_buf req;
+  sbx_buf_init(&req, 1u << 20);
+  cr_assert_eq(sbx_buf_append_str(&req, "GET /healthz HTTP/1.1\r\n"
+                                        "Host: 127.0.0.1\r\nX-Big: "),
+               0);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(sbx_buf_append(&req, "a", 1), 0);
+  cr_assert_eq(sbx_buf_append_str(&req, "\r\n\r\n"), 0);
+  int fd = connect_raw(test_server_port(&srv), 0);
+  (void)send_raw(fd, req.data, req.len);
+  sbx_buf_free(&req);
+  struct sbx_buf b;
+  sbx_buf_init(&b, 1u << 20);
+  (void)read_raw(fd, &b, "\r\n\r\n", 10000);
+  *closed = read_raw(fd, &b, NULL, 2000);
+  close(fd);
+  const char *cr = b.len ? memchr(b.data, '\r', b.len) : NULL;
+  char *line = strndup(b.len ? b.data : "", cr ? (size_t)(cr - b.data) : 0);
+  sbx_buf_free(&b);
+  return line;
+}
+
+Test(server_ops, a_header_block_over_the_limit_gets_431) {
+  init("[]");
+  test_server_start(&srv, NULL);
+  bool closed = false;
+  char *st = big_header_status(16 << 10, &closed);
+  cr_expect_str_eq(st, "HTTP/1.1 200 OK", "a 16 KiB header");
+  cr_expect(!closed, "the connection of a served request stays open");
+  free(st);
+  st = big_header_status(64 << 10, &closed);
+  cr_expect_str_eq(st, "HTTP/1.1 431 Request Header Fields Too Large",
+                   "a 64 KiB header");
+  cr_expect(closed, "the connection of a 431 is closed");
+  free(st);
+  answers_promptly("/healthz");
+  answers_promptly("/v1/runs");
 }
