@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -357,6 +358,55 @@ static int listen_addr(const char *host, uint16_t port,
                        "\"%s\" is not an IP address to listen on", host);
 }
 
+/* Whether PEM holds at least one certificate. */
+static bool pem_has_cert(const char *pem) {
+  gnutls_datum_t d = {(unsigned char *)pem, (unsigned)strlen(pem)};
+  gnutls_x509_crt_t *crts = NULL;
+  unsigned n = 0;
+  if (gnutls_x509_crt_list_import2(&crts, &n, &d, GNUTLS_X509_FMT_PEM, 0) < 0)
+    return false;
+  for (unsigned i = 0; i < n; i++)
+    gnutls_x509_crt_deinit(crts[i]);
+  gnutls_free(crts);
+  return n > 0;
+}
+
+/* The TLS files read into H, checked as GnuTLS will use them, so that a
+ * wrong file is refused naming it (libmicrohttpd would only fail to
+ * start, or start with a client CA that admits no one). */
+static int check_tls(const struct httpd *h, const struct httpd_config *c,
+                     struct sbx_error *e) {
+  if (!pem_has_cert(h->cert))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the TLS certificate \"%s\" holds no PEM "
+                         "certificate",
+                         c->tls_cert);
+  if (h->ca && !pem_has_cert(h->ca))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the TLS client CA \"%s\" holds no PEM "
+                         "certificate",
+                         c->tls_client_ca);
+  gnutls_certificate_credentials_t cred = NULL;
+  if (gnutls_certificate_allocate_credentials(&cred) < 0)
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  gnutls_datum_t cert = {(unsigned char *)h->cert, (unsigned)strlen(h->cert)};
+  gnutls_datum_t key = {(unsigned char *)h->key, (unsigned)strlen(h->key)};
+  int g = gnutls_certificate_set_x509_key_mem2(cred, &cert, &key,
+                                               GNUTLS_X509_FMT_PEM, NULL, 0);
+  gnutls_certificate_free_credentials(cred);
+  if (g == GNUTLS_E_CERTIFICATE_KEY_MISMATCH)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the TLS key \"%s\" is not the key of the "
+                         "certificate \"%s\"",
+                         c->tls_key, c->tls_cert);
+  if (g < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the TLS key \"%s\" cannot be used (a PEM key "
+                         "without a passphrase is needed): %s",
+                         c->tls_key, gnutls_strerror(g));
+  return 0;
+}
+
 static int load_tls(struct httpd *h, const struct httpd_config *c,
                     struct sbx_error *e) {
   if (!c->tls_cert != !c->tls_key)
@@ -372,6 +422,8 @@ static int load_tls(struct httpd *h, const struct httpd_config *c,
     r = read_pem(c->tls_key, "key", &h->key, e);
   if (r == 0 && c->tls_client_ca)
     r = read_pem(c->tls_client_ca, "client CA", &h->ca, e);
+  if (r == 0)
+    r = check_tls(h, c, e);
   h->tls = r == 0;
   h->verify_clients = r == 0 && c->tls_client_ca;
   return r;
@@ -438,8 +490,7 @@ int httpd_start(const struct httpd_config *c, httpd_handler_fn fn, void *arg,
     (void)snprintf(host, sizeof(host), "%s", c->host ? c->host : "127.0.0.1");
     httpd_free(h);
     return sbx_error_set(e, SBX_UNAVAILABLE, EADDRINUSE,
-                         "cannot listen on %s%s%s:%u (in use, or the TLS "
-                         "files do not hold a certificate and its key)",
+                         "cannot listen on %s%s%s:%u (is it in use?)",
                          v6 ? "[" : "", host, v6 ? "]" : "", c->port);
   }
   const union MHD_DaemonInfo *di =

@@ -40,7 +40,8 @@ struct httpd_config {
 typedef void (*httpd_handler_fn)(void *arg, struct http_req *r);
 
 /* Listens and serves; handlers run on connection threads. 0 or a negative
- * errno with E (a port in use, unreadable TLS files). */
+ * errno with E (a port in use; -EINVAL for TLS files that cannot be read,
+ * hold no certificate, or a key that is not the certificate's). */
 int httpd_start(const struct httpd_config *c, httpd_handler_fn fn, void *arg,
                 struct httpd **out, struct sbx_error *e);
 /* The port listened on. */

@@ -72,7 +72,7 @@ static bool listening(struct test_server *s) {
 }
 
 void test_server_start(struct test_server *s, const char *const *extra) {
-  const char *args[48] = {"--log-level", "debug",       "serve",
+  const char *args[48] = {"--log-level", "info",        "serve",
                           "--listen",    "127.0.0.1:0", "--db",
                           s->db,         "--state-dir", s->state};
   size_t n = 9;
@@ -121,9 +121,9 @@ void test_server_start(struct test_server *s, const char *const *extra) {
   }
 }
 
-void test_server_kill(struct test_server *s, int sig) {
+long test_server_kill(struct test_server *s, int sig) {
   if (s->pid <= 0)
-    return;
+    return 0;
   kill(s->pid, sig);
   int st;
   long t0 = now_ms();
@@ -137,6 +137,13 @@ void test_server_kill(struct test_server *s, int sig) {
     usleep(10000);
   }
   s->pid = 0;
+  return now_ms() - t0;
+}
+
+unsigned test_server_port(const struct test_server *s) {
+  const char *colon = strrchr(s->url, ':');
+  cr_assert_not_null(colon, "no port in \"%s\"", s->url);
+  return (unsigned)strtoul(colon + 1, NULL, 10);
 }
 
 void test_server_fini(struct test_server *s) {
@@ -152,28 +159,32 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg) {
   return sbx_buf_append(arg, p, size * n) < 0 ? 0 : size * n;
 }
 
-void test_http(struct test_http *out, const struct test_server *s,
-               const char *method, const char *path, const char *token,
-               const char *body, const char *const *headers) {
-  test_http_bytes(out, s, method, path, token, body, body ? strlen(body) : 0,
-                  "application/json", headers);
+/* The server's TLS files for the request C. */
+static void tls_options(CURL *c, const struct test_server *s) {
+  if (s->tls_ca[0])
+    curl_easy_setopt(c, CURLOPT_CAINFO, s->tls_ca);
+  if (s->tls_cert[0]) {
+    curl_easy_setopt(c, CURLOPT_SSLCERT, s->tls_cert);
+    curl_easy_setopt(c, CURLOPT_SSLKEY, s->tls_key);
+  }
 }
 
-void test_http_bytes(struct test_http *out, const struct test_server *s,
+/* The request, with LEN bytes of BODY (NULL: none) of type CTYPE: 0 or
+ * libcurl's code, OUT->error saying why. */
+static int http_send(struct test_http *out, const struct test_server *s,
                      const char *method, const char *path, const char *token,
                      const void *body, size_t len, const char *ctype,
                      const char *const *headers) {
   memset(out, 0, sizeof(*out));
   CURL *c = curl_easy_init();
   cr_assert_not_null(c);
-  char url[1024], auth[256];
+  char url[1024], auth[256], ct[128], err[CURL_ERROR_SIZE] = "";
   (void)snprintf(url, sizeof(url), "%s%s", s->url, path);
   struct curl_slist *hl = NULL;
   if (token) {
     (void)snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
     hl = curl_slist_append(hl, auth);
   }
-  char ct[128];
   if (body) {
     (void)snprintf(ct, sizeof(ct), "Content-Type: %s", ctype);
     hl = curl_slist_append(hl, ct);
@@ -198,8 +209,9 @@ void test_http_bytes(struct test_http *out, const struct test_server *s,
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
+  tls_options(c, s);
   CURLcode rc = curl_easy_perform(c);
-  cr_assert_eq(rc, CURLE_OK, "%s %s: %s", method, url, curl_easy_strerror(rc));
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
   curl_easy_cleanup(c);
   curl_slist_free_all(hl);
@@ -209,6 +221,32 @@ void test_http_bytes(struct test_http *out, const struct test_server *s,
   out->body = sbx_buf_steal(&b, NULL);
   out->headers = sbx_buf_steal(&h, NULL);
   out->json = json_loads(out->body, 0, NULL);
+  if (rc != CURLE_OK)
+    (void)snprintf(out->error, sizeof(out->error), "%.8s %.160s: %.300s",
+                   method, url, err[0] ? err : curl_easy_strerror(rc));
+  return (int)rc;
+}
+
+int test_http_try(struct test_http *out, const struct test_server *s,
+                  const char *method, const char *path, const char *token,
+                  const char *body, const char *const *headers) {
+  return http_send(out, s, method, path, token, body, body ? strlen(body) : 0,
+                   "application/json", headers);
+}
+
+void test_http(struct test_http *out, const struct test_server *s,
+               const char *method, const char *path, const char *token,
+               const char *body, const char *const *headers) {
+  int rc = test_http_try(out, s, method, path, token, body, headers);
+  cr_assert_eq(rc, CURLE_OK, "%s", out->error);
+}
+
+void test_http_bytes(struct test_http *out, const struct test_server *s,
+                     const char *method, const char *path, const char *token,
+                     const void *body, size_t len, const char *ctype,
+                     const char *const *headers) {
+  int rc = http_send(out, s, method, path, token, body, len, ctype, headers);
+  cr_assert_eq(rc, CURLE_OK, "%s", out->error);
 }
 
 void test_http_free(struct test_http *h) {
@@ -306,6 +344,7 @@ json_t *test_sse(const struct test_server *s, const char *token, const char *id,
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_sse_progress);
   curl_easy_setopt(c, CURLOPT_XFERINFODATA, &r);
   curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  tls_options(c, s);
   CURLcode rc = curl_easy_perform(c);
   long status = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

@@ -17,6 +17,9 @@ struct test_server {
   char url[64];    /* "http://127.0.0.1:PORT" */
   char token[128]; /* an admin token */
   char model_url[64];
+  /* PEM files test_http shows the server when set: the CA that signed its
+   * certificate, and a client certificate and its key. */
+  char tls_ca[128], tls_cert[128], tls_key[128];
 };
 
 /* Makes the temp dir and an admin token in the store DB (NULL: sqlite in
@@ -26,9 +29,13 @@ void test_server_init(struct test_server *s, const char *db,
 /* Starts sbx serve on a free loopback port with EXTRA (NULL-terminated,
  * may be NULL) flags; waits until it listens. */
 void test_server_start(struct test_server *s, const char *const *extra);
-/* Kills the server with SIG and reaps it. Accepts a stopped one. */
-void test_server_kill(struct test_server *s, int sig);
-/* Stops the server, removes its sandboxes and the temp dir. */
+/* Kills the server with SIG and reaps it: the milliseconds it took to
+ * exit. Accepts a stopped one (0). */
+long test_server_kill(struct test_server *s, int sig);
+/* The port of S->url. */
+unsigned test_server_port(const struct test_server *s);
+/* Stops the server, removes its sandboxes and the temp dir (kept, with the
+ * server's log, when SBX_TEST_KEEP is set: for a look after a failure). */
 void test_server_fini(struct test_server *s);
 /* A new token NAME with SCOPES (new string). */
 char *test_server_token(struct test_server *s, const char *name,
@@ -36,10 +43,11 @@ char *test_server_token(struct test_server *s, const char *name,
 
 struct test_http {
   long status;
-  char *body;    /* new, NUL-terminated */
-  size_t len;    /* its length */
-  char *headers; /* new: the response's header lines */
-  json_t *json;  /* new: the body parsed, or NULL */
+  char *body;      /* new, NUL-terminated */
+  size_t len;      /* its length */
+  char *headers;   /* new: the response's header lines */
+  json_t *json;    /* new: the body parsed, or NULL */
+  char error[512]; /* why the request failed (test_http_try) */
 };
 
 /* METHOD PATH on S with TOKEN (NULL: no Authorization) and BODY (NULL:
@@ -47,6 +55,12 @@ struct test_http {
 void test_http(struct test_http *out, const struct test_server *s,
                const char *method, const char *path, const char *token,
                const char *body, const char *const *headers);
+/* As test_http, but a request that gets no answer (a refused TLS
+ * handshake, a closed connection) is no failure: 0, or the libcurl error
+ * code with OUT->error saying why. */
+int test_http_try(struct test_http *out, const struct test_server *s,
+                  const char *method, const char *path, const char *token,
+                  const char *body, const char *const *headers);
 /* As test_http with LEN bytes of BODY of type CTYPE. */
 void test_http_bytes(struct test_http *out, const struct test_server *s,
                      const char *method, const char *path, const char *token,
