@@ -165,6 +165,53 @@ static inline int bench_model_start(struct bench_model *m, const char *py,
   return 0;
 }
 
+static inline size_t bench_discard(char *p, size_t size, size_t n, void *arg) {
+  (void)p;
+  (void)arg;
+  return size * n;
+}
+
+/* The mean ms of N answers from M to a one-message request, streamed
+ * (STREAM) or not: what the answer's form costs the model server. A
+ * streamed answer closes its connection, so each comes on a new one, as
+ * it does for sbx. */
+static inline int bench_model_probe(const struct bench_model *m, bool stream,
+                                    unsigned n, double *ms) {
+  char url[128], body[160];
+  (void)snprintf(url, sizeof(url), "%s/responses", m->base_url);
+  (void)snprintf(body, sizeof(body),
+                 "{\"model\":\"bench-model\",\"stream\":%s,\"input\":"
+                 "[{\"role\":\"user\",\"content\":\"Run true.\"}]}",
+                 stream ? "true" : "false");
+  CURL *c = curl_easy_init();
+  struct curl_slist *h =
+      curl_slist_append(NULL, "Content-Type: application/json");
+  int r = c && h ? 0 : -ENOMEM;
+  if (r == 0) {
+    (void)curl_easy_setopt(c, CURLOPT_URL, url);
+    (void)curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    (void)curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    (void)curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, bench_discard);
+    (void)curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+  }
+  uint64_t t0 = bench_now_ns();
+  for (unsigned i = 0; r == 0 && i < n; i++) {
+    long code = 0;
+    CURLcode cc = curl_easy_perform(c);
+    (void)curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    if (cc != CURLE_OK || code != 200) {
+      (void)fprintf(stderr, "bench: model server probe: %s, HTTP %ld\n",
+                    curl_easy_strerror(cc), code);
+      r = -EIO;
+    }
+  }
+  *ms = (double)(bench_now_ns() - t0) / 1e6 / n;
+  curl_slist_free_all(h);
+  if (c)
+    curl_easy_cleanup(c);
+  return r;
+}
+
 /* ---- sbx serve --------------------------------------------------------- */
 
 struct bench_serve {
