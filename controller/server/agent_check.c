@@ -3,9 +3,10 @@
  * a token, so it may not reach the server's files: no other agent files
  * (handoffs and agents as tools name them by path), no manifest entries
  * copied or mounted from the host (local_file, local_dir, mount), no
- * git_repo (cloned by the host), no grants of host paths, no base_url (the
- * server's API key would go there), and no backend option that reaches the
- * host (the option tables' api rules). */
+ * git_repo (cloned by the host), no grants of host paths; and, unless the
+ * token is the operator's (admin), no base_url (the server's API key would
+ * go there) and no backend option that reaches the host (the option
+ * tables' api rules). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -79,7 +80,7 @@ static int refuse_references(json_t *agent, struct sbx_error *e) {
   return 0;
 }
 
-int server_agent_load(const struct server *srv, json_t *agent,
+int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
                       struct agent_set **out, struct sbx_error *e) {
   *out = NULL;
   int r = refuse_references(agent, e);
@@ -116,7 +117,7 @@ int server_agent_load(const struct server *srv, json_t *agent,
                       "files, which an agent sent over the API may not");
   if (r == 0)
     r = refuse_host_paths(set->agents[0], e);
-  if (r == 0 && set->agents[0]->base_url)
+  if (r == 0 && !trusted && set->agents[0]->base_url)
     r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
                       "agent: \"base_url\" would send the server's model API "
                       "key where a request says; the server's operator sets "

@@ -192,10 +192,9 @@ void api_runs_create(struct api *a) {
   }
   struct sbx_error e = {0};
   struct agent_set *set = NULL;
-  if (!agent || server_agent_load(a->srv, agent, &set, &e) < 0) {
-    unsigned st = !agent                              ? 500
-                  : e.code == SBX_PERMISSION_DENIED ? 403
-                                                    : 422;
+  if (!agent || server_agent_load(a->srv, agent, api_has_scope(a, "admin"),
+                                  &set, &e) < 0) {
+    unsigned st = !agent ? 500 : e.code == SBX_PERMISSION_DENIED ? 403 : 422;
     (void)api_error(a, st, st == 403 ? "forbidden" : "invalid_agent", "%s",
                     agent ? e.msg : "out of memory");
     return;

@@ -254,7 +254,9 @@ static void execute(struct job *j) {
   }
   struct agent_set *set = NULL;
   struct run_options o = {0};
-  int r = server_agent_load(srv, json_object_get(request, "agent"), &set, &e);
+  /* Checked against its token when it was submitted. */
+  int r =
+      server_agent_load(srv, json_object_get(request, "agent"), true, &set, &e);
   if (r == 0)
     r = options_for(j, request, set, resume ? j->id : NULL, &o, &e);
   if (r < 0) {

@@ -143,9 +143,11 @@ void api_openapi(struct api *a);
 const char *server_openapi_text(void);
 
 /* agent_check.c: the agent of a request (borrowed) loaded into *OUT (new)
- * and checked to reach none of the server's files. -EINVAL with E. */
+ * and checked to reach none of the server's files, nor (unless TRUSTED:
+ * an admin token's, or one checked when it was submitted) its model API
+ * key or host. -EINVAL or -EPERM with E. */
 struct agent_set;
-int server_agent_load(const struct server *srv, json_t *agent,
+int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
                       struct agent_set **out, struct sbx_error *e);
 /* Refuses a manifest M (named WHERE) with entries or grants that read the
  * server's files: -EINVAL with E. */

@@ -346,10 +346,14 @@ Test(server, an_idempotency_key_returns_the_first_answer) {
   test_http_free(&b);
 }
 
+/* The token refused() posts with (NULL: the admin token). */
+static const char *refuse_token;
+
 /* POST BODY to /v1/runs expecting STATUS and a message holding WANT. */
 static void refused(const char *body, long status, const char *want) {
   struct test_http h;
-  test_http(&h, &srv, "POST", "/v1/runs", srv.token, body, NULL);
+  test_http(&h, &srv, "POST", "/v1/runs",
+            refuse_token ? refuse_token : srv.token, body, NULL);
   cr_expect_eq(h.status, status, "%s: %ld %s", body, h.status, h.body);
   const char *msg = json_string_value(
       json_object_get(json_object_get(h.json, "error"), "message"));
@@ -381,7 +385,10 @@ Test(server, bad_requests_are_refused_with_a_reason) {
           422, "no sandbox \"s\"");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": 1}", 400,
           "sandbox_id");
-  /* What would reach the server's own host is the operator's to set. */
+  /* What would reach the server's own host is the operator's to set: an
+   * admin token's, not another's. */
+  char *runner = test_server_token(&srv, "runner", "run");
+  refuse_token = runner;
   refused("{\"agent\": {\"name\": \"A\", \"run_config\": {\"isolation\": "
           "\"none\"}}, \"input\": \"x\"}",
           403, "may be only namespaces");
@@ -398,6 +405,15 @@ Test(server, bad_requests_are_refused_with_a_reason) {
   refused("{\"agent\": {\"name\": \"A\", \"base_url\": "
           "\"http://127.0.0.1:1/v1\"}, \"input\": \"x\"}",
           403, "base_url");
+  refuse_token = NULL;
+  free(runner);
+  struct test_http ok;
+  test_http(&ok, &srv, "POST", "/v1/runs", srv.token,
+            "{\"agent\": {\"name\": \"A\", \"base_url\": "
+            "\"http://127.0.0.1:1/v1\"}, \"input\": \"x\"}",
+            NULL);
+  cr_expect_eq(ok.status, 201, "the operator may: %s", ok.body);
+  test_http_free(&ok);
   char big[8192];
   memset(big, 'a', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';
