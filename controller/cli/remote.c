@@ -13,23 +13,17 @@
 #include <unistd.h>
 
 #include "controller/cli/cli_internal.h"
+#include "controller/cli/remote_internal.h"
 #include "controller/net/http.h"
 #include "controller/net/sse.h"
 #include "shared/buf.h"
 #include "shared/cleanup.h"
 
 #define RECONNECTS 20
-#define URL_MAX 4096
-
-struct remote {
-  const char *server; /* the base URL, without a trailing / */
-  char auth[512];     /* "Authorization: Bearer TOKEN" or "" */
-  struct http_client *http;
-};
 
 /* A JSON request to the server: 0 with the status and body (*OUT new, may
  * be NULL for a body that is not JSON), or -1 after saying why. */
-static int call(struct remote *rm, const char *method, const char *path,
+int remote_call(struct remote *rm, const char *method, const char *path,
                 json_t *body, long *status, json_t **out) {
   char url[URL_MAX];
   (void)snprintf(url, sizeof(url), "%s%s", rm->server, path);
@@ -60,7 +54,7 @@ static int call(struct remote *rm, const char *method, const char *path,
 }
 
 /* The server's message for a failed call, or a stand-in. */
-static const char *message(json_t *body, long status) {
+const char *remote_message(json_t *body, long status) {
   const char *m = json_string_value(
       json_object_get(json_object_get(body, "error"), "message"));
   static char buf[64];
@@ -71,10 +65,10 @@ static const char *message(json_t *body, long status) {
 }
 
 /* Reports a status other than WANT: true when it was WANT. */
-static bool expect(json_t *body, long status, long want, const char *what) {
+bool remote_expect(json_t *body, long status, long want, const char *what) {
   if (status == want)
     return true;
-  fprintf(stderr, "sbx %s: %s\n", what, message(body, status));
+  fprintf(stderr, "sbx %s: %s\n", what, remote_message(body, status));
   return false;
 }
 
@@ -152,7 +146,7 @@ static int follow_events(struct remote *rm, const char *id, bool follow,
     if (r == 0 && !resp.streamed) {
       json_error_t je;
       _cleanup_json_ json_t *b = json_loadb(resp.body, resp.body_len, 0, &je);
-      fprintf(stderr, "sbx: %s\n", message(b, resp.status));
+      fprintf(stderr, "sbx: %s\n", remote_message(b, resp.status));
       http_response_clear(&resp);
       return -1;
     }
@@ -209,7 +203,7 @@ static void follow_clear(struct follow *f) {
 
 /* ---- the commands -------------------------------------------------------- */
 
-static int usage(const char *text) {
+int remote_usage(const char *text) {
   fprintf(stderr, "usage: %s\n", text);
   return 2;
 }
@@ -251,8 +245,9 @@ static int remote_run(struct remote *rm, int argc, char **argv) {
     }
   }
   if (argc - optind != 2)
-    return usage("sbx --server URL run AGENT.json PROMPT [--max-turns N] "
-                 "[--stream] [--detach]");
+    return remote_usage(
+        "sbx --server URL run AGENT.json PROMPT [--max-turns N] "
+        "[--stream] [--detach]");
   struct sbx_error e = {0};
   _cleanup_json_ json_t *agent = NULL;
   if (cli_load_json_file(argv[optind], &agent, &e) < 0) {
@@ -265,14 +260,14 @@ static int remote_run(struct remote *rm, int argc, char **argv) {
     char *end = NULL;
     long long n = strtoll(max_turns, &end, 10);
     if (!*max_turns || *end || n < 1 || n > 1000)
-      return usage("--max-turns takes a whole number from 1 to 1000");
+      return remote_usage("--max-turns takes a whole number from 1 to 1000");
     (void)json_object_set_new(body, "max_turns", json_integer(n));
   }
   long status = 0;
   _cleanup_json_ json_t *run = NULL;
-  if (call(rm, "POST", "/v1/runs", body, &status, &run) < 0)
+  if (remote_call(rm, "POST", "/v1/runs", body, &status, &run) < 0)
     return 1;
-  if (!expect(run, status, 201, "run"))
+  if (!remote_expect(run, status, 201, "run"))
     return status == 422 || status == 400 ? 2 : 1;
   const char *id = json_string_value(json_object_get(run, "id"));
   if (detach)
@@ -293,16 +288,16 @@ static int remote_decide(struct remote *rm, int argc, char **argv) {
     if (reject && strcmp(argv[i], "--reason") == 0 && i + 1 < argc)
       reason = argv[++i];
     else if (argv[i][0] == '-' || n == 2)
-      return usage(reject ? "sbx --server URL reject RUN_ID CALL_ID "
-                            "[--reason TEXT]"
-                          : "sbx --server URL approve RUN_ID CALL_ID");
+      return remote_usage(reject ? "sbx --server URL reject RUN_ID CALL_ID "
+                                   "[--reason TEXT]"
+                                 : "sbx --server URL approve RUN_ID CALL_ID");
     else
       pos[n++] = argv[i];
   }
   if (n != 2)
-    return usage(reject ? "sbx --server URL reject RUN_ID CALL_ID "
-                          "[--reason TEXT]"
-                        : "sbx --server URL approve RUN_ID CALL_ID");
+    return remote_usage(reject ? "sbx --server URL reject RUN_ID CALL_ID "
+                                 "[--reason TEXT]"
+                               : "sbx --server URL approve RUN_ID CALL_ID");
   char path[1024];
   (void)snprintf(path, sizeof(path), "/v1/runs/%s/approvals/%s", pos[0],
                  pos[1]);
@@ -311,9 +306,9 @@ static int remote_decide(struct remote *rm, int argc, char **argv) {
                 "reason", reason);
   long status = 0;
   _cleanup_json_ json_t *out = NULL;
-  if (call(rm, "POST", path, body, &status, &out) < 0)
+  if (remote_call(rm, "POST", path, body, &status, &out) < 0)
     return 1;
-  if (!expect(out, status, 200, argv[0]))
+  if (!remote_expect(out, status, 200, argv[0]))
     return 1;
   printf("%s %s\n", reject ? "rejected" : "approved", pos[1]);
   return fflush(stdout) != 0;
@@ -342,7 +337,8 @@ static int runs_ls(struct remote *rm, int argc, char **argv) {
     else if (strcmp(argv[i], "--json") == 0)
       json = true;
     else
-      return usage("sbx --server URL runs ls [--status STATUS] [--json]");
+      return remote_usage(
+          "sbx --server URL runs ls [--status STATUS] [--json]");
   }
   _cleanup_json_ json_t *all = json_array();
   char cursor[32] = "";
@@ -353,9 +349,9 @@ static int runs_ls(struct remote *rm, int argc, char **argv) {
                    cursor[0] ? "&cursor=" : "", cursor);
     long status = 0;
     _cleanup_json_ json_t *page = NULL;
-    if (call(rm, "GET", path, NULL, &status, &page) < 0)
+    if (remote_call(rm, "GET", path, NULL, &status, &page) < 0)
       return 1;
-    if (!expect(page, status, 200, "runs ls"))
+    if (!remote_expect(page, status, 200, "runs ls"))
       return status == 400 ? 2 : 1;
     (void)json_array_extend(all, json_object_get(page, "data"));
     const char *next = json_string_value(json_object_get(page, "next_cursor"));
@@ -384,8 +380,8 @@ static int runs_one(struct remote *rm, int argc, char **argv) {
       id = NULL, i = argc;
   }
   if (!id)
-    return usage(logs ? "sbx --server URL runs logs RUN_ID [--follow]"
-                      : "sbx --server URL runs show|cancel RUN_ID");
+    return remote_usage(logs ? "sbx --server URL runs logs RUN_ID [--follow]"
+                             : "sbx --server URL runs show|cancel RUN_ID");
   if (logs) {
     struct follow f = {.print = true};
     int k = follow_events(rm, id, follow, &f);
@@ -398,9 +394,9 @@ static int runs_one(struct remote *rm, int argc, char **argv) {
                  cancel ? "/cancel" : "");
   long status = 0;
   _cleanup_json_ json_t *out = NULL;
-  if (call(rm, cancel ? "POST" : "GET", path, NULL, &status, &out) < 0)
+  if (remote_call(rm, cancel ? "POST" : "GET", path, NULL, &status, &out) < 0)
     return 1;
-  if (!expect(out, status, cancel ? 202 : 200, sub))
+  if (!remote_expect(out, status, cancel ? 202 : 200, sub))
     return 1;
   if (cancel)
     printf("%s\n", id);
@@ -425,8 +421,8 @@ static int remote_runs(struct remote *rm, int argc, char **argv) {
            "       sbx --server URL runs logs RUN_ID [--follow]\n");
     return 0;
   }
-  return usage("sbx --server URL runs ls|show|cancel|logs ... (see sbx "
-               "--server URL runs --help)");
+  return remote_usage("sbx --server URL runs ls|show|cancel|logs ... (see sbx "
+                      "--server URL runs --help)");
 }
 
 int cli_remote(const char *server, int argc, char **argv) {
@@ -456,10 +452,9 @@ int cli_remote(const char *server, int argc, char **argv) {
     const char *name;
     int (*fn)(struct remote *rm, int argc, char **argv);
   } commands[] = {
-      {"run", remote_run},
-      {"approve", remote_decide},
-      {"reject", remote_decide},
-      {"runs", remote_runs},
+      {"run", remote_run},         {"approve", remote_decide},
+      {"reject", remote_decide},   {"runs", remote_runs},
+      {"sandbox", remote_sandbox},
   };
   int k = -1;
   for (size_t i = 0; k < 0 && i < SBX_ARRAY_SIZE(commands); i++)

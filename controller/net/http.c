@@ -93,6 +93,7 @@ void http_response_clear(struct http_response *r) {
     return;
   free(r->body);
   free(r->content_type);
+  json_decref(r->headers);
   memset(r, 0, sizeof(*r));
   r->retry_after_ms = -1;
   r->should_retry = -1;
@@ -140,6 +141,27 @@ static long long parse_retry_after(const char *v, size_t n) {
   return t > now ? (long long)(t - now) * 1000 : 0;
 }
 
+#define HTTP_MAX_CAPTURED 32
+
+/* Keeps header NAME: VAL when the request asked for its prefix. */
+static void capture(struct xfer *x, const char *name, size_t name_len,
+                    const char *val, size_t val_len) {
+  const char *pre = x->req->capture_prefix;
+  size_t pl = pre ? strlen(pre) : 0;
+  if (!pre || name_len < pl || strncasecmp(name, pre, pl) != 0 || name_len > 64)
+    return;
+  if (!x->resp->headers)
+    x->resp->headers = json_object();
+  if (!x->resp->headers ||
+      json_object_size(x->resp->headers) >= HTTP_MAX_CAPTURED)
+    return;
+  char key[65];
+  for (size_t i = 0; i < name_len; i++)
+    key[i] = (char)tolower((unsigned char)name[i]);
+  key[name_len] = '\0';
+  (void)json_object_set_new(x->resp->headers, key, json_stringn(val, val_len));
+}
+
 static size_t on_header(char *p, size_t size, size_t nitems, void *ud) {
   struct xfer *x = ud;
   size_t len = size * nitems;
@@ -152,6 +174,8 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *ud) {
     x->resp->content_type = NULL;
     x->resp->retry_after_ms = -1;
     x->resp->should_retry = -1;
+    json_decref(x->resp->headers);
+    x->resp->headers = NULL;
     return len;
   }
   const char *colon = memchr(p, ':', len);
@@ -183,6 +207,7 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *ud) {
       x->resp->should_retry = 0;
   }
 #undef IS
+  capture(x, name, name_len, val, val_len);
   return len;
 }
 

@@ -24,6 +24,7 @@
 #ifndef SBX_HTTP_H
 #define SBX_HTTP_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -69,6 +70,9 @@ struct http_request {
   /* When set, the transfer stops within about a second once *cancel turns
    * true: -ECANCELED. */
   const volatile bool *cancel;
+  /* Response headers whose names begin with this (case-insensitive, e.g.
+   * "sbx-") are kept in http_response.headers; NULL: none. */
+  const char *capture_prefix;
 };
 
 struct http_response {
@@ -80,6 +84,8 @@ struct http_response {
   long long retry_after_ms; /* from retry-after-ms or Retry-After (seconds
                                or an HTTP date); -1 when absent */
   int should_retry;         /* x-should-retry: 1 true, 0 false, -1 absent */
+  json_t *headers; /* new: the captured headers, lower-case name: value (at
+                      most 32), or NULL */
 };
 
 struct http_client;

@@ -221,8 +221,13 @@ Test(server_cli, what_the_client_refuses) {
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "not supported with --server"), "%s", r.err);
   sbx_run_free(&r);
-  const char *sb[] = {"sandbox", "ls", NULL};
+  const char *sb[] = {"sandbox", "cp", "a", "b", NULL};
   client(&r, sb);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "not supported with --server"), "%s", r.err);
+  sbx_run_free(&r);
+  const char *other[] = {"decide", NULL};
+  client(&r, other);
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "not supported with --server"), "%s", r.err);
   sbx_run_free(&r);
@@ -246,5 +251,61 @@ Test(server_cli, what_the_client_refuses) {
   sbx_run(&r, NULL, local);
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "needs --server"), "%s", r.err);
+  sbx_run_free(&r);
+}
+
+Test(server_cli, sandboxes_are_made_used_and_removed_through_the_server) {
+  start("[]", "{\"name\": \"A\"}", NULL);
+  const char *man =
+      test_write_file(srv.dir, "m.json",
+                      "{\"entries\": {\"a.txt\": {\"type\": \"file\", "
+                      "\"content\": \"from the manifest\\n\"}}}");
+  char mpath[128];
+  (void)snprintf(mpath, sizeof(mpath), "%s", man);
+  struct sbx_run_out r;
+  const char *create[] = {"sandbox", "create", "--manifest", mpath, NULL};
+  client(&r, create);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char id[32];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  cr_expect_eq(strlen(id), 12, "%s", r.out);
+  sbx_run_free(&r);
+  const char *ls[] = {"sandbox", "ls", NULL};
+  client(&r, ls);
+  cr_expect(strstr(r.out, id), "%s", r.out);
+  sbx_run_free(&r);
+  const char *exec[] = {"sandbox", "exec", "-e",
+                        "X=42",    id,     "--",
+                        "sh",      "-c",   "cat a.txt; echo err $X >&2; exit 4",
+                        NULL};
+  client(&r, exec);
+  cr_expect_eq(r.status, 4, "%s", r.err);
+  cr_expect_str_eq(r.out, "from the manifest\n");
+  cr_expect_str_eq(r.err, "err 42\n");
+  sbx_run_free(&r);
+  const char *big[] = {"sandbox", "exec",    id,          "--", "head",
+                       "-c",      "3000000", "/dev/zero", NULL};
+  client(&r, big);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *info[] = {"sandbox", "info", id, NULL};
+  client(&r, info);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "\"backend\": \"local\""), "%s", r.out);
+  sbx_run_free(&r);
+  const char *rm[] = {"sandbox", "rm", id, NULL};
+  client(&r, rm);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  client(&r, info);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "no sandbox"), "%s", r.err);
+  sbx_run_free(&r);
+  client(&r, exec);
+  cr_expect_neq(r.status, 0);
+  sbx_run_free(&r);
+  const char *bad[] = {"sandbox", "exec", id, "sh", NULL};
+  client(&r, bad);
+  cr_expect_eq(r.status, 2, "%s", r.err);
   sbx_run_free(&r);
 }
