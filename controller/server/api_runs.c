@@ -374,19 +374,29 @@ static int check_decision(struct api *a, json_t *body, bool *approve,
   return 0;
 }
 
-/* Takes CALL_ID out of the run's pending approvals; the run goes back to
- * the queue when none is left. */
-static int settle(struct api *a, json_t *row, const char *call_id,
-                  struct sbx_error *e) {
+/* Takes the decided calls out of the run's pending approvals, by the
+ * store's decisions (what every server records, so two approvals on two
+ * servers at once cannot lose one); the run goes back to the queue when
+ * none is left. */
+static int settle(struct api *a, json_t *row, struct sbx_error *e) {
+  _cleanup_json_ json_t *decided = NULL;
+  int r = store_decisions_get(a->srv->store, a->param[0], &decided, e);
+  if (r < 0)
+    return r;
   json_t *res = json_object_get(row, "result");
   json_t *pending = json_object_get(res, "pending_approvals");
-  int i = pending_index(pending, call_id);
-  if (i >= 0)
-    (void)json_array_remove(pending, (size_t)i);
+  for (size_t i = json_array_size(pending); i-- > 0;) {
+    const char *c = json_string_value(
+        json_object_get(json_array_get(pending, i), "call_id"));
+    if (!c || json_object_get(decided, c))
+      (void)json_array_remove(pending, i);
+  }
   static const char *const waiting[] = {"waiting_approval", NULL};
   bool done = json_array_size(pending) == 0;
-  int r = store_run_update(a->srv->store, a->param[0], waiting,
-                           done ? "queued" : NULL, res, e);
+  r = store_run_update(a->srv->store, a->param[0], waiting,
+                       done ? "queued" : NULL, res, e);
+  if (r == -ESTALE)
+    return 0; /* another server's approval queued it first */
   if (r == 0 && done)
     executor_wake(a->srv);
   return r;
@@ -425,7 +435,7 @@ void api_runs_approve(struct api *a) {
   int r = store_decision_add(srv->store, id, call_id,
                              approve ? "approve" : "reject", reason, &e);
   if (r == 0)
-    r = settle(a, row, call_id, &e);
+    r = settle(a, row, &e);
   pthread_mutex_unlock(&srv->decide_mu);
   if (r == -EEXIST)
     (void)api_error(a, 409, "conflict", "call \"%s\" is decided already",

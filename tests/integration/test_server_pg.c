@@ -5,6 +5,7 @@
  * other finishes once the lease expires. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,58 @@ Test(server_pg, the_other_server_finishes_a_killed_server_s_run) {
   const char *out = test_call_output(reqs, -1, "c1");
   cr_expect(out && strstr(out, "Output:\n1\n"), "the tool ran once: %s",
             out ? out : "(none)");
+  json_decref(reqs);
+  free(id);
+}
+
+struct decide {
+  struct test_server *s;
+  const char *path;
+  long status;
+};
+
+static void *decide(void *arg) {
+  struct decide *d = arg;
+  struct test_http h;
+  test_http(&h, d->s, "POST", d->path, d->s->token,
+            "{\"decision\": \"approve\"}", NULL);
+  d->status = h.status;
+  test_http_free(&h);
+  return NULL;
+}
+
+Test(server_pg, two_approvals_on_two_servers_at_once_lose_neither) {
+  start("[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": "
+        "\"c1\", \"arguments\": {\"cmd\": \"echo one\"}}, {\"name\": "
+        "\"exec_command\", \"call_id\": \"c2\", \"arguments\": {\"cmd\": "
+        "\"echo two\"}}]},"
+        " {\"text\": \"done\"}]",
+        true);
+  char *id =
+      test_server_submit(&a,
+                         "{\"name\": \"A\", \"model\": \"m1\", \"approvals\": "
+                         "{\"exec_command\": \"always\"}}",
+                         "go");
+  json_t *run = test_server_wait(&a, id, "waiting_approval", 60000);
+  cr_assert_eq(json_array_size(json_object_get(run, "pending_approvals")), 2);
+  json_decref(run);
+  char p1[128], p2[128];
+  (void)snprintf(p1, sizeof(p1), "/v1/runs/%s/approvals/c1", id);
+  (void)snprintf(p2, sizeof(p2), "/v1/runs/%s/approvals/c2", id);
+  struct decide d1 = {&a, p1, 0}, d2 = {&b, p2, 0};
+  pthread_t t1, t2;
+  cr_assert_eq(pthread_create(&t1, NULL, decide, &d1), 0);
+  cr_assert_eq(pthread_create(&t2, NULL, decide, &d2), 0);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  cr_expect_eq(d1.status, 200);
+  cr_expect_eq(d2.status, 200);
+  json_decref(test_server_wait(&b, id, "completed", 60000));
+  json_t *reqs = test_model_server_requests(&ms);
+  const char *o1 = test_call_output(reqs, -1, "c1");
+  const char *o2 = test_call_output(reqs, -1, "c2");
+  cr_expect(o1 && strstr(o1, "one") && o2 && strstr(o2, "two"), "%s / %s",
+            o1 ? o1 : "(none)", o2 ? o2 : "(none)");
   json_decref(reqs);
   free(id);
 }
