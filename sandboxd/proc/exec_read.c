@@ -68,8 +68,12 @@ static bool read_ready(const struct proc *p, const struct waiter *w) {
     return (!p->running && proc_output_closed(p)) || avail >= w->max;
   /* The exit answers reads that were waiting for it; a later read of a
    * finished process whose output a background child holds open waits for
-   * data like any other, rather than answering empty at once forever. */
-  return avail > 0 || s->fd < 0 || (w->saw_running && !p->running);
+   * data like any other, rather than answering empty at once forever. A
+   * stream that closed before its process exited has nothing more to say
+   * but the exit, so a read waits for that (or its deadline) rather than
+   * answering empty at once, which would have its reader spin. */
+  return avail > 0 || (s->fd < 0 && !p->running) ||
+         (w->saw_running && !p->running);
 }
 
 /* Fills C's response with what W asks of P; 0 or -ENOMEM. */

@@ -1249,3 +1249,23 @@ Test(seccomp, children_lose_cap_sys_ptrace) {
   cr_expect_eq(bnd & (1ull << 19), 0, "CapBnd %llx", bnd);
   free(o.data);
 }
+
+/* A stream closed while its process runs: a read waits for the exit (its
+ * news) instead of answering empty at once, so a reader does not spin. */
+Test(proc, a_closed_stream_s_read_waits_for_the_exit) {
+  uint64_t id = start_cmd("exec >&-; sleep 0.4; exit 5");
+  usleep(150000); /* stdout is closed by now */
+  uint64_t t0 = sbx_now_ns();
+  struct harness_call *hc =
+      call_read((struct rd){.id = id, .offset = 0, .wait_ms = 10000});
+  uint64_t ms = (sbx_now_ns() - t0) / 1000000;
+  cr_assert_eq(hc->rc, 0, "read: %s", hc->call.err.msg);
+  Sbx__V1__ExecReadReply *r = hc->resp.exec_read;
+  cr_expect(r->exited, "answered at the exit, after %llu ms",
+            (unsigned long long)ms);
+  cr_expect_eq(r->exit_code, 5);
+  cr_expect(r->eof);
+  cr_expect_eq(r->data.len, 0);
+  cr_expect_geq(ms, 100, "it waited for the exit");
+  harness_call_free(hc);
+}
