@@ -106,7 +106,11 @@ struct leftovers *leftovers_sweep_start(int root_fd) {
   if (!l)
     return NULL;
   atomic_init(&l->stop, false);
-  (void)clock_gettime(CLOCK_REALTIME, &l->started);
+  /* The coarse clock, which is what a new file's ctime is taken from (or
+   * at least): with the fine clock, a file this sandboxd made a moment
+   * after could have a ctime a tick before "started" and be taken for a
+   * leftover while it was being written. */
+  (void)clock_gettime(CLOCK_REALTIME_COARSE, &l->started);
   l->root_fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 3);
   if (l->root_fd < 0 || pthread_create(&l->thread, NULL, sweep_main, l) != 0) {
     log_warn("cannot sweep the workspace for staging leftovers: %m");
