@@ -114,13 +114,12 @@ void api_execs_start(struct api *a) {
   char *argv[ENV_MAX + 1];
   if (exec_request(a, body, &x, env, envp, argv) < 0)
     return;
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
-  if (api_sandbox_attach(a, &rec, &sb, true) < 0)
+  struct sb_use u;
+  if (api_sandbox_attach(a, &u) < 0)
     return;
   Sbx__V1__Response *resp = NULL;
   struct sbx_error e = {0};
-  int r = sbx_exec_start(sb->client, &x, &resp, &e);
+  int r = sbx_exec_start(u.sb->client, &x, &resp, &e);
   if (r < 0) {
     (void)api_fail(a, &e, r);
   } else {
@@ -131,18 +130,17 @@ void api_execs_start(struct api *a) {
                               (int)resp->exec_start->pid));
   }
   sbx_client_reply_free(resp);
-  api_sandbox_detach(&rec, sb);
+  attached_put(&u, r);
 }
 
 void api_execs_get(struct api *a) {
   uint64_t id;
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
-  if (exec_id(a, &id) < 0 || api_sandbox_attach(a, &rec, &sb, true) < 0)
+  struct sb_use u;
+  if (exec_id(a, &id) < 0 || api_sandbox_attach(a, &u) < 0)
     return;
   Sbx__V1__Response *resp = NULL;
   struct sbx_error e = {0};
-  int r = sbx_exec_list(sb->client, &resp, &e);
+  int r = sbx_exec_list(u.sb->client, &resp, &e);
   Sbx__V1__ExecInfo *x = NULL;
   for (size_t i = 0; r == 0 && i < resp->exec_list->n_execs; i++)
     if (resp->exec_list->execs[i]->exec_id == id)
@@ -163,7 +161,7 @@ void api_execs_get(struct api *a) {
                   "stdout_bytes", (json_int_t)x->stdout_bytes, "stderr_bytes",
                   (json_int_t)x->stderr_bytes, "command", x->summary));
   sbx_client_reply_free(resp);
-  api_sandbox_detach(&rec, sb);
+  attached_put(&u, r);
 }
 
 /* A whole number query argument NAME in [0, MAX] (DEF when absent): 0,
@@ -212,12 +210,11 @@ void api_execs_output(struct api *a) {
   if (stream && strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)
     return (void)api_error(a, 400, "invalid_request",
                            "\"stream\" is stdout or stderr");
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
+  struct sb_use u;
   if (exec_id(a, &id) < 0 ||
       query_u64(a, "offset", UINT64_MAX / 2, 0, &offset) < 0 ||
       query_u64(a, "wait_ms", WAIT_MAX_MS, 0, &wait) < 0 ||
-      api_sandbox_attach(a, &rec, &sb, true) < 0)
+      api_sandbox_attach(a, &u) < 0)
     return;
   Sbx__V1__ExecRead x;
   sbx__v1__exec_read__init(&x);
@@ -228,7 +225,7 @@ void api_execs_output(struct api *a) {
   x.wait_ms = (uint32_t)wait;
   Sbx__V1__Response *resp = NULL;
   struct sbx_error e = {0};
-  int r = sbx_exec_read(sb->client, &x, &resp, &e);
+  int r = sbx_exec_read(u.sb->client, &x, &resp, &e);
   if (r < 0) {
     (void)api_fail(a, &e, r);
   } else {
@@ -237,15 +234,14 @@ void api_execs_output(struct api *a) {
                      resp->exec_read->data.data, resp->exec_read->data.len);
   }
   sbx_client_reply_free(resp);
-  api_sandbox_detach(&rec, sb);
+  attached_put(&u, r);
 }
 
 void api_execs_stdin(struct api *a) {
   uint64_t id, close_in;
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
+  struct sb_use u;
   if (exec_id(a, &id) < 0 || query_u64(a, "close", 1, 0, &close_in) < 0 ||
-      api_sandbox_attach(a, &rec, &sb, true) < 0)
+      api_sandbox_attach(a, &u) < 0)
     return;
   size_t len = 0;
   const char *data = http_req_body(a->r, &len);
@@ -255,7 +251,7 @@ void api_execs_stdin(struct api *a) {
   size_t off = 0;
   do {
     size_t n = len - off < CHUNK ? len - off : CHUNK;
-    r = sbx_exec_write(sb->client, id, data + off, n,
+    r = sbx_exec_write(u.sb->client, id, data + off, n,
                        close_in && off + n == len, &e);
     off += n;
   } while (r == 0 && off < len);
@@ -263,5 +259,5 @@ void api_execs_stdin(struct api *a) {
     (void)api_fail(a, &e, r);
   else
     (void)api_reply(a, 200, json_pack("{s:I}", "written", (json_int_t)len));
-  api_sandbox_detach(&rec, sb);
+  attached_put(&u, r);
 }

@@ -54,9 +54,8 @@ static int write_chunks(struct sbx_client *c, const char *tmp, const char *data,
 }
 
 void api_files_put(struct api *a) {
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
-  if (api_sandbox_attach(a, &rec, &sb, true) < 0)
+  struct sb_use u;
+  if (api_sandbox_attach(a, &u) < 0)
     return;
   const char *path = a->param[1];
   char tmp[PATH_MAX_BYTES + 64];
@@ -66,33 +65,33 @@ void api_files_put(struct api *a) {
   int r = upload_name(path, tmp, sizeof(tmp));
   if (r < 0)
     r = sbx_error_set(&e, SBX_INVALID_ARGUMENT, -r, "path too long");
-  if (r == 0 && (r = write_chunks(sb->client, tmp, data, len, &e)) == 0)
-    r = sbx_file_rename(sb->client, tmp, path, true, &e);
+  if (r == 0 && (r = write_chunks(u.sb->client, tmp, data, len, &e)) == 0)
+    r = sbx_file_rename(u.sb->client, tmp, path, true, &e);
   if (r < 0) {
     struct sbx_error ignore = {0};
-    (void)sbx_file_remove(sb->client, tmp, false, true, &ignore);
+    (void)sbx_file_remove(u.sb->client, tmp, false, true, &ignore);
     (void)api_fail(a, &e, r);
   } else {
     (void)api_reply(
         a, 200, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)len));
   }
-  api_sandbox_detach(&rec, sb);
+  attached_put(&u, r);
 }
 
 struct file_stream {
-  struct lifecycle_record rec;
-  struct sandbox *sb;
+  struct sb_use u;
   char *path;
   uint64_t offset;
   Sbx__V1__Response *resp; /* the chunk being handed out */
   size_t used;
   bool eof;
+  int err; /* the last read's */
 };
 
 static void file_stream_free(void *arg) {
   struct file_stream *f = arg;
   sbx_client_reply_free(f->resp);
-  api_sandbox_detach(&f->rec, f->sb);
+  attached_put(&f->u, f->err);
   free(f->path);
   free(f);
 }
@@ -107,7 +106,7 @@ static int read_chunk(struct file_stream *f, struct sbx_error *e) {
   x.path = f->path;
   x.offset = f->offset;
   x.length = (uint32_t)CHUNK;
-  int r = sbx_file_read(f->sb->client, &x, &f->resp, e);
+  int r = sbx_file_read(f->u.sb->client, &x, &f->resp, e);
   if (r < 0)
     return r;
   f->offset += f->resp->file_read->data.len;
@@ -140,7 +139,7 @@ void api_files_get(struct api *a) {
     free(f);
     return (void)api_error(a, 500, "internal", "out of memory");
   }
-  if (api_sandbox_attach(a, &f->rec, &f->sb, true) < 0) {
+  if (api_sandbox_attach(a, &f->u) < 0) {
     free(f->path);
     free(f);
     return;
@@ -165,18 +164,17 @@ void api_files_delete(struct api *a) {
   if (rec_q && strcmp(rec_q, "true") != 0 && strcmp(rec_q, "false") != 0)
     return (void)api_error(a, 400, "invalid_request",
                            "\"recursive\" is true or false");
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
-  if (api_sandbox_attach(a, &rec, &sb, true) < 0)
+  struct sb_use u;
+  if (api_sandbox_attach(a, &u) < 0)
     return;
   struct sbx_error e = {0};
-  int r = sbx_file_remove(sb->client, a->param[1],
+  int r = sbx_file_remove(u.sb->client, a->param[1],
                           rec_q && strcmp(rec_q, "true") == 0, false, &e);
   if (r < 0)
     (void)api_fail(a, &e, r);
   else
     (void)http_reply(a->r, 204, NULL, "", 0);
-  api_sandbox_detach(&rec, sb);
+  attached_put(&u, r);
 }
 
 void api_sandboxes_patch(struct api *a) {
@@ -186,13 +184,12 @@ void api_sandboxes_patch(struct api *a) {
     return (void)api_error(a, 400, "invalid_request",
                            "the body is the patch text (\"*** Begin "
                            "Patch\" ... \"*** End Patch\")");
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
-  if (api_sandbox_attach(a, &rec, &sb, true) < 0)
+  struct sb_use u;
+  if (api_sandbox_attach(a, &u) < 0)
     return;
   Sbx__V1__Response *resp = NULL;
   struct sbx_error e = {0};
-  int r = sbx_patch_apply(sb->client, text, NULL, false, &resp, &e);
+  int r = sbx_patch_apply(u.sb->client, text, NULL, false, &resp, &e);
   if (r < 0) {
     (void)api_fail(a, &e, r);
   } else {
@@ -206,5 +203,5 @@ void api_sandboxes_patch(struct api *a) {
     (void)api_reply(a, 200, json_pack("{s:o*}", "results", res));
   }
   sbx_client_reply_free(resp);
-  api_sandbox_detach(&rec, sb);
+  attached_put(&u, r);
 }

@@ -50,37 +50,26 @@ int api_fail(struct api *a, const struct sbx_error *e, int r) {
                    e->msg[0] ? e->msg : strerror(-r));
 }
 
-int api_sandbox_attach(struct api *a, struct lifecycle_record *rec,
-                       struct sandbox **sb, bool need_client) {
+/* Whether the path's sandbox is one of the API's: 0, or a reply sent. */
+static int known(struct api *a) {
   struct sbx_error e = {0};
-  memset(rec, 0, sizeof(*rec));
-  *sb = NULL;
   const char *id = a->param[0];
   _cleanup_json_ json_t *row = NULL;
-  if (strlen(id) != STATE_ID_LEN ||
-      store_sandbox_get(a->srv->store, id, &row, &e) == -ENOENT)
+  int r = strlen(id) == STATE_ID_LEN
+              ? store_sandbox_get(a->srv->store, id, &row, &e)
+              : -ENOENT;
+  if (r == -ENOENT)
     return api_error(a, 404, "not_found", "no sandbox \"%s\"", id);
-  int r = lifecycle_load(a->srv->cfg->state_dir, id, rec, &e);
-  if (r < 0)
-    return api_fail(a, &e, r);
-  struct backend_options bo = {0};
-  r = lifecycle_attach(rec, &bo, sb, &e);
-  if (r == 0 && need_client && !(*sb)->client) {
-    (*sb)->backend->detach(*sb);
-    *sb = NULL;
-    r = sbx_error_set(&e, SBX_UNAVAILABLE, ESRCH, "sandbox %s is stopped", id);
-  }
-  if (r < 0) {
-    lifecycle_record_clear(rec);
-    return api_fail(a, &e, r);
-  }
-  return 0;
+  return r < 0 ? api_error(a, 503, "unavailable", "%s", e.msg) : 0;
 }
 
-void api_sandbox_detach(struct lifecycle_record *rec, struct sandbox *sb) {
-  if (sb)
-    sb->backend->detach(sb);
-  lifecycle_record_clear(rec);
+int api_sandbox_attach(struct api *a, struct sb_use *u) {
+  *u = (struct sb_use){0};
+  if (known(a) < 0)
+    return -1;
+  struct sbx_error e = {0};
+  int r = attached_get(a->srv, a->param[0], u, &e);
+  return r < 0 ? api_fail(a, &e, r) : 0;
 }
 
 /* The request's manifest (an empty one when absent), checked to reach
@@ -241,16 +230,22 @@ void api_sandboxes_get(struct api *a) {
 }
 
 void api_sandboxes_delete(struct api *a) {
-  struct lifecycle_record rec;
-  struct sandbox *sb = NULL;
-  if (api_sandbox_attach(a, &rec, &sb, false) < 0)
+  if (known(a) < 0)
     return;
+  const char *id = a->param[0];
+  attached_forget(a->srv, id);
+  struct lifecycle_record rec;
   struct sbx_error e = {0};
-  int r = sb->backend->close(sb, &e);
-  lifecycle_record_clear(&rec);
+  int r = lifecycle_load(a->srv->cfg->state_dir, id, &rec, &e);
+  struct backend_options bo = {0};
+  struct sandbox *sb = NULL;
+  if (r == 0 && (r = lifecycle_attach(&rec, &bo, &sb, &e)) == 0)
+    r = sb->backend->close(sb, &e);
+  if (r == 0 || r != -ENOMEM)
+    lifecycle_record_clear(&rec);
   if (r < 0)
     return (void)api_fail(a, &e, r);
-  state_remove(a->srv->cfg->state_dir, a->param[0]);
-  (void)store_sandbox_remove(a->srv->store, a->param[0], &e);
+  state_remove(a->srv->cfg->state_dir, id);
+  (void)store_sandbox_remove(a->srv->store, id, &e);
   (void)http_reply(a->r, 204, NULL, "", 0);
 }

@@ -53,6 +53,9 @@ struct server {
   bool renewer_started;
   struct server_metrics m;
   int64_t started_ms;
+  pthread_mutex_t att_mu; /* the attached sandboxes (attached.c) */
+  struct attached *attached;
+  unsigned nattached;
 };
 
 /* A request's context once it matched a route: the path's parameters
@@ -118,13 +121,25 @@ void api_execs_stdin(struct api *a);
 void api_files_put(struct api *a);
 void api_files_get(struct api *a);
 void api_files_delete(struct api *a);
-struct lifecycle_record;
 struct sandbox;
-/* Attaches the sandbox of the path's first parameter (one with a running
- * sandboxd when NEED_CLIENT): 0, or a reply sent (404, 503, ...). */
-int api_sandbox_attach(struct api *a, struct lifecycle_record *rec,
-                       struct sandbox **sb, bool need_client);
-void api_sandbox_detach(struct lifecycle_record *rec, struct sandbox *sb);
+/* A request's use of an attached sandbox (attached.c). */
+struct sb_use {
+  struct server *srv;
+  struct attached *ref;
+  struct sandbox *sb; /* borrowed while in use */
+};
+/* The sandbox of the path's first parameter, attached (or one attached
+ * before): 0, or a reply sent (404, 503, ...). */
+int api_sandbox_attach(struct api *a, struct sb_use *u);
+/* attached.c: the attached sandboxes kept by the server. */
+int attached_get(struct server *srv, const char *id, struct sb_use *u,
+                 struct sbx_error *e);
+/* Ends the use U; R is the last call's result (a sandboxd that is gone
+ * drops the entry). */
+void attached_put(struct sb_use *u, int r);
+/* Drops sandbox ID's entry (it is being removed). */
+void attached_forget(struct server *srv, const char *id);
+void attached_free_all(struct server *srv);
 /* The HTTP status for an error E (or R): 404, 422, 409, 503, ... */
 unsigned api_status_for(const struct sbx_error *e, int r);
 /* Replies with E (or R) under that status; returns -1. */
