@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
 #include "tests/support/server.h"
 
 static struct test_server srv;
@@ -420,5 +421,34 @@ Test(server_sandboxes, a_run_goes_on_in_a_sandbox_of_the_api) {
   test_http_free(&h);
   free(other);
   free(rid);
+  free(id);
+}
+
+Test(server_sandboxes,
+     a_sandbox_restarted_behind_the_server_s_back_is_reattached) {
+  test_server_init(&srv, NULL, NULL);
+  test_server_start(&srv, NULL);
+  char *id = create();
+  char *x = exec_start(id, "{\"cmd\": [\"true\"]}");
+  free(x);
+  /* Stopped and started again from the command line: a new sandboxd. */
+  struct sbx_run_out r;
+  const char *stop[] = {"stop", id, NULL};
+  sbx_sandbox_run(&r, srv.state, stop);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  struct test_http h;
+  test_http(&h, &srv, "POST", p1(id, "/execs"), srv.token,
+            "{\"cmd\": [\"true\"]}", NULL);
+  cr_expect_eq(h.status, 503, "a stopped sandbox: %ld %s", h.status, h.body);
+  test_http_free(&h);
+  const char *startc[] = {"start", id, NULL};
+  sbx_sandbox_run(&r, srv.state, startc);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  test_http(&h, &srv, "POST", p1(id, "/execs"), srv.token,
+            "{\"cmd\": [\"cat\", \"a.txt\"]}", NULL);
+  cr_expect_eq(h.status, 201, "started again: %ld %s", h.status, h.body);
+  test_http_free(&h);
   free(id);
 }
