@@ -15,7 +15,8 @@
  *            server's own calls (an ExecStart that answers at once, then
  *            ExecRead with wait_ms until eof and the exit), the same
  *            attaching to the sandbox afresh for every call as the server
- *            does for every request, and GET /healthz
+ *            does for every request, that attaching alone (with the
+ *            Hello a new connection starts with), and GET /healthz
  *   output   BIG times `head -c 1048576 /dev/zero`: its output through
  *            the output endpoint (GET from Sbx-Next-Offset until eof)
  *            against the library's ExecStart + ExecRead loop, and read(2)
@@ -296,6 +297,23 @@ static int lib_big(struct env *v, struct exec_out *o) {
   return lib_exec(v, big_argv, 4, false, NULL, o);
 }
 
+/* What the server does before every call: attach to the sandbox from its
+ * record (a new client), one Hello (the new connection's challenge), and
+ * detach again. */
+static int lib_attach_hello(struct env *v, struct exec_out *o) {
+  struct lifecycle_record rec;
+  struct sandbox *sb = NULL;
+  struct sbx_error e = {0};
+  uint64_t t0 = bench_now_ns();
+  int r = attach(v->state, v->sid, &rec, &sb);
+  if (r == 0 && (r = sbx_hello(sb->client, NULL, &e)) < 0)
+    (void)fprintf(stderr, "bench: Hello: %s\n", e.msg);
+  if (sb)
+    detach(&rec, sb);
+  *o = (struct exec_out){.ns = bench_now_ns() - t0, .calls = 1};
+  return r;
+}
+
 /* ---- here, on the host -------------------------------------------------- */
 
 static int host_true(struct env *v, struct exec_out *o) {
@@ -361,6 +379,9 @@ static const struct side exec_sides[] = {
     {"library, the server's calls, attaching to the sandbox for each (as "
      "the server does per request)",
      lib_true_attached, 0, true},
+    {"(reference) attach to the sandbox from its record, one Hello, "
+     "detach",
+     lib_attach_hello, 0, false},
     {"(reference) GET /healthz", api_health, 0, false},
 };
 #define N_EXEC (sizeof(exec_sides) / sizeof(exec_sides[0]))
