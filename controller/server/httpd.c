@@ -456,6 +456,12 @@ bool httpd_tls(const struct httpd *h) {
   return h->tls;
 }
 
+unsigned httpd_connections(const struct httpd *h) {
+  const union MHD_DaemonInfo *di =
+      MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+  return di ? di->num_connections : 0;
+}
+
 struct httpd *httpd_stop(struct httpd *h) {
   if (!h)
     return NULL;

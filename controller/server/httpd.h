@@ -47,6 +47,9 @@ int httpd_start(const struct httpd_config *c, httpd_handler_fn fn, void *arg,
 uint16_t httpd_port(const struct httpd *h);
 /* Whether it serves TLS. */
 bool httpd_tls(const struct httpd *h);
+/* The connections open now (a test waits for those of its clients to
+ * end). */
+unsigned httpd_connections(const struct httpd *h);
 /* Stops listening, wakes the streams (http_stream_fn sees *stopping) and
  * waits for every connection to end. Accepts NULL; returns NULL. */
 struct httpd *httpd_stop(struct httpd *h);

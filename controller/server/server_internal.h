@@ -56,6 +56,15 @@ struct server {
   int64_t started_ms;
 };
 
+/* server.c: a server on C, its store open and its API listening (the
+ * port in httpd_port(srv->http)), into *OUT (new); with its workers when
+ * WORKERS, else no run is ever executed (a test or a fuzz target that
+ * drives the API in-process). 0 or a negative errno with E. */
+int server_start(const struct server_config *c, bool workers,
+                 struct server **out, struct sbx_error *e);
+/* Stops and frees what server_start made; accepts NULL, returns NULL. */
+struct server *server_stop(struct server *srv);
+
 /* A request's context once it matched a route: the path's parameters
  * and the token that authorized it. */
 #define API_MAX_PARAMS 3
