@@ -15,6 +15,7 @@
 #include "shared/buf.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
+#include "shared/json.h"
 #include "shared/log.h"
 
 #define PEM_MAX ((size_t)1 << 20)
@@ -156,6 +157,11 @@ int http_reply_json(struct http_req *r, unsigned status, json_t *body) {
   return http_reply(r, status, "application/json", text, strlen(text));
 }
 
+json_t *http_error_body(const char *code, const char *msg) {
+  return json_pack("{s:{s:s, s:o}}", "error", "code", code, "message",
+                   sbx_json_stringn_utf8(msg, strlen(msg)));
+}
+
 int http_reply_error(struct http_req *r, unsigned status, const char *code,
                      const char *fmt, ...) {
   char msg[1024];
@@ -163,8 +169,7 @@ int http_reply_error(struct http_req *r, unsigned status, const char *code,
   va_start(ap, fmt);
   (void)vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  json_t *b =
-      json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+  json_t *b = http_error_body(code, msg);
   if (!b) {
     static const char oom[] =
         "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";

@@ -75,7 +75,11 @@ int http_reply(struct http_req *r, unsigned status, const char *ctype,
                const void *body, size_t len);
 /* Replies STATUS with the JSON BODY (stolen; NULL: an out-of-memory 500). */
 int http_reply_json(struct http_req *r, unsigned status, json_t *body);
-/* Replies STATUS with {"error": {"code": CODE, "message": ...}}. */
+/* The body {"error": {"code": CODE, "message": MSG}}, with MSG made valid
+ * UTF-8 (a message may quote a request's bytes: its path, a query
+ * argument, cut at any byte). New; NULL when out of memory. */
+json_t *http_error_body(const char *code, const char *msg);
+/* Replies STATUS with http_error_body(CODE, the formatted message). */
 int http_reply_error(struct http_req *r, unsigned status, const char *code,
                      const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -150,9 +150,7 @@ int api_error(struct api *a, unsigned status, const char *code, const char *fmt,
   va_start(ap, fmt);
   (void)vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  (void)api_reply(
-      a, status,
-      json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
+  (void)api_reply(a, status, http_error_body(code, msg));
   return -1;
 }
 

@@ -404,6 +404,49 @@ Test(server, bad_requests_are_refused_with_a_reason) {
   test_http_free(&h);
 }
 
+/* The error message of H (borrowed), or "". */
+static const char *error_message(const struct test_http *h) {
+  const char *m = json_string_value(
+      json_object_get(json_object_get(h->json, "error"), "message"));
+  return m ? m : "";
+}
+
+Test(server, bytes_that_are_not_utf8_are_quoted_in_the_error) {
+  start("[]", NULL);
+  /* Messages quote the path or a query argument, which may hold any byte
+   * (percent-decoded); they used to make the JSON fail, answered as an
+   * out-of-memory 500. Each byte that is not UTF-8 is now U+FFFD. */
+  static const struct {
+    const char *path;
+    long status;
+  } cases[] = {
+      {"/%E0", 404},
+      {"/v1/runs/run_%FF", 404},
+      {"/v1/runs?status=%C3", 400},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct test_http h;
+    test_http(&h, &srv, "GET", cases[i].path, srv.token, NULL, NULL);
+    cr_expect_eq(h.status, cases[i].status, "%s: %ld %s", cases[i].path,
+                 h.status, h.body);
+    cr_expect(strstr(error_message(&h), "\xef\xbf\xbd"), "%s: %s",
+              cases[i].path, h.body);
+    test_http_free(&h);
+  }
+  /* A message is cut at 1 KiB, which may fall inside a character: a status
+   * of 600 e-acutes (2 bytes each), quoted after 16 bytes, is cut in the
+   * middle of one. */
+  char path[4096] = "/v1/runs?status=";
+  size_t n = strlen(path);
+  for (int i = 0; i < 600; i++, n += 6)
+    memcpy(path + n, "%C3%A9", 7);
+  struct test_http h;
+  test_http(&h, &srv, "GET", path, srv.token, NULL, NULL);
+  cr_expect_eq(h.status, 400, "%ld %.300s", h.status, h.body);
+  cr_expect(strstr(error_message(&h), "unknown status"), "%.300s", h.body);
+  test_http_free(&h);
+}
+
 Test(server, runs_are_listed_by_status_in_pages) {
   start("[{\"text\": \"1\"}, {\"text\": \"2\"}, {\"text\": \"3\"}]", NULL);
   char *ids[3];
