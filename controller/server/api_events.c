@@ -3,9 +3,9 @@
  * the JSON of `sbx run --stream`, then those still to come, until the
  * run's last event. Events are read from the store, so a client may read
  * a run that another server executes; it is woken at once by events
- * recorded here and looks for others every POLL_MS. A comment line every
- * KEEPALIVE_MS keeps proxies from closing a quiet stream, and shows a
- * client that has gone. */
+ * recorded here and looks for others every POLL_MS, when it also sees
+ * whether its client has gone (and ends). A comment line every
+ * KEEPALIVE_MS keeps proxies from closing a quiet stream. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +79,7 @@ static int fetch(struct sse *s) {
 }
 
 static ssize_t sse_read(void *arg, char *buf, size_t max,
-                        const volatile bool *stopping) {
+                        const struct http_stream *st) {
   struct sse *s = arg;
   for (;;) {
     if (s->off < s->out.len) {
@@ -94,7 +94,7 @@ static ssize_t sse_read(void *arg, char *buf, size_t max,
       s->last_write_ms = store_now_ms();
       return (ssize_t)n;
     }
-    if (s->ended || *stopping)
+    if (s->ended || http_stream_over(st))
       return 0;
     int got = fetch(s);
     if (got < 0)
@@ -111,7 +111,7 @@ static ssize_t sse_read(void *arg, char *buf, size_t max,
       continue;
     }
     pthread_mutex_lock(&s->srv->mu);
-    if (!*stopping) {
+    if (!http_stream_over(st)) {
       struct timespec ts;
       (void)clock_gettime(CLOCK_MONOTONIC, &ts);
       ts.tv_nsec += POLL_MS * 1000000L;

@@ -50,7 +50,7 @@ bool httpd_tls(const struct httpd *h);
 /* The connections open now (a test waits for those of its clients to
  * end). */
 unsigned httpd_connections(const struct httpd *h);
-/* Stops listening, wakes the streams (http_stream_fn sees *stopping) and
+/* Stops listening, ends the streams (http_stream_over turns true) and
  * waits for every connection to end. Accepts NULL; returns NULL. */
 struct httpd *httpd_stop(struct httpd *h);
 
@@ -85,12 +85,18 @@ int http_reply_error(struct http_req *r, unsigned status, const char *code,
     __attribute__((format(printf, 4, 5)));
 
 /* A streamed body: called on the connection's thread to fill BUF with up
- * to MAX bytes; it may block, but should come back within a second or so
- * when *STOPPING turns true (the server is going down). Returns the bytes
+ * to MAX bytes; it may block, but should look at http_stream_over(ST)
+ * every second or so and end the body once it is true. Returns the bytes
  * written (> 0), 0 at the end of the body, or a negative errno to break
  * the connection. */
+struct http_stream;
 typedef ssize_t (*http_stream_fn)(void *arg, char *buf, size_t max,
-                                  const volatile bool *stopping);
+                                  const struct http_stream *st);
+/* Whether stream ST should end: the server is going down, or its client
+ * has closed the connection (or its sending side), which a stream that
+ * waits for something to send would otherwise see only at its next write,
+ * keeping its thread and connection until then. */
+bool http_stream_over(const struct http_stream *st);
 /* Replies STATUS with a body of unknown length from FN; FREE_FN(ARG) is
  * called once the stream has ended (or could not start). */
 int http_reply_stream(struct http_req *r, unsigned status, const char *ctype,

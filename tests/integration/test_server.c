@@ -191,6 +191,51 @@ Test(server, a_reconnecting_stream_gets_every_later_event_once) {
   free(id);
 }
 
+/* The threads of process PID now. */
+static unsigned threads_of(pid_t pid) {
+  char path[64], line[256];
+  (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "re");
+  cr_assert_not_null(f, "%s", path);
+  unsigned long n = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "Threads:", 8) == 0)
+      n = strtoul(line + 8, NULL, 10);
+  (void)fclose(f);
+  return (unsigned)n;
+}
+
+Test(server, a_stream_whose_client_has_gone_lets_go_of_its_connection) {
+  start("[{\"delay_ms\": 20000, \"text\": \"slow\"}]", NULL);
+  char *id = test_server_submit(&srv, AGENT_A, "x");
+  json_decref(test_server_wait(&srv, id, "running", 30000));
+  /* The run starts threads of its own at first: count once they are. */
+  unsigned before = threads_of(srv.pid);
+  for (int same = 0, t = 0; same < 5 && t < 100; t++) {
+    (void)usleep(100000);
+    unsigned n = threads_of(srv.pid);
+    same = n == before ? same + 1 : 0;
+    before = n;
+  }
+  /* Clients that read the first event and go, as a page left would. */
+  for (int i = 0; i < 8; i++) {
+    bool ended = true;
+    json_decref(test_sse(&srv, srv.token, id, -1, 1, 10000, &ended));
+    cr_expect(!ended);
+  }
+  /* Each stream sees that its client has gone at its next look at the
+   * store (a quarter of a second), and its connection and thread end;
+   * they used to be kept until the next keep-alive failed (15 s), so that
+   * clients coming and going could use up the connections. */
+  unsigned now = threads_of(srv.pid);
+  for (int t = 0; t < 40 && now > before; t++) {
+    (void)usleep(50000);
+    now = threads_of(srv.pid);
+  }
+  cr_expect_leq(now, before, "%u threads, %u before the streams", now, before);
+  free(id);
+}
+
 #define AGENT_ASK                                                              \
   "{\"name\": \"A\", \"model\": \"m1\", \"approvals\": {\"exec_command\": "    \
   "\"always\"}}"
