@@ -56,9 +56,32 @@ static int refuse_host_paths(const struct agent *a, struct sbx_error *e) {
   return r;
 }
 
+static int refuse_other_files(struct sbx_error *e) {
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                       "agent: handoffs and agents as tools name other agent "
+                       "files, which an agent sent over the API may not");
+}
+
+/* Refuses the members that name other agent files before anything is
+ * loaded: agent_load would open and parse those files on the server, and
+ * its errors would tell the client whether one exists and what it begins
+ * with ("/etc/passwd:1:4: '[' or '{' expected near 'root'"). Every tool is
+ * an agent as a tool. A member of the wrong type is the parser's to
+ * refuse, which reads no file for it. */
+static int refuse_references(json_t *agent, struct sbx_error *e) {
+  static const char *const members[] = {"handoffs", "tools", NULL};
+  for (size_t i = 0; members[i]; i++)
+    if (json_array_size(json_object_get(agent, members[i])) > 0)
+      return refuse_other_files(e);
+  return 0;
+}
+
 int server_agent_load(const struct server *srv, json_t *agent,
                       struct agent_set **out, struct sbx_error *e) {
   *out = NULL;
+  int r = refuse_references(agent, e);
+  if (r < 0)
+    return r;
   char dir[4200];
   int n = snprintf(dir, sizeof(dir), "%s/tmp", srv->cfg->state_dir);
   if (n < 0 || (size_t)n >= sizeof(dir) - 16)
@@ -75,8 +98,7 @@ int server_agent_load(const struct server *srv, json_t *agent,
   char path[4300];
   (void)snprintf(path, sizeof(path), "%s/%s", dir, AGENT_NAME);
   _cleanup_free_ char *text = json_dumps(agent, JSON_COMPACT);
-  int r =
-      text ? sbx_write_file_atomic(path, text, strlen(text), 0600) : -ENOMEM;
+  r = text ? sbx_write_file_atomic(path, text, strlen(text), 0600) : -ENOMEM;
   if (r < 0)
     r = sbx_error_set(e, SBX_INTERNAL, -r, "cannot write \"%s\": %s", path,
                       strerror(-r));
@@ -86,9 +108,7 @@ int server_agent_load(const struct server *srv, json_t *agent,
   (void)unlink(path);
   (void)rmdir(dir);
   if (r == 0 && set->n != 1)
-    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                      "agent: handoffs and agents as tools name other agent "
-                      "files, which an agent sent over the API may not");
+    r = refuse_other_files(e);
   if (r == 0)
     r = refuse_host_paths(set->agents[0], e);
   if (r < 0) {

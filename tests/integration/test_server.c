@@ -492,6 +492,37 @@ Test(server, bytes_that_are_not_utf8_are_quoted_in_the_error) {
   test_http_free(&h);
 }
 
+Test(server, an_agent_naming_other_files_is_refused_before_they_are_read) {
+  start("[]", NULL);
+  /* Handoffs and agents as tools name agent files on the server. They used
+   * to be opened and parsed before being refused, and the parser's message
+   * said whether each existed and how it began ("near 'root'"), and where
+   * the server keeps its state. */
+  static const char *const agents[] = {
+      "{\"name\": \"A\", \"handoffs\": [\"/etc/passwd\"]}",
+      "{\"name\": \"A\", \"handoffs\": [\"/no/such/file.json\"]}",
+      "{\"name\": \"A\", \"handoffs\": [\"b.json\"]}",
+      "{\"name\": \"A\", \"tools\": [{\"type\": \"agent_as_tool\", "
+      "\"agent\": \"/etc/hostname\"}]}",
+  };
+  for (size_t i = 0; i < sizeof(agents) / sizeof(agents[0]); i++) {
+    char body[512];
+    (void)snprintf(body, sizeof(body), "{\"agent\": %s, \"input\": \"x\"}",
+                   agents[i]);
+    struct test_http h;
+    test_http(&h, &srv, "POST", "/v1/runs", srv.token, body, NULL);
+    cr_expect_eq(h.status, 422, "%s: %ld %s", agents[i], h.status, h.body);
+    const char *msg = error_message(&h);
+    cr_expect(strstr(msg, "handoffs and agents as tools name other agent "
+                          "files"),
+              "%s: %s", agents[i], h.body);
+    cr_expect(!strstr(msg, "near") && !strstr(msg, "/etc/") &&
+                  !strstr(msg, "No such file") && !strstr(msg, srv.state),
+              "%s: %s", agents[i], h.body);
+    test_http_free(&h);
+  }
+}
+
 Test(server, runs_are_listed_by_status_in_pages) {
   start("[{\"text\": \"1\"}, {\"text\": \"2\"}, {\"text\": \"3\"}]", NULL);
   char *ids[3];
