@@ -143,7 +143,8 @@ void api_runs_events(struct api *a) {
   const char *id = a->param[0];
   _cleanup_json_ json_t *row = NULL;
   struct sbx_error e = {0};
-  int r = store_run_get(a->srv->store, id, &row, &e);
+  int r = server_run_id_valid(id) ? store_run_get(a->srv->store, id, &row, &e)
+                                  : -ENOENT;
   if (r == -ENOENT) {
     (void)api_error(a, 404, "not_found", "no run \"%s\"", id);
     return;

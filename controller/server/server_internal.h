@@ -110,6 +110,10 @@ void api_runs_get(struct api *a);
 void api_runs_cancel(struct api *a);
 void api_runs_approve(struct api *a);
 void api_runs_retry(struct api *a);
+/* Whether ID has the shape of the ids this server makes ("run_" and 32
+ * hex digits): any other is no run, without asking the store (PostgreSQL
+ * refuses text that is not UTF-8, and would fail the request). */
+bool server_run_id_valid(const char *id);
 /* The API's view of a stored run ROW (borrowed): new, NULL on OOM. */
 json_t *api_run_view(json_t *row);
 /* The runner's state file of run ID. */
