@@ -65,18 +65,23 @@ static int refuse_host_paths(const struct agent *a, struct sbx_error *e) {
   return r;
 }
 
-/* Refuses the members of AGENT that name other agent files: handoffs and
- * agents used as tools. */
+static int refuse_other_files(struct sbx_error *e) {
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                       "agent: handoffs and agents as tools name other agent "
+                       "files, which an agent sent over the API may not");
+}
+
+/* Refuses the members that name other agent files before anything is
+ * loaded: agent_load would open and parse those files on the server, and
+ * its errors would tell the client whether one exists and what it begins
+ * with ("/etc/passwd:1:4: '[' or '{' expected near 'root'"). Every tool is
+ * an agent as a tool. A member of the wrong type is the parser's to
+ * refuse, which reads no file for it. */
 static int refuse_references(json_t *agent, struct sbx_error *e) {
-  json_t *h = json_object_get(agent, "handoffs");
-  json_t *t = json_object_get(agent, "tools");
-  if ((json_is_array(h) && json_array_size(h)) ||
-      (json_is_array(t) && json_array_size(t)))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "agent: \"%s\" names other agent files, which an "
-                         "agent sent over the API may not",
-                         json_is_array(h) && json_array_size(h) ? "handoffs"
-                                                                : "tools");
+  static const char *const members[] = {"handoffs", "tools", NULL};
+  for (size_t i = 0; members[i]; i++)
+    if (json_array_size(json_object_get(agent, members[i])) > 0)
+      return refuse_other_files(e);
   return 0;
 }
 
@@ -112,9 +117,7 @@ int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
   (void)unlink(path);
   (void)rmdir(dir);
   if (r == 0 && set->n != 1)
-    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                      "agent: handoffs and agents as tools name other agent "
-                      "files, which an agent sent over the API may not");
+    r = refuse_other_files(e);
   if (r == 0)
     r = refuse_host_paths(set->agents[0], e);
   if (r == 0 && !trusted && set->agents[0]->base_url)
@@ -123,7 +126,7 @@ int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
                       "key where a request says; the server's operator sets "
                       "where models are reached");
   const struct backend *b =
-      r == 0 ? backend_find(set->agents[0]->run_backend) : NULL;
+      r == 0 && !trusted ? backend_find(set->agents[0]->run_backend) : NULL;
   if (b)
     r = backend_options_check_api(b, set->agents[0]->run_options,
                                   "agent: run_config", e);

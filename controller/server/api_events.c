@@ -1,11 +1,12 @@
 /* A run's events as Server-Sent Events: every event after the client's
  * Last-Event-ID (or ?after=SEQ), as "id: SEQ", "event: TYPE" and "data:"
  * the JSON of `sbx run --stream`, then those still to come, until the
- * run's last event (or, with ?follow=false, until the last recorded). Events
- * are read from the store, so a client may read a run that another server
- * executes; it is woken at once by events recorded here and looks for others
- * every POLL_MS. A comment line every KEEPALIVE_MS keeps proxies from closing a
- * quiet stream, and shows a client that has gone. */
+ * run's last event (or, with ?follow=false, until the last recorded).
+ * Events are read from the store, so a client may read a run that another
+ * server executes; it is woken at once by events recorded here and looks
+ * for others every POLL_MS, when it also sees whether its client has gone
+ * (and ends). A comment line every KEEPALIVE_MS keeps proxies from closing
+ * a quiet stream. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +81,7 @@ static int fetch(struct sse *s) {
 }
 
 static ssize_t sse_read(void *arg, char *buf, size_t max,
-                        const volatile bool *stopping) {
+                        const struct http_stream *st) {
   struct sse *s = arg;
   for (;;) {
     if (s->off < s->out.len) {
@@ -95,7 +96,7 @@ static ssize_t sse_read(void *arg, char *buf, size_t max,
       s->last_write_ms = store_now_ms();
       return (ssize_t)n;
     }
-    if (s->ended || *stopping)
+    if (s->ended || http_stream_over(st))
       return 0;
     int got = fetch(s);
     if (got < 0)
@@ -114,7 +115,7 @@ static ssize_t sse_read(void *arg, char *buf, size_t max,
       continue;
     }
     pthread_mutex_lock(&s->srv->mu);
-    if (!*stopping) {
+    if (!http_stream_over(st)) {
       struct timespec ts;
       (void)clock_gettime(CLOCK_MONOTONIC, &ts);
       ts.tv_nsec += POLL_MS * 1000000L;
@@ -146,7 +147,8 @@ void api_runs_events(struct api *a) {
   const char *id = a->param[0];
   _cleanup_json_ json_t *row = NULL;
   struct sbx_error e = {0};
-  int r = store_run_get(a->srv->store, id, &row, &e);
+  int r = server_run_id_valid(id) ? store_run_get(a->srv->store, id, &row, &e)
+                                  : -ENOENT;
   if (r == -ENOENT) {
     (void)api_error(a, 404, "not_found", "no run \"%s\"", id);
     return;

@@ -115,7 +115,7 @@ static int read_chunk(struct file_stream *f, struct sbx_error *e) {
 }
 
 static ssize_t file_stream_read(void *arg, char *buf, size_t max,
-                                const volatile bool *stopping) {
+                                const struct http_stream *st) {
   struct file_stream *f = arg;
   for (;;) {
     ProtobufCBinaryData *d = &f->resp->file_read->data;
@@ -125,7 +125,7 @@ static ssize_t file_stream_read(void *arg, char *buf, size_t max,
       f->used += n;
       return (ssize_t)n;
     }
-    if (f->eof || *stopping)
+    if (f->eof || http_stream_over(st))
       return 0;
     struct sbx_error e = {0};
     if (read_chunk(f, &e) < 0)

@@ -27,6 +27,12 @@ static const char *const statuses[] = {
     "queued",    "running", "waiting_approval", "completed", "failed",
     "cancelled", NULL};
 
+bool server_run_id_valid(const char *id) {
+  size_t n = strlen(SERVER_RUN_PREFIX);
+  return strncmp(id, SERVER_RUN_PREFIX, n) == 0 && strlen(id + n) == 32 &&
+         strspn(id + n, "0123456789abcdef") == 32;
+}
+
 bool server_has_state(struct server *srv, const char *id) {
   _cleanup_free_ char *text = NULL;
   size_t len = 0;
@@ -77,9 +83,8 @@ static void reply_run(struct api *a, unsigned status, const char *id) {
 static int load_run(struct api *a, json_t **row) {
   struct sbx_error e = {0};
   const char *id = a->param[0];
-  int r = strncmp(id, SERVER_RUN_PREFIX, strlen(SERVER_RUN_PREFIX)) == 0
-              ? store_run_get(a->srv->store, id, row, &e)
-              : -ENOENT;
+  int r = server_run_id_valid(id) ? store_run_get(a->srv->store, id, row, &e)
+                                  : -ENOENT;
   if (r == -ENOENT)
     return api_error(a, 404, "not_found", "no run \"%s\"", id);
   if (r < 0)

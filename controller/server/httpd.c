@@ -16,6 +16,7 @@
 #include "shared/buf.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
+#include "shared/json.h"
 #include "shared/log.h"
 
 #define PEM_MAX ((size_t)1 << 20)
@@ -46,8 +47,9 @@ struct http_req {
   struct header *headers;
 };
 
-struct stream {
+struct http_stream {
   struct httpd *h;
+  int fd; /* the connection's socket, -1 when unknown */
   http_stream_fn fn;
   void *arg;
   void (*free_fn)(void *);
@@ -77,18 +79,27 @@ const char *http_req_body(const struct http_req *r, size_t *len) {
   return r->body.data ? r->body.data : "";
 }
 
-/* Whether the peer has closed its side: a poll of the socket for a hang-up
- * (TLS records or pipelined requests may be readable; those are no sign). */
-bool http_req_gone(const struct http_req *r) {
-  if (r->h->stopping)
-    return true;
+/* The socket of CONN, or -1. */
+static int conn_fd(struct MHD_Connection *conn) {
   const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-  if (!ci)
-    return false;
-  struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-  return poll(&p, 1, 0) > 0 &&
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return ci ? ci->connect_fd : -1;
+}
+
+/* Whether the peer of socket FD has closed its side: a poll for a hang-up
+ * (TLS records or pipelined requests may be readable; those are no sign). */
+static bool peer_gone(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  return fd >= 0 && poll(&p, 1, 0) > 0 &&
          (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+bool http_req_gone(const struct http_req *r) {
+  return r->h->stopping || peer_gone(conn_fd(r->conn));
+}
+
+bool http_stream_over(const struct http_stream *st) {
+  return st->h->stopping || peer_gone(st->fd);
 }
 
 int http_add_header(struct http_req *r, const char *name, const char *value) {
@@ -157,6 +168,11 @@ int http_reply_json(struct http_req *r, unsigned status, json_t *body) {
   return http_reply(r, status, "application/json", text, strlen(text));
 }
 
+json_t *http_error_body(const char *code, const char *msg) {
+  return json_pack("{s:{s:s, s:o}}", "error", "code", code, "message",
+                   sbx_json_stringn_utf8(msg, strlen(msg)));
+}
+
 int http_reply_error(struct http_req *r, unsigned status, const char *code,
                      const char *fmt, ...) {
   char msg[1024];
@@ -164,8 +180,7 @@ int http_reply_error(struct http_req *r, unsigned status, const char *code,
   va_start(ap, fmt);
   (void)vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  json_t *b =
-      json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+  json_t *b = http_error_body(code, msg);
   if (!b) {
     static const char oom[] =
         "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
@@ -180,8 +195,8 @@ int http_reply_error(struct http_req *r, unsigned status, const char *code,
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
-  struct stream *s = cls;
-  ssize_t n = s->fn(s->arg, buf, max, &s->h->stopping);
+  struct http_stream *s = cls;
+  ssize_t n = s->fn(s->arg, buf, max, s);
   if (n > 0)
     return n;
   return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM
@@ -189,7 +204,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 }
 
 static void stream_free(void *cls) {
-  struct stream *s = cls;
+  struct http_stream *s = cls;
   if (s->free_fn)
     s->free_fn(s->arg);
   free(s);
@@ -197,13 +212,17 @@ static void stream_free(void *cls) {
 
 int http_reply_stream(struct http_req *r, unsigned status, const char *ctype,
                       http_stream_fn fn, void *arg, void (*free_fn)(void *)) {
-  struct stream *s = calloc(1, sizeof(*s));
+  struct http_stream *s = calloc(1, sizeof(*s));
   if (!s) {
     if (free_fn)
       free_fn(arg);
     return -ENOMEM;
   }
-  *s = (struct stream){.h = r->h, .fn = fn, .arg = arg, .free_fn = free_fn};
+  *s = (struct http_stream){.h = r->h,
+                            .fd = conn_fd(r->conn),
+                            .fn = fn,
+                            .arg = arg,
+                            .free_fn = free_fn};
   struct MHD_Response *resp = MHD_create_response_from_callback(
       MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, s, stream_free);
   if (!resp) {
@@ -314,7 +333,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
 }
 
-static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+/* libmicrohttpd's messages (its own format strings). */
+__attribute__((format(printf, 2, 0))) static void
+on_mhd_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
   char msg[512];
   (void)vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -505,6 +526,12 @@ uint16_t httpd_port(const struct httpd *h) {
 }
 bool httpd_tls(const struct httpd *h) {
   return h->tls;
+}
+
+unsigned httpd_connections(const struct httpd *h) {
+  const union MHD_DaemonInfo *di =
+      MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+  return di ? di->num_connections : 0;
 }
 
 struct httpd *httpd_stop(struct httpd *h) {

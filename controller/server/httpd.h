@@ -48,7 +48,10 @@ int httpd_start(const struct httpd_config *c, httpd_handler_fn fn, void *arg,
 uint16_t httpd_port(const struct httpd *h);
 /* Whether it serves TLS. */
 bool httpd_tls(const struct httpd *h);
-/* Stops listening, wakes the streams (http_stream_fn sees *stopping) and
+/* The connections open now (a test waits for those of its clients to
+ * end). */
+unsigned httpd_connections(const struct httpd *h);
+/* Stops listening, ends the streams (http_stream_over turns true) and
  * waits for every connection to end. Accepts NULL; returns NULL. */
 struct httpd *httpd_stop(struct httpd *h);
 
@@ -73,18 +76,28 @@ int http_reply(struct http_req *r, unsigned status, const char *ctype,
                const void *body, size_t len);
 /* Replies STATUS with the JSON BODY (stolen; NULL: an out-of-memory 500). */
 int http_reply_json(struct http_req *r, unsigned status, json_t *body);
-/* Replies STATUS with {"error": {"code": CODE, "message": ...}}. */
+/* The body {"error": {"code": CODE, "message": MSG}}, with MSG made valid
+ * UTF-8 (a message may quote a request's bytes: its path, a query
+ * argument, cut at any byte). New; NULL when out of memory. */
+json_t *http_error_body(const char *code, const char *msg);
+/* Replies STATUS with http_error_body(CODE, the formatted message). */
 int http_reply_error(struct http_req *r, unsigned status, const char *code,
                      const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* A streamed body: called on the connection's thread to fill BUF with up
- * to MAX bytes; it may block, but should come back within a second or so
- * when *STOPPING turns true (the server is going down). Returns the bytes
+ * to MAX bytes; it may block, but should look at http_stream_over(ST)
+ * every second or so and end the body once it is true. Returns the bytes
  * written (> 0), 0 at the end of the body, or a negative errno to break
  * the connection. */
+struct http_stream;
 typedef ssize_t (*http_stream_fn)(void *arg, char *buf, size_t max,
-                                  const volatile bool *stopping);
+                                  const struct http_stream *st);
+/* Whether stream ST should end: the server is going down, or its client
+ * has closed the connection (or its sending side), which a stream that
+ * waits for something to send would otherwise see only at its next write,
+ * keeping its thread and connection until then. */
+bool http_stream_over(const struct http_stream *st);
 /* Replies STATUS with a body of unknown length from FN; FREE_FN(ARG) is
  * called once the stream has ended (or could not start). */
 int http_reply_stream(struct http_req *r, unsigned status, const char *ctype,

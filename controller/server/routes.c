@@ -10,6 +10,7 @@
 #include "shared/cleanup.h"
 #include "shared/log.h"
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 #define PATH_MAX_BYTES 2048
 #define SEGMENT_MAX 256
@@ -176,10 +177,18 @@ int api_error(struct api *a, unsigned status, const char *code, const char *fmt,
   va_start(ap, fmt);
   (void)vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  (void)api_reply(
-      a, status,
-      json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
+  (void)api_reply(a, status, http_error_body(code, msg));
   return -1;
+}
+
+/* Whether S is valid UTF-8 (a key is stored as text, which PostgreSQL
+ * refuses otherwise). */
+static bool utf8_valid(const char *s) {
+  size_t n = strlen(s);
+  bool valid = true;
+  for (size_t i = 0; i < n && valid;)
+    i += sbx_utf8_scan((const unsigned char *)s + i, n - i, &valid);
+  return valid;
 }
 
 /* Answers a POST whose Idempotency-Key was seen before with the first
@@ -189,9 +198,9 @@ static bool idem_replay(struct api *a) {
   const char *key = idem_key(a);
   if (!key)
     return false;
-  if (!*key || strlen(key) > IDEM_KEY_MAX) {
+  if (!*key || strlen(key) > IDEM_KEY_MAX || !utf8_valid(key)) {
     (void)http_reply_error(a->r, 400, "invalid_request",
-                           "an Idempotency-Key is 1 to %d characters",
+                           "an Idempotency-Key is 1 to %d bytes of UTF-8",
                            IDEM_KEY_MAX);
     return true;
   }

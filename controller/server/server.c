@@ -95,8 +95,9 @@ static void announce(const struct server *srv) {
   }
 }
 
-int server_serve(const struct server_config *c, const sigset_t *stop,
-                 struct sbx_error *e) {
+int server_start(const struct server_config *c, bool workers,
+                 struct server **out, struct sbx_error *e) {
+  *out = NULL;
   int r = check_config(c, e);
   if (r < 0)
     return r;
@@ -104,7 +105,7 @@ int server_serve(const struct server_config *c, const sigset_t *stop,
   if (!srv)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
   r = server_init(srv, c, e);
-  if (r == 0)
+  if (r == 0 && workers)
     r = executor_start(srv, e);
   struct httpd_config hc = {
       .host = c->host,
@@ -116,15 +117,33 @@ int server_serve(const struct server_config *c, const sigset_t *stop,
   };
   if (r == 0)
     r = httpd_start(&hc, api_dispatch, srv, &srv->http, e);
-  if (r == 0) {
-    announce(srv);
-    int sig;
-    while ((sig = sigwaitinfo(stop, NULL)) < 0 && errno == EINTR)
-      ;
-    log_info("signal %d: stopping; unfinished runs go on at the next start",
-             sig);
+  if (r < 0) {
+    (void)server_stop(srv);
+    return r;
   }
+  *out = srv;
+  return 0;
+}
+
+struct server *server_stop(struct server *srv) {
+  if (!srv)
+    return NULL;
   server_fini(srv);
   free(srv);
-  return r;
+  return NULL;
+}
+
+int server_serve(const struct server_config *c, const sigset_t *stop,
+                 struct sbx_error *e) {
+  struct server *srv = NULL;
+  int r = server_start(c, true, &srv, e);
+  if (r < 0)
+    return r;
+  announce(srv);
+  int sig;
+  while ((sig = sigwaitinfo(stop, NULL)) < 0 && errno == EINTR)
+    ;
+  log_info("signal %d: stopping; unfinished runs go on at the next start", sig);
+  (void)server_stop(srv);
+  return 0;
 }

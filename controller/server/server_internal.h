@@ -58,6 +58,15 @@ struct server {
   unsigned nattached;
 };
 
+/* server.c: a server on C, its store open and its API listening (the
+ * port in httpd_port(srv->http)), into *OUT (new); with its workers when
+ * WORKERS, else no run is ever executed (a test or a fuzz target that
+ * drives the API in-process). 0 or a negative errno with E. */
+int server_start(const struct server_config *c, bool workers,
+                 struct server **out, struct sbx_error *e);
+/* Stops and frees what server_start made; accepts NULL, returns NULL. */
+struct server *server_stop(struct server *srv);
+
 /* A request's context once it matched a route: the path's parameters
  * and the token that authorized it. */
 #define API_MAX_PARAMS 3
@@ -103,6 +112,10 @@ void api_runs_get(struct api *a);
 void api_runs_cancel(struct api *a);
 void api_runs_approve(struct api *a);
 void api_runs_retry(struct api *a);
+/* Whether ID has the shape of the ids this server makes ("run_" and 32
+ * hex digits): any other is no run, without asking the store (PostgreSQL
+ * refuses text that is not UTF-8, and would fail the request). */
+bool server_run_id_valid(const char *id);
 /* The API's view of a stored run ROW (borrowed): new, NULL on OOM. */
 json_t *api_run_view(json_t *row);
 /* Whether run ID has a state in the store to go on from. */

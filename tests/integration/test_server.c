@@ -191,6 +191,51 @@ Test(server, a_reconnecting_stream_gets_every_later_event_once) {
   free(id);
 }
 
+/* The threads of process PID now. */
+static unsigned threads_of(pid_t pid) {
+  char path[64], line[256];
+  (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "re");
+  cr_assert_not_null(f, "%s", path);
+  unsigned long n = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "Threads:", 8) == 0)
+      n = strtoul(line + 8, NULL, 10);
+  (void)fclose(f);
+  return (unsigned)n;
+}
+
+Test(server, a_stream_whose_client_has_gone_lets_go_of_its_connection) {
+  start("[{\"delay_ms\": 20000, \"text\": \"slow\"}]", NULL);
+  char *id = test_server_submit(&srv, AGENT_A, "x");
+  json_decref(test_server_wait(&srv, id, "running", 30000));
+  /* The run starts threads of its own at first: count once they are. */
+  unsigned before = threads_of(srv.pid);
+  for (int same = 0, t = 0; same < 5 && t < 100; t++) {
+    (void)usleep(100000);
+    unsigned n = threads_of(srv.pid);
+    same = n == before ? same + 1 : 0;
+    before = n;
+  }
+  /* Clients that read the first event and go, as a page left would. */
+  for (int i = 0; i < 8; i++) {
+    bool ended = true;
+    json_decref(test_sse(&srv, srv.token, id, -1, 1, 10000, &ended));
+    cr_expect(!ended);
+  }
+  /* Each stream sees that its client has gone at its next look at the
+   * store (a quarter of a second), and its connection and thread end;
+   * they used to be kept until the next keep-alive failed (15 s), so that
+   * clients coming and going could use up the connections. */
+  unsigned now = threads_of(srv.pid);
+  for (int t = 0; t < 40 && now > before; t++) {
+    (void)usleep(50000);
+    now = threads_of(srv.pid);
+  }
+  cr_expect_leq(now, before, "%u threads, %u before the streams", now, before);
+  free(id);
+}
+
 #define AGENT_ASK                                                              \
   "{\"name\": \"A\", \"model\": \"m1\", \"approvals\": {\"exec_command\": "    \
   "\"always\"}}"
@@ -414,6 +459,13 @@ Test(server, bad_requests_are_refused_with_a_reason) {
             NULL);
   cr_expect_eq(ok.status, 201, "the operator may: %s", ok.body);
   test_http_free(&ok);
+  test_http(&ok, &srv, "POST", "/v1/runs", srv.token,
+            "{\"agent\": {\"name\": \"A\", \"run_config\": {\"backend\": "
+            "\"docker\", \"host\": \"unix:///nonexistent.sock\"}}, "
+            "\"input\": \"x\"}",
+            NULL);
+  cr_expect_eq(ok.status, 201, "the operator may: %s", ok.body);
+  test_http_free(&ok);
   char big[8192];
   memset(big, 'a', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';
@@ -441,6 +493,80 @@ Test(server, bad_requests_are_refused_with_a_reason) {
   test_http(&h, &srv, "GET", "/v1/runs?limit=0", srv.token, NULL, NULL);
   cr_expect_eq(h.status, 400, "%s", h.body);
   test_http_free(&h);
+}
+
+/* The error message of H (borrowed), or "". */
+static const char *error_message(const struct test_http *h) {
+  const char *m = json_string_value(
+      json_object_get(json_object_get(h->json, "error"), "message"));
+  return m ? m : "";
+}
+
+Test(server, bytes_that_are_not_utf8_are_quoted_in_the_error) {
+  start("[]", NULL);
+  /* Messages quote the path or a query argument, which may hold any byte
+   * (percent-decoded); they used to make the JSON fail, answered as an
+   * out-of-memory 500. Each byte that is not UTF-8 is now U+FFFD. */
+  static const struct {
+    const char *path;
+    long status;
+  } cases[] = {
+      {"/%E0", 404},
+      {"/v1/runs/run_%FF", 404},
+      {"/v1/runs?status=%C3", 400},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct test_http h;
+    test_http(&h, &srv, "GET", cases[i].path, srv.token, NULL, NULL);
+    cr_expect_eq(h.status, cases[i].status, "%s: %ld %s", cases[i].path,
+                 h.status, h.body);
+    cr_expect(strstr(error_message(&h), "\xef\xbf\xbd"), "%s: %s",
+              cases[i].path, h.body);
+    test_http_free(&h);
+  }
+  /* A message is cut at 1 KiB, which may fall inside a character: a status
+   * of 600 e-acutes (2 bytes each), quoted after 16 bytes, is cut in the
+   * middle of one. */
+  char path[4096] = "/v1/runs?status=";
+  size_t n = strlen(path);
+  for (int i = 0; i < 600; i++, n += 6)
+    memcpy(path + n, "%C3%A9", 7);
+  struct test_http h;
+  test_http(&h, &srv, "GET", path, srv.token, NULL, NULL);
+  cr_expect_eq(h.status, 400, "%ld %.300s", h.status, h.body);
+  cr_expect(strstr(error_message(&h), "unknown status"), "%.300s", h.body);
+  test_http_free(&h);
+}
+
+Test(server, an_agent_naming_other_files_is_refused_before_they_are_read) {
+  start("[]", NULL);
+  /* Handoffs and agents as tools name agent files on the server. They used
+   * to be opened and parsed before being refused, and the parser's message
+   * said whether each existed and how it began ("near 'root'"), and where
+   * the server keeps its state. */
+  static const char *const agents[] = {
+      "{\"name\": \"A\", \"handoffs\": [\"/etc/passwd\"]}",
+      "{\"name\": \"A\", \"handoffs\": [\"/no/such/file.json\"]}",
+      "{\"name\": \"A\", \"handoffs\": [\"b.json\"]}",
+      "{\"name\": \"A\", \"tools\": [{\"type\": \"agent_as_tool\", "
+      "\"agent\": \"/etc/hostname\"}]}",
+  };
+  for (size_t i = 0; i < sizeof(agents) / sizeof(agents[0]); i++) {
+    char body[512];
+    (void)snprintf(body, sizeof(body), "{\"agent\": %s, \"input\": \"x\"}",
+                   agents[i]);
+    struct test_http h;
+    test_http(&h, &srv, "POST", "/v1/runs", srv.token, body, NULL);
+    cr_expect_eq(h.status, 422, "%s: %ld %s", agents[i], h.status, h.body);
+    const char *msg = error_message(&h);
+    cr_expect(strstr(msg, "handoffs and agents as tools name other agent "
+                          "files"),
+              "%s: %s", agents[i], h.body);
+    cr_expect(!strstr(msg, "near") && !strstr(msg, "/etc/") &&
+                  !strstr(msg, "No such file") && !strstr(msg, srv.state),
+              "%s: %s", agents[i], h.body);
+    test_http_free(&h);
+  }
 }
 
 Test(server, runs_are_listed_by_status_in_pages) {

@@ -190,3 +190,31 @@ Test(server_pg, two_approvals_on_two_servers_at_once_lose_neither) {
   json_decref(reqs);
   free(id);
 }
+
+Test(server_pg, bytes_that_are_not_utf8_are_no_run_and_no_key) {
+  start("[]", false);
+  /* PostgreSQL refuses text that is not UTF-8: these used to reach it and
+   * be answered 503, as if the database had failed. */
+  static const struct {
+    const char *method, *path;
+  } runs[] = {
+      {"GET", "/v1/runs/run_%FF"},
+      {"GET", "/v1/runs/run_%FF/events"},
+      {"POST", "/v1/runs/run_%FF/cancel"},
+      {"POST", "/v1/runs/run_%FF/retry"},
+  };
+  for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+    struct test_http h;
+    test_http(&h, &a, runs[i].method, runs[i].path, a.token, NULL, NULL);
+    cr_expect_eq(h.status, 404, "%s %s: %ld %s", runs[i].method, runs[i].path,
+                 h.status, h.body);
+    test_http_free(&h);
+  }
+  const char *key[] = {"Idempotency-Key: k\xff", NULL};
+  struct test_http h;
+  test_http(&h, &a, "POST", "/v1/runs", a.token,
+            "{\"agent\": {\"name\": \"A\"}, \"input\": \"x\"}", key);
+  cr_expect_eq(h.status, 400, "%ld %s", h.status, h.body);
+  cr_expect(strstr(h.body, "Idempotency-Key"), "%s", h.body);
+  test_http_free(&h);
+}

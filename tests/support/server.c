@@ -178,7 +178,7 @@ static int http_send(struct test_http *out, const struct test_server *s,
   memset(out, 0, sizeof(*out));
   CURL *c = curl_easy_init();
   cr_assert_not_null(c);
-  char url[1024], auth[256], ct[128], err[CURL_ERROR_SIZE] = "";
+  char url[8192], auth[256], ct[128], err[CURL_ERROR_SIZE] = "";
   (void)snprintf(url, sizeof(url), "%s%s", s->url, path);
   struct curl_slist *hl = NULL;
   if (token) {
