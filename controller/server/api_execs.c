@@ -38,18 +38,8 @@ static int exec_request(struct api *a, json_t *body, Sbx__V1__ExecStart *x,
                         char **argv) {
   static const char *const keys[] = {"cmd", "command",   "cwd",   "env",
                                      "tty", "timeout_s", "stdin", NULL};
-  const char *k;
-  json_t *v;
-  json_object_foreach(body, k, v) {
-    size_t i = 0;
-    while (keys[i] && strcmp(keys[i], k) != 0)
-      i++;
-    if (!keys[i])
-      return api_error(a, 400, "invalid_request",
-                       "unknown member \"%s\" (an exec takes cmd or "
-                       "command, cwd, env, tty, timeout_s and stdin)",
-                       k);
-  }
+  if (api_known_members(a, body, "an exec", keys) < 0)
+    return -1;
   json_t *cmd = json_object_get(body, "cmd");
   const char *command = json_string_value(json_object_get(body, "command"));
   if (!cmd == !command ||
@@ -85,6 +75,8 @@ static int exec_request(struct api *a, json_t *body, Sbx__V1__ExecStart *x,
                      "\"timeout_s\" is a whole number from 1 to %d",
                      TIMEOUT_MAX_S);
   size_t n = 0;
+  const char *k;
+  json_t *v;
   json_object_foreach(envj, k, v) {
     if (!json_is_string(v))
       return api_error(a, 400, "invalid_request",

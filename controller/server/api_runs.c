@@ -121,18 +121,8 @@ static int check_request(struct api *a, json_t *body) {
   static const char *const keys[] = {"agent",      "input",     "run_config",
                                      "sandbox_id", "max_turns", "metadata",
                                      NULL};
-  const char *k;
-  json_t *v;
-  json_object_foreach(body, k, v) {
-    size_t i = 0;
-    while (keys[i] && strcmp(keys[i], k) != 0)
-      i++;
-    if (!keys[i])
-      return api_error(a, 400, "invalid_request",
-                       "unknown member \"%s\" (a run takes agent, input, "
-                       "run_config, max_turns and metadata)",
-                       k);
-  }
+  if (api_known_members(a, body, "a run", keys) < 0)
+    return -1;
   if (!json_is_object(json_object_get(body, "agent")))
     return api_error(a, 400, "invalid_request",
                      "\"agent\" is required: the agent file's JSON object");
@@ -355,15 +345,9 @@ static int pending_index(json_t *pending, const char *call_id) {
  * BODY), or a reply sent. */
 static int check_decision(struct api *a, json_t *body, bool *approve,
                           const char **reason) {
-  const char *k;
-  json_t *v;
-  json_object_foreach(body, k, v) {
-    if (strcmp(k, "decision") != 0 && strcmp(k, "reason") != 0)
-      return api_error(a, 400, "invalid_request",
-                       "unknown member \"%s\" (a decision takes decision "
-                       "and reason)",
-                       k);
-  }
+  static const char *const keys[] = {"decision", "reason", NULL};
+  if (api_known_members(a, body, "a decision", keys) < 0)
+    return -1;
   const char *d = json_string_value(json_object_get(body, "decision"));
   if (!d || (strcmp(d, "approve") != 0 && strcmp(d, "reject") != 0))
     return api_error(a, 400, "invalid_request",

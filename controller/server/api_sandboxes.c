@@ -155,15 +155,9 @@ void api_sandboxes_create(struct api *a) {
   _cleanup_json_ json_t *body = NULL;
   if (api_body_object(a, &body) < 0)
     return;
-  const char *k;
-  json_t *v;
-  json_object_foreach(body, k, v) {
-    if (strcmp(k, "manifest") && strcmp(k, "backend") && strcmp(k, "options"))
-      return (void)api_error(a, 400, "invalid_request",
-                             "unknown member \"%s\" (a sandbox takes "
-                             "manifest, backend and options)",
-                             k);
-  }
+  static const char *const keys[] = {"manifest", "backend", "options", NULL};
+  if (api_known_members(a, body, "a sandbox", keys) < 0)
+    return;
   json_t *bj = json_object_get(body, "backend");
   if (bj && !json_is_string(bj))
     return (void)api_error(a, 400, "invalid_request",

@@ -128,6 +128,26 @@ int api_body_object(struct api *a, json_t **out) {
                    je.position);
 }
 
+int api_known_members(struct api *a, json_t *body, const char *what,
+                      const char *const *keys) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(body, k, v) {
+    size_t i = 0;
+    while (keys[i] && strcmp(keys[i], k) != 0)
+      i++;
+    if (keys[i])
+      continue;
+    char list[256] = "";
+    for (size_t j = 0, n = 0; keys[j] && n < sizeof(list); j++)
+      n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s",
+                            j ? (keys[j + 1] ? ", " : " and ") : "", keys[j]);
+    return api_error(a, 400, "invalid_request",
+                     "unknown member \"%s\" (%s takes %s)", k, what, list);
+  }
+  return 0;
+}
+
 /* The Idempotency-Key of a POST, or NULL. */
 static const char *idem_key(const struct api *a) {
   if (strcmp(http_req_method(a->r), "POST") != 0)

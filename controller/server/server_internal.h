@@ -85,6 +85,10 @@ void api_dispatch(void *arg, struct http_req *r);
 const char *api_route_at(size_t i, const char **method);
 /* The request body as a JSON object (*OUT new), or a 400 already sent. */
 int api_body_object(struct api *a, json_t **out);
+/* Refuses a member of BODY not among KEYS (NULL-terminated) with a 400
+ * saying what WHAT ("a run") takes: 0, or -1 with the reply sent. */
+int api_known_members(struct api *a, json_t *body, const char *what,
+                      const char *const *keys);
 /* Replies with BODY (stolen) and records the answer under the request's
  * Idempotency-Key, if it has one. */
 int api_reply(struct api *a, unsigned status, json_t *body);
