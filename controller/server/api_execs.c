@@ -126,7 +126,7 @@ void api_execs_start(struct api *a) {
 }
 
 void api_execs_get(struct api *a) {
-  uint64_t id;
+  uint64_t id = 0;
   struct sb_use u;
   if (exec_id(a, &id) < 0 || api_sandbox_attach(a, &u) < 0)
     return;
@@ -197,7 +197,7 @@ static void output_headers(struct api *a, const Sbx__V1__ExecReadReply *x) {
 }
 
 void api_execs_output(struct api *a) {
-  uint64_t id, offset, wait;
+  uint64_t id = 0, offset = 0, wait = 0;
   const char *stream = http_req_query(a->r, "stream");
   if (stream && strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)
     return (void)api_error(a, 400, "invalid_request",
@@ -230,7 +230,7 @@ void api_execs_output(struct api *a) {
 }
 
 void api_execs_stdin(struct api *a) {
-  uint64_t id, close_in;
+  uint64_t id = 0, close_in = 0;
   struct sb_use u;
   if (exec_id(a, &id) < 0 || query_u64(a, "close", 1, 0, &close_in) < 0 ||
       api_sandbox_attach(a, &u) < 0)

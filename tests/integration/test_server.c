@@ -548,8 +548,8 @@ Test(server, an_agent_naming_other_files_is_refused_before_they_are_read) {
       "{\"name\": \"A\", \"handoffs\": [\"/etc/passwd\"]}",
       "{\"name\": \"A\", \"handoffs\": [\"/no/such/file.json\"]}",
       "{\"name\": \"A\", \"handoffs\": [\"b.json\"]}",
-      "{\"name\": \"A\", \"tools\": [{\"type\": \"agent_as_tool\", "
-      "\"agent\": \"/etc/hostname\"}]}",
+      ("{\"name\": \"A\", \"tools\": [{\"type\": \"agent_as_tool\", "
+       "\"agent\": \"/etc/hostname\"}]}"),
   };
   for (size_t i = 0; i < sizeof(agents) / sizeof(agents[0]); i++) {
     char body[512];
