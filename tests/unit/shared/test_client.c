@@ -516,7 +516,11 @@ Test(client, requests_in_flight_never_reach_a_new_connection_unverified) {
     (void)unlink(sock);
     struct peer impostor;
     peer_listen(&impostor, dir, answer_list, "another secret");
-    sleep_ms(300);
+    /* Until the client has come to the impostor (on a loaded machine its
+     * redial can take longer than a moment), and a little after. */
+    for (int i = 0; i < 10000 && impostor.requests == 0; i++)
+      sleep_ms(1);
+    sleep_ms(100);
     h.stop = true;
     for (size_t i = 0; i < 8; i++)
       (void)pthread_join(th[i], NULL);
