@@ -94,10 +94,6 @@ static bool peer_gone(int fd) {
          (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-bool http_req_gone(const struct http_req *r) {
-  return r->h->stopping || peer_gone(conn_fd(r->conn));
-}
-
 bool http_stream_over(const struct http_stream *st) {
   return st->h->stopping || peer_gone(st->fd);
 }

@@ -66,8 +66,6 @@ const char *http_req_header(const struct http_req *r, const char *name);
 const char *http_req_body(const struct http_req *r, size_t *len);
 /* The status replied with, 0 before a reply. */
 unsigned http_req_status(const struct http_req *r);
-/* Whether the client has gone (its connection closed). */
-bool http_req_gone(const struct http_req *r);
 
 /* Adds a header to the reply to come (copied). */
 int http_add_header(struct http_req *r, const char *name, const char *value);
