@@ -21,8 +21,8 @@ static void usage_main(FILE *f) {
           "  sandbox SUBCOMMAND      create and drive sandboxes that outlive "
           "a run\n"
           "                          (see sbx sandbox --help)\n"
-          "  approve RUNSTATE ID    approve a call a paused run waits for\n"
-          "  reject RUNSTATE ID [--reason TEXT]\n"
+          "  approve RUN_ID CALL_ID  approve a call a paused run waits for\n"
+          "  reject RUN_ID CALL_ID [--reason TEXT]\n"
           "                          reject it; the model sees the reason\n"
           "  serve                   serve the HTTP API: runs submitted, "
           "watched and\n"
@@ -30,9 +30,11 @@ static void usage_main(FILE *f) {
           "serve --help)\n"
           "  token SUBCOMMAND        the server's bearer tokens: create, ls, "
           "rm\n"
-          "  runs SUBCOMMAND         with --server: the server's runs (ls, "
-          "show, cancel,\n"
-          "                          logs)\n"
+          "  runs SUBCOMMAND         the runs of the state store, of sbx "
+          "run and of\n"
+          "                          servers alike: ls, show, cancel, logs "
+          "(see sbx\n"
+          "                          runs --help)\n"
           "\n"
           "Options:\n"
           "  --log-level LEVEL       error | warn | info | debug (default "
@@ -49,14 +51,6 @@ static void usage_main(FILE *f) {
           "binary),\n"
           "SBX_SERVER (as --server), SBX_TOKEN (the bearer token for "
           "--server).\n");
-}
-
-/* sbx runs without a server: there is no local list of runs. */
-static int cli_runs_local(int argc, char **argv) {
-  (void)argc, (void)argv;
-  fprintf(stderr, "sbx runs: needs --server URL (or SBX_SERVER): the runs "
-                  "it lists are a server's\n");
-  return 2;
 }
 
 int cli_main(int argc, char **argv) {
@@ -101,10 +95,10 @@ int cli_main(int argc, char **argv) {
     const char *name;
     int (*fn)(int argc, char **argv);
   } commands[] = {
-      {"run", cli_run},         {"approve", cli_decide},
-      {"reject", cli_decide},   {"sandbox", cli_sandbox_main},
-      {"serve", cli_serve},     {"token", cli_token},
-      {"runs", cli_runs_local},
+      {"run", cli_run},       {"approve", cli_decide},
+      {"reject", cli_decide}, {"sandbox", cli_sandbox_main},
+      {"serve", cli_serve},   {"token", cli_token},
+      {"runs", cli_runs},
   };
   for (size_t k = 0; k < SBX_ARRAY_SIZE(commands); k++)
     if (strcmp(argv[i], commands[k].name) == 0)

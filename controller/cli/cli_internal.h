@@ -5,18 +5,63 @@
 #define SBX_CLI_INTERNAL_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 
 #include "controller/cli/cli.h"
+#include "controller/run/runner.h"
+#include "controller/runs/runs.h"
 #include "controller/sandbox/lifecycle.h"
 #include "shared/errors.h"
 
-/* sbx run (run.c), sbx approve and sbx reject (decide.c) and sbx sandbox
- * (sandbox.c). ARGV[0] is the command's name. */
+/* sbx run (run.c), sbx approve, sbx reject and sbx runs on the state
+ * store (runs.c) and sbx sandbox (sandbox.c). ARGV[0] is the command's
+ * name. */
 int cli_run(int argc, char **argv);
 int cli_decide(int argc, char **argv);
+int cli_runs(int argc, char **argv);
 int cli_sandbox_main(int argc, char **argv);
+
+/* The state store's URL: DB, else sqlite:STATE-DIR/sbx.db with the state
+ * dir (STATE_DIR, else the default) made when missing, into SDIR and URL.
+ * 0, or -1 after saying why after PROG. */
+int cli_db_url(const char *prog, const char *db, const char *state_dir,
+               char *sdir, size_t sn, char *url, size_t un);
+/* cli_db_url, and the store opened into *OUT (new). */
+int cli_store_open(const char *prog, const char *db, const char *state_dir,
+                   char *sdir, size_t sn, struct store **out);
+/* The table of runs (runs_view objects in DATA) on stdout. */
+void cli_print_runs(json_t *data);
+
+/* sbx run's run in the state store (run_store.c). */
+struct cli_run_store {
+  struct store *store;
+  char id[RUNS_ID_MAX]; /* "" until the run has a row */
+  uint64_t last_seq;    /* the resumed run's last event */
+  json_t *result;       /* the row's result so far */
+  struct runs_rec rec;
+  volatile bool cancel; /* asked in the store: the runner stops */
+  bool watching, stop;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+/* Opens the store (DB, else in STATE_DIR); with RESUME, checks that it is
+ * a run of sbx run that may go on and reads what started it (new). -1
+ * when the run goes on, else the exit code after saying why. */
+int cli_run_store_open(struct cli_run_store *rs, const char *db,
+                       const char *state_dir, const char *resume,
+                       char **agent_path, char **prompt);
+/* Gives the run its row (a new one, or the resumed one running again)
+ * and points O's store, id, events and cancel at it. */
+int cli_run_store_start(struct cli_run_store *rs, struct run_options *o,
+                        struct sbx_error *e);
+/* Records how the run ended (runs_finish). */
+void cli_run_store_finish(struct cli_run_store *rs, int r,
+                          const struct run_result *res,
+                          const struct sbx_error *re);
+void cli_run_store_close(struct cli_run_store *rs);
 /* The commands as clients of the server at SERVER (remote.c). */
 int cli_remote(const char *server, int argc, char **argv);
 /* sbx serve and sbx token (serve.c). */

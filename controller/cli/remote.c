@@ -314,19 +314,6 @@ static int remote_decide(struct remote *rm, int argc, char **argv) {
   return fflush(stdout) != 0;
 }
 
-static void print_runs(json_t *data) {
-  printf("%-36s %-17s %-16s %s\n", "ID", "STATUS", "AGENT", "CREATED");
-  size_t i;
-  json_t *r;
-  json_array_foreach(data, i, r) {
-    const char *agent = json_string_value(json_object_get(r, "agent"));
-    printf("%-36s %-17s %-16s %s\n",
-           json_string_value(json_object_get(r, "id")),
-           json_string_value(json_object_get(r, "status")), agent ? agent : "-",
-           json_string_value(json_object_get(r, "created_at")));
-  }
-}
-
 /* sbx --server URL runs ls [--status S] [--json]. */
 static int runs_ls(struct remote *rm, int argc, char **argv) {
   const char *st = NULL;
@@ -361,7 +348,7 @@ static int runs_ls(struct remote *rm, int argc, char **argv) {
     (void)json_dumpf(all, stdout, JSON_INDENT(2));
     printf("\n");
   } else {
-    print_runs(all);
+    cli_print_runs(all);
   }
   return fflush(stdout) != 0;
 }

@@ -51,10 +51,15 @@ static void usage_run(FILE *f) {
       "  --sandbox ID         run the agent in the developer-owned "
       "sandbox ID (from\n"
       "                       sbx sandbox create) and leave it running\n"
-      "  --state-dir DIR      where developer-owned sandboxes are "
-      "recorded (default\n"
+      "  --state-dir DIR      where sandboxes and the state store are "
+      "kept (default\n"
       "                       $XDG_STATE_HOME/sbx or "
       "~/.local/state/sbx)\n"
+      "  --db URL             the state store the run is kept in: "
+      "sqlite:PATH or\n"
+      "                       postgres://... (default "
+      "sqlite:STATE-DIR/sbx.db, which\n"
+      "                       sbx serve uses too)\n"
       "  --base-dir DIR       local_file/local_dir sources are relative "
       "to DIR and must\n"
       "                       lie beneath it or a grant (default: the "
@@ -77,9 +82,10 @@ static void usage_run(FILE *f) {
       "(sbx sandbox\n"
       "                       save): the live one, or its snapshot "
       "restored\n"
-      "  --resume STATE       continue the paused or interrupted run saved in "
-      "STATE\n"
-      "                       (its agent file and prompt come from it)\n"
+      "  --resume RUN_ID      continue the paused or interrupted "
+      "run RUN_ID of\n"
+      "                       sbx run (its agent file and prompt come "
+      "from it)\n"
       "  --snapshot MODE      local (default): when the run pauses, "
       "snapshot each of\n"
       "                       its sandboxes (not a --sandbox one, which "
@@ -101,11 +107,13 @@ static void usage_run(FILE *f) {
       "\n"
       "Exit status: 0 done, 1 the run failed (model or tool error), 2 "
       "usage or\n"
-      "configuration error, 3 waiting for approval (the run state path "
+      "configuration error, 3 waiting for approval (the run id "
       "is printed).\n"
-      "The run's state is written to STATE-DIR/runs/RUN-ID.json after "
-      "every step and\n"
-      "removed when the run finishes.\n"
+      "The run is a row of the state store, which sbx runs ls|show|logs "
+      "lists and a\n"
+      "server on the same store shows too; its state is written there "
+      "after every\n"
+      "step and removed when the run ends.\n"
       "\n"
       "Tracing environment (OTLP/HTTP with JSON bodies; export never "
       "fails the run,\n"
@@ -140,28 +148,6 @@ static int parse_pos(const char *s, int64_t *out) {
   return 0;
 }
 
-/* Reads the agent file and prompt a run state was started with. */
-static int cli_read_run_state(const char *path, char **agent_path,
-                              char **prompt, struct sbx_error *e) {
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  int r = sbx_read_file(path, 256u << 20, &text, &len);
-  if (r < 0)
-    return sbx_error_set(e, SBX_OK, -r, "cannot read run state \"%s\": %s",
-                         path, strerror(-r));
-  json_error_t je;
-  _cleanup_json_ json_t *rs = json_loadb(text, len, 0, &je);
-  const char *ap = json_string_value(json_object_get(rs, "agent_path"));
-  const char *pr = json_string_value(json_object_get(rs, "prompt"));
-  if (!ap || !pr)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "\"%s\" is not a run state (%s)", path,
-                         rs ? "no agent_path or prompt" : je.text);
-  *agent_path = strdup(ap);
-  *prompt = strdup(pr);
-  return *agent_path && *prompt ? 0 : -ENOMEM;
-}
-
 /* What the command line and the agent files say, and what the command
  * holds until it ends (run_cmd_clear releases it). */
 struct run_cmd {
@@ -169,7 +155,7 @@ struct run_cmd {
   struct trace_options to;
   struct cli_backend_flags flags;
   const char *backend; /* --backend, else the agent's run_config */
-  const char *sandbox_id, *state_dir, *resume, *session;
+  const char *sandbox_id, *state_dir, *resume, *session, *db;
   bool ask;
   uint16_t ports[LIFECYCLE_MAX_PORTS];
   char cwd[SBX_PATH_MAX];
@@ -183,9 +169,11 @@ struct run_cmd {
   void *own; /* o.backend's own options */
   struct lifecycle_record rec;
   struct run_result res;
+  struct cli_run_store store;
 };
 
 static void run_cmd_clear(struct run_cmd *c) {
+  cli_run_store_close(&c->store);
   if (c->o.sandbox)
     c->o.sandbox->backend->detach(c->o.sandbox);
   lifecycle_record_clear(&c->rec);
@@ -222,6 +210,7 @@ enum {
   O_APPROVE,
   O_SNAPSHOT,
   O_SNAPSHOT_DIR,
+  O_DB,
   O_HELP
 };
 
@@ -246,6 +235,7 @@ static const struct option run_opts[] = {
     {"approve", required_argument, NULL, O_APPROVE},
     {"snapshot", required_argument, NULL, O_SNAPSHOT},
     {"snapshot-dir", required_argument, NULL, O_SNAPSHOT_DIR},
+    {"db", required_argument, NULL, O_DB},
     {"help", no_argument, NULL, O_HELP},
     {0},
 };
@@ -365,6 +355,9 @@ static int take_option(struct run_cmd *c, int ch, const char *arg) {
     return -1;
   case O_STATE_DIR:
     c->state_dir = arg;
+    return -1;
+  case O_DB:
+    c->db = arg;
     return -1;
   case O_SNAPSHOT_DIR: {
     /* Absolute: the run state keeps it for a resume from elsewhere. */
@@ -497,11 +490,10 @@ static int prepare(struct run_cmd *c, int argc, char **argv) {
   }
   c->o.state_dir = c->sdir;
   c->o.resume_path = c->resume;
-  if (c->resume &&
-      cli_read_run_state(c->resume, &c->agent_path, &c->prompt, &e) < 0) {
-    fprintf(stderr, "sbx run: %s\n", e.msg);
-    return 2;
-  }
+  k = cli_run_store_open(&c->store, c->db, c->sdir, c->resume, &c->agent_path,
+                         &c->prompt);
+  if (k >= 0)
+    return k;
   if (c->ask) {
     c->tty = fopen("/dev/tty", "r+e");
     if (!c->tty || !isatty(fileno(c->tty))) {
@@ -537,15 +529,20 @@ int cli_run(int argc, char **argv) {
     return k;
   c.o.materialize.progress = isatty(2) != 0;
   struct sbx_error e = {0};
+  if (cli_run_store_start(&c.store, &c.o, &e) < 0) {
+    fprintf(stderr, "sbx run: %s\n", e.msg);
+    return 1;
+  }
   int r = runner_run(&c.o, &c.res, &e);
-  const char *state = c.res.state_path;
+  cli_run_store_finish(&c.store, r, &c.res, &e);
+  const char *id = c.store.id;
   if (r == RUNNER_PAUSED) {
     fprintf(stderr,
-            "sbx: the run is waiting for approval; its state is in %s\n"
+            "sbx: run %s is waiting for approval\n"
             "sbx: decide with `sbx approve %s CALL_ID` or `sbx reject %s "
             "CALL_ID --reason TEXT`,\n"
             "sbx: then continue with `sbx run --resume %s`\n",
-            state, state, state, state);
+            id, id, id, id);
     return 3;
   }
   if (r < 0) {

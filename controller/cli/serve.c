@@ -102,25 +102,6 @@ static int parse_listen(const char *text, char *host, size_t n,
   return 0;
 }
 
-/* The store's URL: DB, else sqlite: in the state dir (made when missing).
- * 0, or -1 after saying why. */
-static int db_url(const char *prog, const char *db, const char *state_dir,
-                  char *sdir, size_t sn, char *url, size_t un) {
-  struct sbx_error e = {0};
-  if (state_dir_resolve(state_dir, sdir, sn, &e) < 0 ||
-      state_dir_ensure(sdir, &e) < 0) {
-    fprintf(stderr, "%s: %s\n", prog, e.msg);
-    return -1;
-  }
-  int k = db ? snprintf(url, un, "%s", db)
-             : snprintf(url, un, "sqlite:%s/sbx.db", sdir);
-  if (k < 0 || (size_t)k >= un) {
-    fprintf(stderr, "%s: the database URL is too long\n", prog);
-    return -1;
-  }
-  return 0;
-}
-
 enum {
   O_LISTEN = 1,
   O_DB,
@@ -240,8 +221,8 @@ int cli_serve(int argc, char **argv) {
   }
   s.c.host = s.listen ? s.host : NULL;
   char sdir[4096], url[DB_URL_MAX];
-  if (db_url("sbx serve", s.db, s.state_dir, sdir, sizeof(sdir), url,
-             sizeof(url)) < 0)
+  if (cli_db_url("sbx serve", s.db, s.state_dir, sdir, sizeof(sdir), url,
+                 sizeof(url)) < 0)
     return 2;
   s.c.db = url;
   s.c.state_dir = sdir;
@@ -367,8 +348,8 @@ int cli_token(int argc, char **argv) {
     return 2;
   }
   char sdir[4096], url[DB_URL_MAX];
-  if (db_url("sbx token", db, state_dir, sdir, sizeof(sdir), url, sizeof(url)) <
-      0)
+  if (cli_db_url("sbx token", db, state_dir, sdir, sizeof(sdir), url,
+                 sizeof(url)) < 0)
     return 2;
   struct store *st = NULL;
   struct sbx_error e = {0};

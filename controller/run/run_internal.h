@@ -52,10 +52,9 @@ struct shared {
   struct events *ev;  /* --stream, or NULL */
   char run_id[33];
   json_t *rs;         /* the run state (root run only), or NULL */
-  char rs_path[4200]; /* where it is written */
+  char rs_path[4200]; /* its id in the store: run_ and the run id */
   size_t rs_items;    /* conversation items already in the journal */
-  int rs_jfd;         /* the journal, open for appending, or -1 */
-  bool rs_written;    /* the state file exists */
+  bool rs_written;    /* the state is in the store */
   int64_t rs_seq;     /* saves so far: the state file and checkpoints say */
   json_t *rs_done;    /* resumed: the pending calls' recorded outputs by
                          call_id, or NULL */
@@ -239,26 +238,24 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
  * again; a no-op without a state dir or in a nested run that is not
  * journaled. Thread-safe. */
 int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e);
-/* Ends the state of a run that returned R: closes the journal and, unless
- * the run paused, removes its files; sets res->state_path. The sandboxes
- * of nested runs that a resume did not reach are closed. */
+/* Ends the state of a run: unless KEEP (it paused, or failed and may be
+ * retried), removes its state and journal; sets res->state_path. The
+ * sandboxes of nested runs that a resume did not reach are closed. */
 void run_state_end(struct run *run, bool keep);
 
-/* state_io.c: where the root run's state goes, a file or the store
- * (run_options.store); sh->rs_path names it (the file, or the store's run
- * id). 0 or a negative errno with E. */
+/* state_io.c: the root run's state in the store (run_options.store);
+ * sh->rs_path is the store's run id. 0 or a negative errno with E. */
 int rs_io_begin(struct shared *sh, struct sbx_error *e);
 int rs_io_append(struct shared *sh, const char *text, size_t len,
                  struct sbx_error *e);
 int rs_io_put(struct shared *sh, const char *text, size_t len,
               struct sbx_error *e);
-/* The state at WHERE (a file, or a run id in the store) and its journal
+/* The state of the run WHERE (the store's run id) and its journal
  * (new, both; the journal "" when there is none), up to MAX bytes each. */
 int rs_io_read(struct shared *sh, const char *where, size_t max, char **state,
                size_t *slen, char **journal, size_t *jlen, struct sbx_error *e);
 /* Keeps the first KEEP bytes of the journal. */
 int rs_io_cut(struct shared *sh, size_t keep, struct sbx_error *e);
-void rs_io_close(struct shared *sh);
 /* Removes the state and its journal. */
 void rs_io_remove(struct shared *sh);
 /* Sets up the journaling of RUN, nested in PARENT's call CALL_ID; when a

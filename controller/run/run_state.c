@@ -4,7 +4,6 @@
  * beside it a journal that grows by the new conversation items and a
  * checkpoint line per step. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,6 @@
 #include "controller/state/store.h"
 #include "shared/buf.h"
 #include "shared/cleanup.h"
-#include "shared/fileio.h"
 #include "shared/log.h"
 
 /* The members of the run state that change as a run goes; a checkpoint
@@ -579,13 +577,12 @@ int run_state_nested(struct run *run, const struct run *parent,
   return reattach_all(run, json_object_get(prog, "sandboxes"), e);
 }
 
-/* Ends the state of a run: closes the journal and, unless
- * KEEP (the run paused, or failed and may be retried), removes the state
- * file and journal; res->state_path says where a kept state is. */
+/* Ends the state of a run: unless KEEP (the run paused, or failed and may
+ * be retried), removes its state and journal from the store;
+ * res->state_path is the store's run id of a kept state. */
 void run_state_end(struct run *run, bool keep) {
   struct shared *sh = run->sh;
   struct run_result *res = run->res;
-  rs_io_close(sh);
   if (sh->rs) {
     (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh->rs_path);
     /* Only a kept run (or a killed one, which never gets here) leaves
@@ -611,45 +608,4 @@ void run_state_end(struct run *run, bool keep) {
   sh->rs_done = NULL;
   json_decref(sh->rs_nested);
   sh->rs_nested = NULL;
-}
-
-int runner_decide(const char *path, const char *call_id, bool approve,
-                  const char *reason, struct sbx_error *e) {
-  _cleanup_free_ char *text = NULL;
-  size_t len = 0;
-  int r = sbx_read_file(path, 256u << 20, &text, &len);
-  if (r < 0)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "cannot read \"%s\": %s", path, strerror(-r));
-  json_error_t je;
-  _cleanup_json_ json_t *rs = json_loadb(text, len, 0, &je);
-  if (!json_string_value(json_object_get(rs, "status")) ||
-      !json_is_integer(json_object_get(rs, "items_count")))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "\"%s\" is not a run state", path);
-  bool known = false;
-  size_t i;
-  json_t *it;
-  json_array_foreach(json_object_get(rs, "pending"), i, it) {
-    const char *cid = json_string_value(json_object_get(it, "call_id"));
-    known |= cid && strcmp(cid, call_id) == 0;
-  }
-  if (!known)
-    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
-                         "the run in \"%s\" has no pending call \"%s\"", path,
-                         call_id);
-  json_t *ds = json_object_get(rs, "decisions");
-  if (!json_is_object(ds) &&
-      json_object_set_new(rs, "decisions", ds = json_object()) < 0)
-    ds = NULL;
-  r = ds ? json_object_set_new(ds, call_id,
-                               json_pack("{s:s, s:s?}", "decision",
-                                         approve ? "approved" : "rejected",
-                                         "reason", reason))
-         : -1;
-  _cleanup_free_ char *out = r == 0 ? json_dumps(rs, JSON_COMPACT) : NULL;
-  if (!out || (r = sbx_write_file_atomic(path, out, strlen(out), 0600)) < 0)
-    return sbx_error_set(e, SBX_INTERNAL, EIO, "cannot write \"%s\"%s%s", path,
-                         out ? ": " : "", out ? strerror(-r) : "");
-  return 0;
 }

@@ -160,7 +160,7 @@ int runner_run(const struct run_options *o, struct run_result *res,
   if (!e)
     e = &local;
   uint64_t t0 = sbx_now_ns();
-  struct shared sh = {.o = o, .rs_jfd = -1};
+  struct shared sh = {.o = o};
   if (o->run_id) {
     if (strlen(o->run_id) != 32 || strspn(o->run_id, "0123456789abcdef") != 32)
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
@@ -170,7 +170,7 @@ int runner_run(const struct run_options *o, struct run_result *res,
     return sbx_error_set(e, SBX_INTERNAL, EIO, "cannot make a run id");
   }
   if (o->event_sink
-          ? events_new_sink(o->event_sink, o->event_arg, sh.run_id,
+          ? events_new_sink(o->event_sink, o->event_arg, o->events, sh.run_id,
                             o->event_seq, &sh.ev, e) < 0
           : o->events && events_new(o->events, sh.run_id, &sh.ev, e) < 0)
     return -ENOMEM;

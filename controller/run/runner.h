@@ -48,18 +48,15 @@ struct run_options {
   struct sandbox *sandbox;
   const struct manifest *sandbox_manifest;
   struct lifecycle_record *sandbox_record;
-  /* Run state: with STATE_DIR set, the run's state is written atomically
-   * to STATE_DIR/runs/<run id>.json after every step, and its sandboxes
-   * are recorded in STATE_DIR so a paused or crashed run can be resumed.
-   * RESUME_PATH continues the run saved there (agents and prompt come
-   * from it). APPROVE_ASK asks on ASK_TTY for calls that need approval
-   * instead of pausing. */
+  /* Run state: with STATE_DIR set, the run's state and journal are
+   * written to its row "run_<run id>" of STORE (borrowed; required then)
+   * after every step, and its sandboxes are recorded in STATE_DIR, so a
+   * paused or crashed run can be resumed. RESUME_PATH ("run_<run id>")
+   * continues the run saved there (agents and prompt come from it), with
+   * the decisions recorded in the store. APPROVE_ASK asks on ASK_TTY for
+   * calls that need approval instead of pausing. */
   const char *state_dir;
   const char *resume_path;
-  /* With STORE (borrowed), the root run's state and journal live in its
-   * row "run_<run id>" of the state store instead of files (sbx serve),
-   * RESUME_PATH is that id, and decisions recorded in the store apply on
-   * a resume. */
   struct store *store;
   bool approve_ask;
   FILE *ask_tty;
@@ -71,10 +68,11 @@ struct run_options {
    * else STATE_DIR/snapshots). */
   const char *snapshot;
   const char *snapshot_dir;
-  /* sbx serve: the run's id (32 hex digits; NULL: a new one), its events
-   * handed to EVENT_SINK (telemetry/events.h) numbered after EVENT_SEQ
-   * instead of written to EVENTS, and CANCEL, which stops the run at its
-   * next step once true (a model call in flight included): -ECANCELED. */
+  /* The run's id (32 hex digits; NULL: a new one), its events handed to
+   * EVENT_SINK (telemetry/events.h; NULL: none) numbered after EVENT_SEQ,
+   * and written to EVENTS too when set, and CANCEL, which stops the run
+   * at its next step once true (a model call in flight included):
+   * -ECANCELED. */
   const char *run_id;
   events_sink_fn event_sink;
   void *event_arg;
@@ -91,7 +89,7 @@ struct run_options {
 };
 
 /* runner_run's result for a run that stopped to wait for approvals; the
- * run state is at run_result.state_path. */
+ * run state's id in the store is run_result.state_path. */
 #define RUNNER_PAUSED 1
 
 struct run_result {
@@ -101,7 +99,7 @@ struct run_result {
   int turns;
   const char *last_agent; /* borrowed from the agent set */
   bool config_error;      /* the failure is the configuration's (exit 2) */
-  char state_path[4200];  /* the run state file, "" without one */
+  char state_path[4200];  /* the run state's id in the store, "" for none */
 };
 
 /* Runs to completion or to a pause for approval (RUNNER_PAUSED). Returns
@@ -111,13 +109,5 @@ struct run_result {
 int runner_run(const struct run_options *o, struct run_result *res,
                struct sbx_error *e);
 void run_result_clear(struct run_result *r);
-
-/* Records a person's decision on the call CALL_ID that the paused run
- * whose state file is PATH waits for (sbx approve, sbx reject, the
- * server's approvals); REASON (may be NULL) reaches the model with a
- * rejection. -ENOENT when no such call is pending, -EINVAL when PATH is
- * not a readable run state, -EIO when it cannot be written; E says so. */
-int runner_decide(const char *path, const char *call_id, bool approve,
-                  const char *reason, struct sbx_error *e);
 
 #endif

@@ -19,7 +19,7 @@
 #define METADATA_MAX_KEYS 64
 #define METADATA_MAX_BYTES 16384
 #define LIST_DEFAULT 50
-#define REASON_MAX 4096
+#define REASON_MAX RUNS_REASON_MAX
 
 static const char *const unfinished[] = {"queued", "running",
                                          "waiting_approval", NULL};
@@ -27,44 +27,10 @@ static const char *const statuses[] = {
     "queued",    "running", "waiting_approval", "completed", "failed",
     "cancelled", NULL};
 
-bool server_run_id_valid(const char *id) {
-  size_t n = strlen(SERVER_RUN_PREFIX);
-  return strncmp(id, SERVER_RUN_PREFIX, n) == 0 && strlen(id + n) == 32 &&
-         strspn(id + n, "0123456789abcdef") == 32;
-}
-
 bool server_has_state(struct server *srv, const char *id) {
   _cleanup_free_ char *text = NULL;
   size_t len = 0;
   return store_state_get(srv->store, id, &text, &len, NULL) == 0 && len > 0;
-}
-
-static json_t *time_json(json_t *ms) {
-  char ts[32];
-  events_format_timestamp((uint64_t)json_integer_value(ms), ts);
-  return json_string(ts);
-}
-
-json_t *api_run_view(json_t *row) {
-  json_t *req = json_object_get(row, "request");
-  json_t *res = json_object_get(row, "result");
-  json_t *md = json_object_get(req, "metadata");
-  json_t *pending = json_object_get(res, "pending_approvals");
-  json_t *usage = json_object_get(res, "usage");
-  json_t *out = json_object_get(res, "final_output");
-  json_t *err = json_object_get(res, "error");
-  return json_pack(
-      "{s:O, s:O, s:O?, s:o, s:O, s:O, s:O, s:o, s:b, s:o, s:o}", "id",
-      json_object_get(row, "id"), "status", json_object_get(row, "status"),
-      "agent", json_object_get(json_object_get(req, "agent"), "name"),
-      "metadata", json_is_object(md) ? json_incref(md) : json_object(),
-      "final_output", out ? out : json_null(), "error", err ? err : json_null(),
-      "usage", usage ? usage : json_null(), "pending_approvals",
-      json_is_array(pending) ? json_incref(pending) : json_array(),
-      "cancel_requested",
-      json_is_true(json_object_get(row, "cancel_requested")), "created_at",
-      time_json(json_object_get(row, "created_at")), "updated_at",
-      time_json(json_object_get(row, "updated_at")));
 }
 
 /* Replies with the run ID as it is now, with STATUS. */
@@ -75,7 +41,7 @@ static void reply_run(struct api *a, unsigned status, const char *id) {
     (void)api_error(a, 503, "unavailable", "%s", e.msg);
     return;
   }
-  (void)api_reply(a, status, api_run_view(row));
+  (void)api_reply(a, status, runs_view(row));
 }
 
 /* The run of the path's first parameter: 0 with *ROW (new), or a reply
@@ -279,7 +245,7 @@ void api_runs_list(struct api *a) {
   size_t i;
   json_t *row;
   json_array_foreach(rows, i, row) {
-    (void)json_array_append_new(data, api_run_view(row));
+    (void)json_array_append_new(data, runs_view(row));
   }
   char nc[32];
   (void)snprintf(nc, sizeof(nc), "%lld", (long long)next);
@@ -292,7 +258,7 @@ void api_runs_get(struct api *a) {
   _cleanup_json_ json_t *row = NULL;
   if (load_run(a, &row) < 0)
     return;
-  (void)api_reply(a, 200, api_run_view(row));
+  (void)api_reply(a, 200, runs_view(row));
 }
 
 /* A run that waits (queued, for approvals, or failed and kept) goes back
@@ -304,20 +270,11 @@ void api_runs_cancel(struct api *a) {
     return;
   struct server *srv = a->srv;
   const char *id = a->param[0];
-  const char *status = json_string_value(json_object_get(row, "status"));
-  if (strcmp(status, "completed") == 0 || strcmp(status, "cancelled") == 0) {
-    (void)api_error(a, 409, "conflict", "run %s is %s already", id, status);
-    return;
-  }
   struct sbx_error e = {0};
-  if (store_run_cancel_request(srv->store, id, &e) < 0) {
-    (void)api_error(a, 503, "unavailable", "%s", e.msg);
-    return;
-  }
-  static const char *const waiting[] = {"waiting_approval", "failed", NULL};
-  int r = store_run_update(srv->store, id, waiting, "queued", NULL, &e);
-  if (r < 0 && r != -ESTALE) {
-    (void)api_error(a, 503, "unavailable", "%s", e.msg);
+  int r = runs_cancel(srv->store, id, &e);
+  if (r < 0) {
+    (void)api_error(a, r == -EALREADY ? 409 : 503,
+                    r == -EALREADY ? "conflict" : "unavailable", "%s", e.msg);
     return;
   }
   pthread_mutex_lock(&srv->mu);
@@ -327,18 +284,6 @@ void api_runs_cancel(struct api *a) {
   pthread_mutex_unlock(&srv->mu);
   executor_wake(srv);
   reply_run(a, 202, id);
-}
-
-/* Whether CALL_ID is among the run's pending approvals; its index. */
-static int pending_index(json_t *pending, const char *call_id) {
-  size_t i;
-  json_t *p;
-  json_array_foreach(pending, i, p) {
-    const char *c = json_string_value(json_object_get(p, "call_id"));
-    if (c && strcmp(c, call_id) == 0)
-      return (int)i;
-  }
-  return -1;
 }
 
 /* Checks a decision's body: 0 with *APPROVE and *REASON (borrowed from
@@ -363,34 +308,6 @@ static int check_decision(struct api *a, json_t *body, bool *approve,
   return 0;
 }
 
-/* Takes the decided calls out of the run's pending approvals, by the
- * store's decisions (what every server records, so two approvals on two
- * servers at once cannot lose one); the run goes back to the queue when
- * none is left. */
-static int settle(struct api *a, json_t *row, struct sbx_error *e) {
-  _cleanup_json_ json_t *decided = NULL;
-  int r = store_decisions_get(a->srv->store, a->param[0], &decided, e);
-  if (r < 0)
-    return r;
-  json_t *res = json_object_get(row, "result");
-  json_t *pending = json_object_get(res, "pending_approvals");
-  for (size_t i = json_array_size(pending); i-- > 0;) {
-    const char *c = json_string_value(
-        json_object_get(json_array_get(pending, i), "call_id"));
-    if (!c || json_object_get(decided, c))
-      (void)json_array_remove(pending, i);
-  }
-  static const char *const waiting[] = {"waiting_approval", NULL};
-  bool done = json_array_size(pending) == 0;
-  r = store_run_update(a->srv->store, a->param[0], waiting,
-                       done ? "queued" : NULL, res, e);
-  if (r == -ESTALE)
-    return 0; /* another server's approval queued it first */
-  if (r == 0 && done)
-    executor_wake(a->srv);
-  return r;
-}
-
 void api_runs_approve(struct api *a) {
   _cleanup_json_ json_t *body = NULL;
   _cleanup_json_ json_t *row = NULL;
@@ -401,38 +318,18 @@ void api_runs_approve(struct api *a) {
     return;
   struct server *srv = a->srv;
   const char *id = a->param[0], *call_id = a->param[1];
-  pthread_mutex_lock(&srv->decide_mu);
-  json_t *fresh = NULL;
   struct sbx_error e = {0};
-  if (store_run_get(srv->store, id, &fresh, &e) == 0) {
-    json_decref(row);
-    row = fresh;
-  }
-  const char *status = json_string_value(json_object_get(row, "status"));
-  json_t *pending =
-      json_object_get(json_object_get(row, "result"), "pending_approvals");
-  if (strcmp(status, "waiting_approval") != 0 ||
-      pending_index(pending, call_id) < 0) {
-    pthread_mutex_unlock(&srv->decide_mu);
-    (void)api_error(a, 409, "conflict",
-                    "run %s has no call \"%s\" waiting for approval (it "
-                    "is %s)",
-                    id, call_id, status);
-    return;
-  }
-  /* The runner takes the decision from the store when the run goes on. */
-  int r = store_decision_add(srv->store, id, call_id,
-                             approve ? "approve" : "reject", reason, &e);
-  if (r == 0)
-    r = settle(a, row, &e);
-  pthread_mutex_unlock(&srv->decide_mu);
-  if (r == -EEXIST)
-    (void)api_error(a, 409, "conflict", "call \"%s\" is decided already",
-                    call_id);
+  bool queued = false;
+  int r = runs_decide(srv->store, id, call_id, approve, reason, &queued, &e);
+  if (r == -ESRCH || r == -EEXIST)
+    (void)api_error(a, 409, "conflict", "%s", e.msg);
   else if (r < 0)
     (void)api_error(a, 503, "unavailable", "%s", e.msg);
-  else
+  else {
+    if (queued && !runs_of_cli(row))
+      executor_wake(srv);
     reply_run(a, 200, id);
+  }
 }
 
 void api_runs_retry(struct api *a) {
@@ -447,6 +344,13 @@ void api_runs_retry(struct api *a) {
     (void)api_error(a, 409, "conflict",
                     "run %s is %s: only a failed run can be retried", id,
                     status);
+    return;
+  }
+  if (runs_of_cli(row)) {
+    (void)api_error(a, 409, "conflict",
+                    "run %s was started by sbx run, which executes it: "
+                    "continue it with `sbx run --resume %s`",
+                    id, id);
     return;
   }
   if (!server_has_state(a->srv, id)) {

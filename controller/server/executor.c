@@ -23,7 +23,6 @@
 #include "shared/log.h"
 
 static const char *const claimable[] = {"queued", "running", NULL};
-static const char *const mine[] = {"running", NULL};
 
 static void wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, unsigned ms) {
   struct timespec ts;
@@ -50,36 +49,14 @@ void executor_wake(struct server *srv) {
   pthread_mutex_unlock(&srv->mu);
 }
 
-/* Records one event of the run and wakes the streams waiting for it. */
-static void record_event(struct server *srv, const char *id, uint64_t seq,
-                         const char *type, const char *line) {
-  struct sbx_error e = {0};
-  if (store_event_add(srv->store, id, (int64_t)seq, type, line, &e) < 0)
-    log_warn("run %s: cannot record event %llu: %s", id,
-             (unsigned long long)seq, e.msg);
+/* After each event a run of this server recorded: the streams waiting
+ * for it wake. */
+static void recorded(void *arg) {
+  struct server *srv = arg;
   atomic_fetch_add(&srv->m.events, 1);
   pthread_mutex_lock(&srv->mu);
   (void)pthread_cond_broadcast(&srv->events_cv);
   pthread_mutex_unlock(&srv->mu);
-}
-
-/* The runner's events: recorded, and the approvals asked for kept. */
-static void job_sink(void *arg, uint64_t seq, const char *type,
-                     const char *line, size_t len) {
-  struct job *j = arg;
-  if (strcmp(type, "approval_requested") == 0) {
-    json_error_t je;
-    _cleanup_json_ json_t *ev = json_loadb(line, len, 0, &je);
-    json_t *p = json_pack("{s:O?, s:O?, s:O?}", "call_id",
-                          json_object_get(ev, "call_id"), "tool",
-                          json_object_get(ev, "name"), "arguments",
-                          json_object_get(ev, "arguments"));
-    pthread_mutex_lock(&j->srv->mu);
-    if (p && json_array_append_new(j->pending, p) < 0)
-      log_warn("run %s: cannot keep an approval: out of memory", j->id);
-    pthread_mutex_unlock(&j->srv->mu);
-  }
-  record_event(j->srv, j->id, seq, type, line);
 }
 
 /* The run a server-made event is for. */
@@ -92,7 +69,11 @@ static void target_sink(void *arg, uint64_t seq, const char *type,
                         const char *line, size_t len) {
   (void)len;
   struct target *t = arg;
-  record_event(t->srv, t->id, seq, type, line);
+  struct sbx_error e = {0};
+  if (store_event_add(t->srv->store, t->id, (int64_t)seq, type, line, &e) < 0)
+    log_warn("run %s: cannot record event %llu: %s", t->id,
+             (unsigned long long)seq, e.msg);
+  recorded(t->srv);
 }
 
 int executor_cancelled(struct server *srv, const char *id,
@@ -104,7 +85,7 @@ int executor_cancelled(struct server *srv, const char *id,
   struct target t = {srv, id};
   struct events *ev = NULL;
   r = events_new_sink(
-      target_sink, &t, id + strlen(SERVER_RUN_PREFIX),
+      target_sink, &t, NULL, id + strlen(SERVER_RUN_PREFIX),
       (uint64_t)json_integer_value(json_object_get(row, "last_seq")), &ev, e);
   if (r < 0)
     return r;
@@ -113,51 +94,14 @@ int executor_cancelled(struct server *srv, const char *id,
   return 0;
 }
 
-static json_t *usage_json(const struct model_usage *u) {
-  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "input_tokens",
-                   (json_int_t)u->input_tokens, "output_tokens",
-                   (json_int_t)u->output_tokens, "total_tokens",
-                   (json_int_t)u->total_tokens, "reasoning_tokens",
-                   (json_int_t)u->reasoning_tokens, "cached_tokens",
-                   (json_int_t)u->cached_tokens);
-}
-
-/* The run's outcome in the store: STATUS and the result of R. */
+/* The run's outcome in the store: its status and the result of R. */
 static void finish(struct job *j, json_t *result, int r,
                    const struct run_result *res, const struct sbx_error *e) {
-  struct server *srv = j->srv;
-  const char *status = "failed";
-  if (r == 0)
-    status = "completed";
-  else if (r == RUNNER_PAUSED)
-    status = "waiting_approval";
-  else if (r == -ECANCELED)
-    status = "cancelled";
-  else if (r == -EINTR)
-    status = "running"; /* goes on under the next lease */
-  pthread_mutex_lock(&srv->mu);
-  json_t *pending = r == RUNNER_PAUSED ? json_deep_copy(j->pending) : NULL;
-  pthread_mutex_unlock(&srv->mu);
-  (void)json_object_set_new(result, "pending_approvals",
-                            pending ? pending : json_array());
-  (void)json_object_set_new(result, "final_output",
-                            r == 0 && res->final_output
-                                ? json_string(res->final_output)
-                                : json_null());
-  (void)json_object_set_new(result, "usage", usage_json(&res->usage));
-  (void)json_object_set_new(result, "turns", json_integer(res->turns));
-  json_t *err = json_null();
-  if (r < 0 && r != -EINTR && r != -ECANCELED)
-    err = json_pack(
-        "{s:s, s:s}", "code",
-        sbx_code_name(e->code != SBX_OK ? e->code : sbx_code_from_errno(-r)),
-        "message", e->msg[0] ? e->msg : strerror(-r));
-  (void)json_object_set_new(result, "error", err);
   struct sbx_error se = {0};
-  if (store_run_update(srv->store, j->id, mine, status, result, &se) < 0)
-    log_warn("run %s: cannot record its end (%s): %s", j->id, status, se.msg);
+  if (runs_finish(&j->rec, result, r, res, e, &se) < 0)
+    log_warn("run %s: cannot record its end: %s", j->id, se.msg);
   if (r != -EINTR)
-    atomic_fetch_add(&srv->m.runs_finished, 1);
+    atomic_fetch_add(&j->srv->m.runs_finished, 1);
 }
 
 /* What a run that cannot start records: failed, with E's message. */
@@ -193,8 +137,8 @@ static int options_for(struct job *j, json_t *request, struct agent_set *set,
   o->store = srv->store;
   o->resume_path = resume;
   o->run_id = j->id + strlen(SERVER_RUN_PREFIX);
-  o->event_sink = job_sink;
-  o->event_arg = j;
+  o->event_sink = runs_sink;
+  o->event_arg = &j->rec;
   o->cancel = &j->cancel;
   o->interrupt = &j->interrupt;
   o->keep_failed = true;
@@ -295,16 +239,15 @@ static void *worker_main(void *arg) {
   struct server *srv = arg;
   while (!srv->stopping) {
     struct job *j = calloc(1, sizeof(*j));
-    if (j)
-      j->pending = json_array();
     struct sbx_error e = {0};
-    int r = j && j->pending
-                ? store_lease_claim(srv->store, srv->owner, claimable,
-                                    srv->lease_ms, j->id, sizeof(j->id), &e)
-                : -ENOMEM;
+    int r = j ? store_lease_claim(srv->store, srv->owner, claimable,
+                                  srv->lease_ms, j->id, sizeof(j->id), &e)
+              : -ENOMEM;
+    if (r == 0 && runs_rec_init(&j->rec, srv->store, j->id) < 0) {
+      (void)store_lease_release(srv->store, j->id, srv->owner, &e);
+      r = -ENOMEM;
+    }
     if (r < 0) {
-      if (j)
-        json_decref(j->pending);
       free(j);
       if (r != -ENOENT)
         log_warn("taking a run: %s", e.msg[0] ? e.msg : strerror(-r));
@@ -317,6 +260,8 @@ static void *worker_main(void *arg) {
       continue;
     }
     j->srv = srv;
+    j->rec.recorded = recorded;
+    j->rec.recorded_arg = srv;
     pthread_mutex_lock(&srv->mu);
     j->next = srv->jobs;
     srv->jobs = j;
@@ -334,7 +279,7 @@ static void *worker_main(void *arg) {
       }
     srv->njobs--;
     pthread_mutex_unlock(&srv->mu);
-    json_decref(j->pending);
+    runs_rec_clear(&j->rec);
     free(j);
   }
   return NULL;

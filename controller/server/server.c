@@ -51,7 +51,6 @@ static int server_init(struct server *srv, const struct server_config *c,
       pthread_cond_init(&srv->events_cv, &ca) != 0 ||
       pthread_cond_init(&srv->work_cv, &ca) != 0 ||
       pthread_mutex_init(&srv->mu, NULL) != 0 ||
-      pthread_mutex_init(&srv->decide_mu, NULL) != 0 ||
       pthread_mutex_init(&srv->att_mu, NULL) != 0)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
                          "cannot make the server's locks");
@@ -74,7 +73,6 @@ static void server_fini(struct server *srv) {
   (void)pthread_cond_destroy(&srv->events_cv);
   (void)pthread_cond_destroy(&srv->work_cv);
   (void)pthread_mutex_destroy(&srv->mu);
-  (void)pthread_mutex_destroy(&srv->decide_mu);
   (void)pthread_mutex_destroy(&srv->att_mu);
 }
 

@@ -8,12 +8,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "controller/runs/runs.h"
 #include "controller/server/httpd.h"
 #include "controller/server/server.h"
 #include "controller/state/store.h"
 
-#define SERVER_ID_MAX 40 /* "run_" and 32 hex digits, with room */
-#define SERVER_RUN_PREFIX "run_"
+#define SERVER_ID_MAX RUNS_ID_MAX
+#define SERVER_RUN_PREFIX RUNS_ID_PREFIX
 
 /* One run executing in this server. */
 struct job {
@@ -23,8 +24,7 @@ struct job {
   volatile bool cancel;    /* the runner stops at its next step */
   volatile bool interrupt; /* ... and keeps its state: the server stops or
                               lost the lease */
-  json_t *pending;         /* approvals asked for, [{call_id, tool,
-                              arguments}], under the server's mu */
+  struct runs_rec rec;     /* its record in the store */
 };
 
 struct server_metrics {
@@ -42,10 +42,9 @@ struct server {
   int64_t lease_ms;
   volatile bool stopping;
   pthread_mutex_t mu;
-  pthread_cond_t events_cv;  /* an event was recorded here */
-  pthread_cond_t work_cv;    /* a run may be waiting to be taken */
-  pthread_mutex_t decide_mu; /* decisions on one host's state files */
-  struct job *jobs;          /* executing here, under mu */
+  pthread_cond_t events_cv; /* an event was recorded here */
+  pthread_cond_t work_cv;   /* a run may be waiting to be taken */
+  struct job *jobs;         /* executing here, under mu */
   unsigned njobs;
   pthread_t *workers;
   unsigned nworkers;
@@ -116,12 +115,10 @@ void api_runs_get(struct api *a);
 void api_runs_cancel(struct api *a);
 void api_runs_approve(struct api *a);
 void api_runs_retry(struct api *a);
-/* Whether ID has the shape of the ids this server makes ("run_" and 32
- * hex digits): any other is no run, without asking the store (PostgreSQL
- * refuses text that is not UTF-8, and would fail the request). */
-bool server_run_id_valid(const char *id);
-/* The API's view of a stored run ROW (borrowed): new, NULL on OOM. */
-json_t *api_run_view(json_t *row);
+/* Whether ID has the shape of a run id (runs_id_valid): any other is no
+ * run, without asking the store (PostgreSQL refuses text that is not
+ * UTF-8, and would fail the request). */
+#define server_run_id_valid runs_id_valid
 /* Whether run ID has a state in the store to go on from. */
 bool server_has_state(struct server *srv, const char *id);
 

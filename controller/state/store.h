@@ -111,7 +111,8 @@ int store_run_counts(struct store *s, json_t **out, struct sbx_error *e);
 /* Takes one run whose status is one of the NULL-terminated STATUSES and
  * whose lease is free or expired, oldest first, for OWNER until now +
  * TTL_MS; its id into ID. -ENOENT when there is none. Two controllers
- * never take the same run (PostgreSQL: FOR UPDATE SKIP LOCKED). */
+ * never take the same run (PostgreSQL: FOR UPDATE SKIP LOCKED), and none
+ * takes a run of the CLI (owner ""): its sbx process executes it. */
 int store_lease_claim(struct store *s, const char *owner,
                       const char *const *statuses, int64_t ttl_ms, char *id,
                       size_t id_size, struct sbx_error *e);

@@ -349,7 +349,7 @@ static int pg_lease_claim(struct store *s, const char *owner,
                  "UPDATE runs SET lease_owner = $1, lease_until = $2 "
                  "WHERE n = (SELECT n FROM runs WHERE status IN "
                  "(SELECT jsonb_array_elements_text($3::jsonb)) AND "
-                 "(lease_owner IS NULL OR lease_until < $4) "
+                 "owner <> '' AND (lease_owner IS NULL OR lease_until < $4) "
                  "ORDER BY n LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id",
                  a, SBX_ARRAY_SIZE(a), fn, arg, NULL, e);
 }

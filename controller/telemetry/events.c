@@ -38,10 +38,10 @@ int events_new(FILE *out, const char *run_id, struct events **ev,
   return 0;
 }
 
-int events_new_sink(events_sink_fn fn, void *arg, const char *run_id,
+int events_new_sink(events_sink_fn fn, void *arg, FILE *out, const char *run_id,
                     uint64_t last_seq, struct events **ev,
                     struct sbx_error *e) {
-  int r = events_new(NULL, run_id, ev, e);
+  int r = events_new(out, run_id, ev, e);
   if (r < 0)
     return r;
   (*ev)->sink = fn;

@@ -50,9 +50,10 @@ int events_new(FILE *out, const char *run_id, struct events **ev,
  * borrowed for the call). */
 typedef void (*events_sink_fn)(void *arg, uint64_t seq, const char *type,
                                const char *line, size_t len);
-/* Makes an emitter handing every event to FN instead of a FILE, numbered
- * from LAST_SEQ + 1 (a run that goes on after an earlier part's events). */
-int events_new_sink(events_sink_fn fn, void *arg, const char *run_id,
+/* Makes an emitter handing every event to FN, and writing it to OUT too
+ * when not NULL, numbered from LAST_SEQ + 1 (a run that goes on after an
+ * earlier part's events). */
+int events_new_sink(events_sink_fn fn, void *arg, FILE *out, const char *run_id,
                     uint64_t last_seq, struct events **ev, struct sbx_error *e);
 /* Frees; accepts NULL; returns NULL. Does not close the FILE. */
 struct events *events_free(struct events *ev);

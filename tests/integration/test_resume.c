@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/buf.h"
+#include "shared/cleanup.h"
 #include "tests/support/model_server.h"
 #include "tests/support/sbxrun.h"
 
@@ -41,12 +43,13 @@ static const char *write_agent(const char *json) {
   return path;
 }
 
-/* The run state file that the stderr of a paused run names. */
+/* The run id that the stderr of a paused run names. */
 static char *paused_state(const char *err) {
-  const char *p = strstr(err, "its state is in ");
+  const char *p = strstr(err, "sbx: run ");
   cr_assert_not_null(p, "%s", err);
-  p += strlen("its state is in ");
-  size_t n = strcspn(p, "\n");
+  p += strlen("sbx: run ");
+  size_t n = strcspn(p, " \n");
+  cr_assert(strncmp(p + n, " is waiting for approval", 24) == 0, "%s", err);
   return strndup(p, n);
 }
 
@@ -55,7 +58,7 @@ static char *paused_state(const char *err) {
 static void approve_and_resume(const char *rs, const char *call,
                                const char *base_url, const char *want) {
   struct sbx_run_out r;
-  const char *ok[] = {"approve", rs, call, NULL};
+  const char *ok[] = {"approve", "--state-dir", state, rs, call, NULL};
   sbx_run(&r, NULL, ok);
   cr_expect_eq(r.status, 0, "%s", r.err);
   sbx_run_free(&r);
@@ -85,10 +88,11 @@ Test(resume, paused_for_approval_approved_from_another_process) {
   char *rs = paused_state(r.err);
   sbx_run_free(&r);
   /* Nothing ran yet. */
-  const char *bad[] = {"approve", rs, "nope", NULL};
+  const char *bad[] = {"approve", "--state-dir", state, rs, "nope", NULL};
   sbx_run(&r, NULL, bad);
   cr_expect_eq(r.status, 1);
-  cr_expect(strstr(r.err, "no pending call \"nope\"") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "has no call \"nope\" waiting for approval") != NULL,
+            "%s", r.err);
   sbx_run_free(&r);
   approve_and_resume(rs, "w1", srv.base_url, "all done\n");
   json_t *reqs = test_model_server_requests(&srv);
@@ -103,7 +107,10 @@ Test(resume, paused_for_approval_approved_from_another_process) {
             "the approved call ran in "
             "the same sandbox: %s",
             c);
-  cr_expect_neq(access(rs, F_OK), 0, "a finished run leaves no state");
+  cr_expect(!test_run_has_state(state, rs), "a finished run leaves no state");
+  char *status = test_run_status(state, rs);
+  cr_expect_str_eq(status, "completed");
+  free(status);
   json_decref(reqs);
   free(rs);
 }
@@ -124,7 +131,8 @@ Test(resume, rejected_call_reason_reaches_the_model) {
   cr_assert_eq(r.status, 3, "%s", r.err);
   char *rs = paused_state(r.err);
   sbx_run_free(&r);
-  const char *rej[] = {"reject", rs, "x1", "--reason", "too risky", NULL};
+  const char *rej[] = {"reject", "--state-dir", state,       rs,
+                       "x1",     "--reason",    "too risky", NULL};
   sbx_run(&r, NULL, rej);
   cr_expect_eq(r.status, 0, "%s", r.err);
   sbx_run_free(&r);
@@ -198,13 +206,6 @@ Test(resume, killed_at_five_points_resumes_to_the_same_answer) {
   }
 }
 
-static void append_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "a");
-  cr_assert_not_null(f, "%s", path);
-  fputs(text, f);
-  fclose(f);
-}
-
 /* What a kill can leave at the end of the journal (items without their
  * checkpoint, half a line) and checkpoints that do not fit are ignored,
  * and the journal is cut back. */
@@ -226,25 +227,25 @@ Test(resume, journal_tail_left_by_a_kill_is_ignored) {
   cr_assert_eq(r.status, 3, "paused: %s", r.err);
   char *rs = paused_state(r.err);
   sbx_run_free(&r);
-  char jp[512];
-  (void)snprintf(jp, sizeof(jp), "%s.items", rs);
   /* The journal so far: 5 items and a checkpoint from the end of turn 1. */
-  size_t len = 0;
-  char *text = NULL;
-  FILE *f = fopen(jp, "r");
-  cr_assert_not_null(f);
-  (void)getdelim(&text, &len, '\0', f);
-  fclose(f);
+  _cleanup_free_ char *text = test_journal_read(state, rs);
   cr_expect(strstr(text, "{\"sbx.checkpoint\":") != NULL, "%s", text);
-  free(text);
-  append_text(jp, "{\"type\": \"message\", \"role\": \"user\", "
-                  "\"content\": \"INJECTED-1\"}\n");
-  append_text(jp, "{\"sbx.checkpoint\": {\"seq\": 1, \"items_count\": 6, "
-                  "\"status\": \"running\"}}\n");
-  append_text(jp, "{\"sbx.checkpoint\": {\"seq\": 99, \"items_count\": 2, "
-                  "\"status\": \"running\"}}\n");
-  append_text(jp, "{\"type\": \"message\", \"role\": \"user\", \"content\": "
-                  "\"INJECTED-2");
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, 1 << 20);
+  cr_assert_eq(
+      sbx_buf_printf(&b,
+                     "%s"
+                     "{\"type\": \"message\", \"role\": \"user\", "
+                     "\"content\": \"INJECTED-1\"}\n"
+                     "{\"sbx.checkpoint\": {\"seq\": 1, \"items_count\": 6, "
+                     "\"status\": \"running\"}}\n"
+                     "{\"sbx.checkpoint\": {\"seq\": 99, \"items_count\": 2, "
+                     "\"status\": \"running\"}}\n"
+                     "{\"type\": \"message\", \"role\": \"user\", "
+                     "\"content\": \"INJECTED-2",
+                     text),
+      0);
+  test_journal_write(state, rs, b.data);
   approve_and_resume(rs, "t2", srv.base_url, "finished\n");
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
@@ -262,18 +263,37 @@ Test(resume, journal_tail_left_by_a_kill_is_ignored) {
 
 Test(resume, resume_errors) {
   struct sbx_run_out r;
-  const char *missing[] = {"run", "--resume", "/nonexistent/state.json", NULL};
+  const char *missing[] = {
+      "run", "--state-dir", state, "--resume", "/nonexistent/state.json", NULL};
   sbx_run(&r, NULL, missing);
   cr_expect_eq(r.status, 2);
-  cr_expect(strstr(r.err, "/nonexistent/state.json") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "--resume takes a run id") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "kept in the state store, not in files") != NULL,
+            "%s", r.err);
   sbx_run_free(&r);
-  const char *junk = test_write_file(dir, "junk.json", "{\"x\": 1}");
-  char jp[256];
-  (void)snprintf(jp, sizeof(jp), "%s", junk);
-  const char *bad[] = {"run", "--resume", jp, NULL};
+  const char *unknown[] = {"run",
+                           "--state-dir",
+                           state,
+                           "--resume",
+                           "run_0123456789abcdef0123456789abcdef",
+                           NULL};
+  sbx_run(&r, NULL, unknown);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "no run \"run_0123456789abcdef0123456789abcdef\" "
+                          "in the state store") != NULL,
+            "%s", r.err);
+  sbx_run_free(&r);
+  const char *jp = "run_x";
+  const char *bad[] = {"run", "--state-dir", state, "--resume", jp, NULL};
   sbx_run(&r, NULL, bad);
   cr_expect_eq(r.status, 2);
-  cr_expect(strstr(r.err, "not a run state") != NULL, "%s", r.err);
+  cr_expect(strstr(r.err, "not \"run_x\"") != NULL, "%s", r.err);
+  sbx_run_free(&r);
+  const char *baddb[] = {"run",       "--state-dir", state, "--db",
+                         "mysql://x", "a.json",      "p",   NULL};
+  sbx_run(&r, NULL, baddb);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "mysql://x") != NULL, "%s", r.err);
   sbx_run_free(&r);
   const char *extra[] = {"run", "--resume", jp, "a.json", "p", NULL};
   sbx_run(&r, NULL, extra);
@@ -326,9 +346,7 @@ Test(resume, resume_errors) {
 
 /* The record id of agent 0's sandbox in the run state RS (new). */
 static char *state_sandbox(const char *rs) {
-  json_error_t je;
-  json_t *j = json_load_file(rs, 0, &je);
-  cr_assert_not_null(j, "%s: %s", rs, je.text);
+  json_t *j = test_run_state_json(state, rs);
   const char *id = json_string_value(json_object_get(
       json_object_get(json_object_get(j, "sandboxes"), "0"), "record"));
   cr_assert_not_null(id, "no sandbox in %s", rs);
@@ -385,7 +403,7 @@ Test(resume, a_removed_sandbox_is_restored_from_the_pause_snapshot) {
     sbx_sandbox_run(&r, state, rm);
     cr_assert_eq(r.status, 0, "%s", r.err);
     sbx_run_free(&r);
-    const char *ok[] = {"approve", rs, "r1", NULL};
+    const char *ok[] = {"approve", "--state-dir", state, rs, "r1", NULL};
     sbx_run(&r, NULL, ok);
     cr_assert_eq(r.status, 0, "%s", r.err);
     sbx_run_free(&r);
@@ -494,7 +512,7 @@ Test(resume, a_running_process_is_picked_up_after_a_pause) {
   cr_assert_eq(r.status, 3, "%s", r.err);
   char *rs = paused_state(r.err);
   sbx_run_free(&r);
-  const char *ok[] = {"approve", rs, "v1", NULL};
+  const char *ok[] = {"approve", "--state-dir", state, rs, "v1", NULL};
   sbx_run(&r, NULL, ok);
   sbx_run_free(&r);
   const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};

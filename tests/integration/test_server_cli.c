@@ -247,10 +247,10 @@ Test(server_cli, what_the_client_refuses) {
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "http://"), "%s", r.err);
   sbx_run_free(&r);
-  const char *local[] = {"runs", "ls", NULL};
+  const char *local[] = {"runs", "frob", NULL};
   sbx_run(&r, NULL, local);
   cr_expect_eq(r.status, 2);
-  cr_expect(strstr(r.err, "needs --server"), "%s", r.err);
+  cr_expect(strstr(r.err, "usage: sbx runs ls|show|cancel|logs"), "%s", r.err);
   sbx_run_free(&r);
 }
 

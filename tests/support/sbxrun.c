@@ -10,12 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
+#include <sqlite3.h>
 
+#include "controller/state/store.h"
 #include "shared/buf.h"
 
 const char *test_sbx_path(void) {
@@ -196,23 +199,108 @@ pid_t sbx_spawn(const char *base_url, const char *err_path, rlim_t fsize,
   return pid;
 }
 
+/* The state store of STATE_DIR, opened (asserted). */
+static struct store *test_store(const char *state_dir) {
+  char url[4200];
+  (void)snprintf(url, sizeof(url), "sqlite:%s/sbx.db", state_dir);
+  struct store *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(store_open(url, &s, &e), 0, "%s", e.msg);
+  return s;
+}
+
+bool test_run_has_state(const char *state_dir, const char *id) {
+  struct store *s = test_store(state_dir);
+  char *text = NULL;
+  size_t len = 0;
+  bool has = store_state_get(s, id, &text, &len, NULL) == 0 && len > 0;
+  free(text);
+  store_close(s);
+  return has;
+}
+
 char *test_run_state(const char *state_dir) {
-  char runs[4200];
-  (void)snprintf(runs, sizeof(runs), "%s/runs", state_dir);
-  DIR *d = opendir(runs);
-  if (!d)
+  char db[4200];
+  (void)snprintf(db, sizeof(db), "%s/sbx.db", state_dir);
+  if (access(db, F_OK) != 0)
     return NULL;
+  struct store *s = test_store(state_dir);
+  json_t *rows = NULL;
+  int64_t next = 0;
   char *found = NULL;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    size_t n = strlen(de->d_name);
-    if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
-      char p[4500];
-      (void)snprintf(p, sizeof(p), "%s/%s", runs, de->d_name);
-      free(found);
-      found = strdup(p);
+  if (store_run_list(s, NULL, NULL, 0, STORE_LIST_MAX, &rows, &next, NULL) ==
+      0) {
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+      const char *id = json_string_value(json_object_get(row, "id"));
+      char *text = NULL;
+      size_t len = 0;
+      if (!found && store_state_get(s, id, &text, &len, NULL) == 0 && len > 0)
+        found = strdup(id);
+      free(text);
     }
   }
-  closedir(d);
+  json_decref(rows);
+  store_close(s);
   return found;
+}
+
+char *test_run_status(const char *state_dir, const char *id) {
+  struct store *s = test_store(state_dir);
+  json_t *row = NULL;
+  char *status = NULL;
+  if (store_run_get(s, id, &row, NULL) == 0)
+    status = strdup(json_string_value(json_object_get(row, "status")));
+  json_decref(row);
+  store_close(s);
+  return status;
+}
+
+json_t *test_run_state_json(const char *state_dir, const char *id) {
+  struct store *s = test_store(state_dir);
+  char *text = NULL;
+  size_t len = 0;
+  struct sbx_error e = {0};
+  cr_assert_eq(store_state_get(s, id, &text, &len, &e), 0, "%s", e.msg);
+  store_close(s);
+  json_error_t je;
+  json_t *j = json_loadb(text, len, 0, &je);
+  cr_assert_not_null(j, "the state of %s: %s", id, je.text);
+  free(text);
+  return j;
+}
+
+void test_store_exec(const char *state_dir, const char *sql) {
+  (void)mkdir(state_dir, 0700);
+  store_close(test_store(state_dir));
+  char path[4200];
+  (void)snprintf(path, sizeof(path), "%s/sbx.db", state_dir);
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK, "%s", path);
+  char *msg = NULL;
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+  cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+  sqlite3_close(db);
+}
+
+char *test_journal_read(const char *state_dir, const char *id) {
+  struct store *s = test_store(state_dir);
+  char *text = NULL;
+  size_t len = 0;
+  struct sbx_error e = {0};
+  cr_assert_eq(store_journal_read(s, id, STORE_MAX_TEXT, &text, &len, &e), 0,
+               "%s", e.msg);
+  store_close(s);
+  return text;
+}
+
+void test_journal_write(const char *state_dir, const char *id,
+                        const char *text) {
+  struct store *s = test_store(state_dir);
+  struct sbx_error e = {0};
+  cr_assert_eq(store_journal_cut(s, id, 0, &e), 0, "%s", e.msg);
+  cr_assert_eq(store_journal_append(s, id, text, strlen(text), &e), 0, "%s",
+               e.msg);
+  store_close(s);
 }

@@ -2,6 +2,8 @@
 #ifndef SBX_TEST_SBXRUN_H
 #define SBX_TEST_SBXRUN_H
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -31,9 +33,23 @@ void sbx_sandbox_remove_all(const char *state_dir);
  * writes may grow past FSIZE bytes (EFBIG, not SIGXFSZ). Returns its pid. */
 pid_t sbx_spawn(const char *base_url, const char *err_path, rlim_t fsize,
                 const char *const *argv);
-/* The run state file in STATE_DIR/runs (new; the last one listed), or
- * NULL. */
+/* The id of the newest run of the state store in STATE_DIR
+ * (sqlite:STATE_DIR/sbx.db) that has a run state (new), or NULL. */
 char *test_run_state(const char *state_dir);
+/* Whether the run ID of that store has a run state. */
+bool test_run_has_state(const char *state_dir, const char *id);
+/* The run ID's status in that store (new), or NULL without the run. */
+char *test_run_status(const char *state_dir, const char *id);
+/* The run ID's state in that store, parsed (new; asserted). */
+json_t *test_run_state_json(const char *state_dir, const char *id);
+/* Runs SQL on that store's SQLite database, made with its schema first
+ * when missing (asserted). */
+void test_store_exec(const char *state_dir, const char *sql);
+/* The run ID's journal in that store (new, "" when empty). */
+char *test_journal_read(const char *state_dir, const char *id);
+/* Replaces the run ID's journal with TEXT. */
+void test_journal_write(const char *state_dir, const char *id,
+                        const char *text);
 /* Path of the built sbx. */
 const char *test_sbx_path(void);
 /* Removes the tree at PATH, never following a symbolic link; 0 (also when

@@ -697,8 +697,9 @@ static void sink(void *arg, uint64_t seq, const char *type, const char *line,
 Test(events, a_sink_gets_each_event_numbered_after_the_last_seq) {
   struct sunk s = {0};
   struct events *ev = NULL;
-  cr_assert_eq(events_new_sink(sink, &s, "0123456789abcdef0123456789abcdef", 41,
-                               &ev, NULL),
+  cr_assert_eq(events_new_sink(sink, &s, NULL,
+                               "0123456789abcdef0123456789abcdef", 41, &ev,
+                               NULL),
                0);
   events_run_started(ev, "A", "local", "m", 10, NULL);
   events_run_cancelled(ev, 0, NULL, 0);

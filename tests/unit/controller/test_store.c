@@ -186,7 +186,7 @@ Test(store_sqlite, open_a_file_that_is_not_a_database) {
 Test(store_sqlite, the_files_are_0600) {
   (void)umask(0);
   struct store *s = open_store();
-  insert_run(s, "r1", "", "queued");
+  insert_run(s, "r1", "amy", "queued");
   const char *suffixes[] = {"", "-wal", "-shm"};
   for (size_t i = 0; i < 3; i++) {
     char p[96];
@@ -262,7 +262,7 @@ BOTH(concurrent_opens_of_a_new_store) {
     cr_expect_eq(o[i].r, 0, "open %d: %s", i, o[i].msg);
   (void)pthread_barrier_destroy(&start);
   struct store *s = open_store();
-  insert_run(s, "r1", "", "queued");
+  insert_run(s, "r1", "amy", "queued");
   store_close(s);
 }
 
@@ -415,7 +415,7 @@ BOTH(run_list_filters_and_pages) {
 BOTH(run_update_from) {
   struct store *s = open_store();
   struct sbx_error e = {0};
-  insert_run(s, "r1", "", "queued");
+  insert_run(s, "r1", "amy", "queued");
   json_t *before = get_run(s, "r1");
   sleep_ms(3);
 
@@ -460,9 +460,9 @@ BOTH(run_update_from) {
 BOTH(run_cancel_request_and_counts) {
   struct store *s = open_store();
   struct sbx_error e = {0};
-  insert_run(s, "r1", "", "queued");
-  insert_run(s, "r2", "", "running");
-  insert_run(s, "r3", "", "queued");
+  insert_run(s, "r1", "amy", "queued");
+  insert_run(s, "r2", "amy", "running");
+  insert_run(s, "r3", "amy", "queued");
   cr_expect_eq(store_run_cancel_request(s, "r2", &e), 0);
   json_t *run = get_run(s, "r2");
   cr_expect(json_is_true(json_object_get(run, "cancel_requested")));
@@ -494,10 +494,13 @@ static int claim(struct store *s, const char *owner, int64_t ttl, char *id) {
 
 BOTH(lease_claim_takes_the_oldest) {
   struct store *s = open_store();
-  insert_run(s, "a", "", "queued");
-  insert_run(s, "b", "", "running");
-  insert_run(s, "c", "", "queued");
-  insert_run(s, "d", "", "queued");
+  /* The oldest, but a run of the CLI (owner ""): its sbx executes it,
+   * never a server. */
+  insert_run(s, "cli", "", "queued");
+  insert_run(s, "a", "amy", "queued");
+  insert_run(s, "b", "amy", "running");
+  insert_run(s, "c", "amy", "queued");
+  insert_run(s, "d", "amy", "queued");
   char id[64];
   int64_t t0 = store_now_ms();
   cr_assert_eq(claim(s, "w1", 60000, id), 0);
@@ -529,7 +532,7 @@ BOTH(lease_claim_takes_the_oldest) {
 BOTH(lease_expired_is_taken_by_another) {
   struct store *s = open_store();
   struct sbx_error e = {0};
-  insert_run(s, "a", "", "queued");
+  insert_run(s, "a", "amy", "queued");
   char id[64];
   cr_assert_eq(claim(s, "w1", 60000, id), 0);
   cr_expect_eq(claim(s, "w2", 60000, id), -ENOENT);
@@ -553,7 +556,7 @@ BOTH(lease_expired_is_taken_by_another) {
 BOTH(lease_release) {
   struct store *s = open_store();
   struct sbx_error e = {0};
-  insert_run(s, "a", "", "queued");
+  insert_run(s, "a", "amy", "queued");
   char id[64];
   cr_assert_eq(claim(s, "w1", 60000, id), 0);
   cr_expect_eq(store_lease_release(s, "a", "w2", &e), 0);
@@ -617,7 +620,7 @@ static void claim_concurrently(bool shared) {
   for (int i = 0; i < CLAIM_RUNS; i++) {
     char id[16];
     (void)snprintf(id, sizeof(id), "run%03d", i);
-    insert_run(s, id, "", "queued");
+    insert_run(s, id, "amy", "queued");
   }
   static struct claimer c[CLAIMERS];
   pthread_t t[CLAIMERS];
@@ -668,7 +671,7 @@ BOTH(state) {
   struct sbx_error e = {0};
   const char text[] = "{\"turn\": 3, \"text\": \"h\\u00e9\"}";
   cr_expect_eq(store_state_put(s, "r1", text, sizeof(text) - 1, &e), -ENOENT);
-  insert_run(s, "r1", "", "running");
+  insert_run(s, "r1", "amy", "running");
   char *got = (char *)1;
   size_t len = 7;
   cr_expect_eq(store_state_get(s, "r1", &got, &len, &e), -ENOENT);
@@ -708,8 +711,8 @@ BOTH(journal) {
   struct store *s = open_store();
   struct sbx_error e = {0};
   cr_expect_eq(store_journal_append(s, "r1", "x", 1, &e), -ENOENT);
-  insert_run(s, "r1", "", "running");
-  insert_run(s, "r2", "", "running");
+  insert_run(s, "r1", "amy", "running");
+  insert_run(s, "r2", "amy", "running");
   char *got = NULL;
   size_t len = 9;
   cr_assert_eq(store_journal_read(s, "r1", 1024, &got, &len, &e), 0);
@@ -752,8 +755,8 @@ BOTH(journal) {
 BOTH(state_clear) {
   struct store *s = open_store();
   struct sbx_error e = {0};
-  insert_run(s, "r1", "", "running");
-  insert_run(s, "r2", "", "running");
+  insert_run(s, "r1", "amy", "running");
+  insert_run(s, "r2", "amy", "running");
   cr_assert_eq(store_state_put(s, "r1", "{\"a\":1}", 7, &e), 0, "%s", e.msg);
   cr_assert_eq(store_state_put(s, "r2", "{\"b\":2}", 7, &e), 0, "%s", e.msg);
   cr_assert_eq(store_journal_append(s, "r1", "one\n", 4, &e), 0);
@@ -780,8 +783,8 @@ BOTH(state_clear) {
 BOTH(journal_cut) {
   struct store *s = open_store();
   struct sbx_error e = {0};
-  insert_run(s, "r1", "", "running");
-  insert_run(s, "r2", "", "running");
+  insert_run(s, "r1", "amy", "running");
+  insert_run(s, "r2", "amy", "running");
   const char *chunks[] = {"aa\n", "bbb\n", "cccc\n", "dd\n"};
   for (size_t i = 0; i < 4; i++)
     cr_assert_eq(
@@ -836,8 +839,8 @@ BOTH(events) {
   struct store *s = open_store();
   struct sbx_error e = {0};
   cr_expect_eq(store_event_add(s, "r1", 1, "turn", "{}", &e), -ENOENT);
-  insert_run(s, "r1", "", "running");
-  insert_run(s, "r2", "", "running");
+  insert_run(s, "r1", "amy", "running");
+  insert_run(s, "r2", "amy", "running");
   for (int i = 1; i <= 5; i++) {
     char data[32];
     (void)snprintf(data, sizeof(data), "{\"n\":%d}", i);
@@ -871,7 +874,7 @@ BOTH(decisions) {
   struct store *s = open_store();
   struct sbx_error e = {0};
   cr_expect_eq(store_decision_add(s, "r1", "c1", "approve", NULL, &e), -ENOENT);
-  insert_run(s, "r1", "", "paused");
+  insert_run(s, "r1", "amy", "paused");
   json_t *d = NULL;
   cr_assert_eq(store_decisions_get(s, "r1", &d, &e), 0);
   cr_expect_eq(json_object_size(d), 0);
@@ -1044,7 +1047,7 @@ Test(store_sqlite, two_processes_claim_at_once) {
   for (int i = 0; i < CLAIM_RUNS; i++) {
     char id[16];
     (void)snprintf(id, sizeof(id), "run%03d", i);
-    insert_run(s, id, "", "queued");
+    insert_run(s, id, "amy", "queued");
   }
   store_close(s);
   int ids[2], ready[2];
@@ -1098,7 +1101,7 @@ Test(store_sqlite, two_processes_claim_at_once) {
 Test(store_pg, a_broken_connection_is_reset) {
   pg_begin();
   struct store *s = open_store();
-  insert_run(s, "r1", "", "queued");
+  insert_run(s, "r1", "amy", "queued");
   raw_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
           "WHERE application_name = 'sbx'");
   json_t *run = get_run(s, "r1");
@@ -1109,10 +1112,10 @@ Test(store_pg, a_broken_connection_is_reset) {
           "WHERE application_name = 'sbx'");
   struct sbx_error e = {0};
   json_t *req = json_object();
-  int r = store_run_insert(s, "r2", "", "queued", req, &e);
+  int r = store_run_insert(s, "r2", "amy", "queued", req, &e);
   cr_expect_eq(r, -EIO, "%d %s", r, e.msg);
   cr_expect(strstr(e.msg, "terminat"), "%s", e.msg);
-  cr_expect_eq(store_run_insert(s, "r2", "", "queued", req, &e), 0, "%s",
+  cr_expect_eq(store_run_insert(s, "r2", "amy", "queued", req, &e), 0, "%s",
                e.msg);
   json_decref(req);
   store_close(s);

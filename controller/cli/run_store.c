@@ -1,0 +1,200 @@
+/* sbx run's run in the state store: a new row for it (owner "", so that
+ * no server takes it), or the row of the run --resume continues; its
+ * events recorded there as they happen; a cancel asked of it (sbx runs
+ * cancel, or a server's API) noticed while it runs; its end recorded. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "controller/cli/cli_internal.h"
+#include "shared/cleanup.h"
+#include "shared/log.h"
+
+#define WATCH_MS 1000 /* how often a cancel is looked for */
+
+/* Reads the agent file and prompt the run ID's state was started with. */
+static int read_started(struct store *s, const char *id, char **agent_path,
+                        char **prompt, struct sbx_error *e) {
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  int r = store_state_get(s, id, &text, &len, e);
+  if (r == -ENOENT || (r == 0 && len == 0))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
+                         "run %s has no state to continue from (it ended, or "
+                         "failed before its first step)",
+                         id);
+  if (r < 0)
+    return r;
+  json_error_t je;
+  _cleanup_json_ json_t *rs = json_loadb(text, len, 0, &je);
+  const char *ap = json_string_value(json_object_get(rs, "agent_path"));
+  const char *pr = json_string_value(json_object_get(rs, "prompt"));
+  if (!ap || !pr)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the state of run %s is not one sbx can resume (%s)",
+                         id, rs ? "no agent_path or prompt" : je.text);
+  *agent_path = strdup(ap);
+  *prompt = strdup(pr);
+  return *agent_path && *prompt ? 0 : -ENOMEM;
+}
+
+/* Checks that the run ID of the store is one sbx run may continue. */
+static int check_resumable(struct cli_run_store *rs, const char *id,
+                           struct sbx_error *e) {
+  if (!runs_id_valid(id))
+    return sbx_error_set(
+        e, SBX_INVALID_ARGUMENT, EINVAL,
+        "--resume takes a run id (run_ and 32 hex digits, as sbx runs ls "
+        "shows), not \"%s\"%s",
+        id,
+        strchr(id, '/') || strstr(id, ".json")
+            ? ": run states are kept in the state store, not in files"
+            : "");
+  _cleanup_json_ json_t *row = NULL;
+  int r = store_run_get(rs->store, id, &row, e);
+  if (r == -ENOENT)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
+                         "no run \"%s\" in the state store (sbx runs ls "
+                         "lists them)",
+                         id);
+  if (r < 0)
+    return r;
+  const char *status = json_string_value(json_object_get(row, "status"));
+  if (!runs_of_cli(row))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EPERM,
+                         "run %s was submitted to a server, which executes "
+                         "it (sbx --server URL runs show %s)",
+                         id, id);
+  if (strcmp(status, "completed") == 0 || strcmp(status, "cancelled") == 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
+                         "run %s is %s; nothing to resume", id, status);
+  rs->cancel = json_is_true(json_object_get(row, "cancel_requested"));
+  rs->last_seq = (uint64_t)json_integer_value(json_object_get(row, "last_seq"));
+  json_t *res = json_object_get(row, "result");
+  rs->result = json_is_object(res) ? json_deep_copy(res) : json_object();
+  return rs->result ? 0 : -ENOMEM;
+}
+
+int cli_run_store_open(struct cli_run_store *rs, const char *db,
+                       const char *state_dir, const char *resume,
+                       char **agent_path, char **prompt) {
+  char sdir[4096];
+  if (cli_store_open("sbx run", db, state_dir, sdir, sizeof(sdir),
+                     &rs->store) < 0)
+    return 2;
+  if (!resume)
+    return -1;
+  struct sbx_error e = {0};
+  int r = check_resumable(rs, resume, &e);
+  if (r == 0)
+    r = read_started(rs->store, resume, agent_path, prompt, &e);
+  if (r < 0) {
+    fprintf(stderr, "sbx run: %s\n", e.msg[0] ? e.msg : strerror(-r));
+    return 2;
+  }
+  (void)snprintf(rs->id, sizeof(rs->id), "%s", resume);
+  return -1;
+}
+
+/* Passes a cancel asked of the run in the store on to the runner. */
+static void *watch_main(void *arg) {
+  struct cli_run_store *rs = arg;
+  pthread_mutex_lock(&rs->mu);
+  while (!rs->stop) {
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += WATCH_MS / 1000;
+    (void)pthread_cond_timedwait(&rs->cv, &rs->mu, &ts);
+    if (rs->stop)
+      break;
+    pthread_mutex_unlock(&rs->mu);
+    _cleanup_json_ json_t *row = NULL;
+    struct sbx_error e = {0};
+    if (store_run_get(rs->store, rs->id, &row, &e) == 0 &&
+        json_is_true(json_object_get(row, "cancel_requested")))
+      rs->cancel = true;
+    pthread_mutex_lock(&rs->mu);
+  }
+  pthread_mutex_unlock(&rs->mu);
+  return NULL;
+}
+
+/* The new run's row: what started it, as a server's request says it. */
+static int insert_row(struct cli_run_store *rs, const struct run_options *o,
+                      struct sbx_error *e) {
+  if (runs_new_id(rs->id) < 0)
+    return sbx_error_set(e, SBX_INTERNAL, EIO, "cannot make a run id");
+  const struct agent *a = o->agents->agents[0];
+  char abs[4096];
+  if (!realpath(a->path, abs))
+    (void)snprintf(abs, sizeof(abs), "%s", a->path);
+  _cleanup_json_ json_t *request =
+      json_pack("{s:{s:s, s:s}, s:s}", "agent", "name", a->name, "path", abs,
+                "input", o->prompt);
+  if (request && o->max_turns > 0)
+    (void)json_object_set_new(request, "max_turns",
+                              json_integer(o->max_turns));
+  rs->result = json_object();
+  if (!request || !rs->result)
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  return store_run_insert(rs->store, rs->id, RUNS_CLI_OWNER, "running",
+                          request, e);
+}
+
+int cli_run_store_start(struct cli_run_store *rs, struct run_options *o,
+                        struct sbx_error *e) {
+  static const char *const resumable[] = {"waiting_approval", "queued",
+                                          "failed", "running", NULL};
+  int r = rs->id[0] ? store_run_update(rs->store, rs->id, resumable, "running",
+                                       NULL, e)
+                    : insert_row(rs, o, e);
+  if (r == -ESTALE)
+    r = sbx_error_set(e, SBX_CONFLICT, ESTALE,
+                      "run %s ended while it was being taken up", rs->id);
+  if (r < 0)
+    return r;
+  if (runs_rec_init(&rs->rec, rs->store, rs->id) < 0)
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  o->store = rs->store;
+  o->run_id = rs->id + strlen(RUNS_ID_PREFIX);
+  o->resume_path = o->resume_path ? rs->id : NULL;
+  o->event_sink = runs_sink;
+  o->event_arg = &rs->rec;
+  o->event_seq = rs->last_seq;
+  o->cancel = &rs->cancel;
+  if (pthread_mutex_init(&rs->mu, NULL) != 0 ||
+      pthread_cond_init(&rs->cv, NULL) != 0 ||
+      pthread_create(&rs->thread, NULL, watch_main, rs) != 0)
+    return sbx_error_set(e, SBX_INTERNAL, EAGAIN, "cannot start a thread");
+  rs->watching = true;
+  return 0;
+}
+
+void cli_run_store_finish(struct cli_run_store *rs, int r,
+                          const struct run_result *res,
+                          const struct sbx_error *re) {
+  if (!rs->rec.pending)
+    return;
+  struct sbx_error e = {0};
+  if (runs_finish(&rs->rec, rs->result, r, res, re, &e) < 0)
+    log_warn("run %s: cannot record its end: %s", rs->id, e.msg);
+}
+
+void cli_run_store_close(struct cli_run_store *rs) {
+  if (rs->watching) {
+    pthread_mutex_lock(&rs->mu);
+    rs->stop = true;
+    (void)pthread_cond_signal(&rs->cv);
+    pthread_mutex_unlock(&rs->mu);
+    (void)pthread_join(rs->thread, NULL);
+    (void)pthread_cond_destroy(&rs->cv);
+    (void)pthread_mutex_destroy(&rs->mu);
+    rs->watching = false;
+  }
+  runs_rec_clear(&rs->rec);
+  json_decref(rs->result);
+  rs->result = NULL;
+  rs->store = store_close(rs->store);
+}
