@@ -27,7 +27,21 @@ bool remote_expect(json_t *body, long status, long want, const char *what);
 /* Prints the usage line TEXT; returns 2. */
 int remote_usage(const char *text);
 
-/* sbx --server URL sandbox create|ls|info|rm|exec. */
+/* sbx --server URL sandbox create|ls|info|rm|exec|shell|cp. */
 int remote_sandbox(struct remote *rm, int argc, char **argv);
+/* Copies the output of exec X of sandbox SID to stdout and stderr by
+ * offset as it comes, until it ended and both streams are drained: its
+ * exit code (128 + the signal that killed it), or 1 after saying why. */
+int remote_copy_all(struct remote *rm, const char *sid, const char *x);
+/* Starts the exec BODY in SID and copies its output (remote_copy_all);
+ * with FEED this process's stdin goes to the command's until its end, with
+ * RAW on a terminal that is put in raw mode meanwhile. The exit code. */
+int remote_attached(struct remote *rm, const char *sid, json_t *body, bool feed,
+                    bool raw);
+/* sbx --server URL sandbox shell [-w DIR] ID, and cp SRC DST. */
+int remote_shell(struct remote *rm, int argc, char **argv);
+int remote_cp(struct remote *rm, int argc, char **argv);
+/* sbx --server URL sandbox apply-patch [--json] ID < PATCH. */
+int remote_apply_patch(struct remote *rm, int argc, char **argv);
 
 #endif

@@ -1,7 +1,8 @@
 /* sbx --server URL sandbox create|ls|info|rm|exec: the server's sandboxes
  * (docs/api.md, "Sandboxes"). exec starts the command and copies its
  * output to this process's stdout and stderr by offset as it comes, then
- * exits with its exit code (128 + the signal that killed it). */
+ * exits with its exit code (128 + the signal that killed it); shell and cp
+ * are in remote_session.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -163,14 +164,18 @@ static int copy_output(struct remote *rm, const char *sid, const char *x,
   return r;
 }
 
-/* The exec request of the options before ID and the command after "--". */
-static int exec_body(int argc, char **argv, json_t *body, int *id_at) {
+/* The exec request of the options before ID and the command after "--";
+ * *FEED for -i. */
+static int exec_body(int argc, char **argv, json_t *body, int *id_at,
+                     bool *feed) {
   json_t *env = json_object();
   (void)json_object_set_new(body, "env", env);
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
-    if ((!strcmp(argv[i], "-w") || !strcmp(argv[i], "--workdir")) &&
-        i + 1 < argc) {
+    if (!strcmp(argv[i], "-i") || !strcmp(argv[i], "--interactive")) {
+      *feed = true;
+    } else if ((!strcmp(argv[i], "-w") || !strcmp(argv[i], "--workdir")) &&
+               i + 1 < argc) {
       (void)json_object_set_new(body, "cwd", json_string(argv[++i]));
     } else if ((!strcmp(argv[i], "-e") || !strcmp(argv[i], "--env")) &&
                i + 1 < argc && strchr(argv[i + 1], '=') &&
@@ -197,28 +202,11 @@ static int exec_body(int argc, char **argv, json_t *body, int *id_at) {
   for (int k = i + 2; k < argc; k++)
     (void)json_array_append_new(cmd, json_string(argv[k]));
   (void)json_object_set_new(body, "cmd", cmd);
-  (void)json_object_set_new(body, "stdin", json_false());
+  (void)json_object_set_new(body, "stdin", json_boolean(*feed));
   return 0;
 }
 
-static int sb_exec(struct remote *rm, int argc, char **argv) {
-  _cleanup_json_ json_t *body = json_object();
-  int at = 0;
-  if (exec_body(argc, argv, body, &at) < 0)
-    return remote_usage("sbx --server URL sandbox exec [-w DIR] [-e "
-                        "NAME=VALUE]... [--timeout S] ID -- CMD [ARG...]");
-  const char *sid = argv[at];
-  char path[512];
-  (void)snprintf(path, sizeof(path), "/v1/sandboxes/%s/execs", sid);
-  long status = 0;
-  _cleanup_json_ json_t *out = NULL;
-  if (remote_call(rm, "POST", path, body, &status, &out) < 0)
-    return 1;
-  if (!remote_expect(out, status, 201, "sandbox exec"))
-    return status == 400 ? 2 : status == 404 ? 127 : 1;
-  char x[32];
-  (void)snprintf(x, sizeof(x), "%s",
-                 json_string_value(json_object_get(out, "exec_id")));
+int remote_copy_all(struct remote *rm, const char *sid, const char *x) {
   uint64_t off[2] = {0, 0};
   bool eof[2] = {false, false};
   int code = -1;
@@ -233,13 +221,25 @@ static int sb_exec(struct remote *rm, int argc, char **argv) {
   return code;
 }
 
+static int sb_exec(struct remote *rm, int argc, char **argv) {
+  _cleanup_json_ json_t *body = json_object();
+  int at = 0;
+  bool feed = false;
+  if (exec_body(argc, argv, body, &at, &feed) < 0)
+    return remote_usage("sbx --server URL sandbox exec [-i] [-w DIR] [-e "
+                        "NAME=VALUE]... [--timeout S] ID -- CMD [ARG...]");
+  return remote_attached(rm, argv[at], body, feed, false);
+}
+
 int remote_sandbox(struct remote *rm, int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(struct remote *rm, int argc, char **argv);
   } subs[] = {
-      {"create", sb_create}, {"ls", sb_ls},     {"info", sb_each},
-      {"rm", sb_each},       {"exec", sb_exec},
+      {"create", sb_create}, {"ls", sb_ls},
+      {"info", sb_each},     {"rm", sb_each},
+      {"exec", sb_exec},     {"shell", remote_shell},
+      {"cp", remote_cp},     {"apply-patch", remote_apply_patch},
   };
   const char *sub = argc > 1 ? argv[1] : "";
   for (size_t i = 0; i < SBX_ARRAY_SIZE(subs); i++)
@@ -251,13 +251,24 @@ int remote_sandbox(struct remote *rm, int argc, char **argv) {
            "       sbx --server URL sandbox ls [--json]\n"
            "       sbx --server URL sandbox info ID\n"
            "       sbx --server URL sandbox rm ID...\n"
-           "       sbx --server URL sandbox exec [-w DIR] [-e NAME=VALUE]... "
-           "[--timeout S] ID -- CMD [ARG...]\n");
+           "       sbx --server URL sandbox exec [-i] [-w DIR] [-e "
+           "NAME=VALUE]... [--timeout S] ID -- CMD [ARG...]\n"
+           "       sbx --server URL sandbox shell [-w DIR] ID\n"
+           "       sbx --server URL sandbox cp SRC DST    (one of them "
+           "ID:PATH; one regular file)\n"
+           "       sbx --server URL sandbox apply-patch [--json] ID < PATCH\n"
+           "\n"
+           "exec -i copies this stdin to the command's until its end; shell "
+           "is a login\n"
+           "shell on a terminal (raw mode; its size is the sandbox's "
+           "default) or reads\n"
+           "its commands from stdin until its end.\n");
     return 0;
   }
   fprintf(stderr,
           "sbx sandbox: \"%s\" is not supported with --server (it "
-          "takes create, ls, info, rm and exec)\n",
+          "takes create, ls, info, rm, exec, shell, cp and apply-patch: the "
+          "server's API has no other)\n",
           sub);
   return 2;
 }

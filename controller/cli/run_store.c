@@ -81,8 +81,8 @@ int cli_run_store_open(struct cli_run_store *rs, const char *db,
                        const char *state_dir, const char *resume,
                        char **agent_path, char **prompt) {
   char sdir[4096];
-  if (cli_store_open("sbx run", db, state_dir, sdir, sizeof(sdir),
-                     &rs->store) < 0)
+  if (cli_store_open("sbx run", db, state_dir, sdir, sizeof(sdir), &rs->store) <
+      0)
     return 2;
   if (!resume)
     return -1;
@@ -134,13 +134,12 @@ static int insert_row(struct cli_run_store *rs, const struct run_options *o,
       json_pack("{s:{s:s, s:s}, s:s}", "agent", "name", a->name, "path", abs,
                 "input", o->prompt);
   if (request && o->max_turns > 0)
-    (void)json_object_set_new(request, "max_turns",
-                              json_integer(o->max_turns));
+    (void)json_object_set_new(request, "max_turns", json_integer(o->max_turns));
   rs->result = json_object();
   if (!request || !rs->result)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  return store_run_insert(rs->store, rs->id, RUNS_CLI_OWNER, "running",
-                          request, e);
+  return store_run_insert(rs->store, rs->id, RUNS_CLI_OWNER, "running", request,
+                          e);
 }
 
 int cli_run_store_start(struct cli_run_store *rs, struct run_options *o,

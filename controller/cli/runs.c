@@ -69,7 +69,9 @@ struct runs_cmd {
   struct store *store;
 };
 
-static void runs_cmd_clear(struct runs_cmd *c) { store_close(c->store); }
+static void runs_cmd_clear(struct runs_cmd *c) {
+  store_close(c->store);
+}
 
 /* Parses ARGV with the options ALLOWED ("drsjf": --db, --reason,
  * --status, --json, --follow) and --state-dir, and NPOS positional
@@ -170,16 +172,17 @@ int cli_decide(int argc, char **argv) {
     return k;
   struct sbx_error e = {0};
   bool queued = false;
-  int r = runs_decide(c.store, c.pos[0], c.pos[1], !reject, c.reason, &queued,
-                      &e);
+  int r =
+      runs_decide(c.store, c.pos[0], c.pos[1], !reject, c.reason, &queued, &e);
   if (r < 0) {
     fprintf(stderr, "%s: %s\n", c.prog, e.msg);
     return 1;
   }
   printf("%s %s\n", reject ? "rejected" : "approved", c.pos[1]);
   if (queued && runs_of_cli(row))
-    fprintf(stderr, "sbx: no call of run %s waits any more: continue it with "
-                    "`sbx run --resume %s`\n",
+    fprintf(stderr,
+            "sbx: no call of run %s waits any more: continue it with "
+            "`sbx run --resume %s`\n",
             c.pos[0], c.pos[0]);
   return fflush(stdout) != 0;
 }
@@ -236,8 +239,8 @@ static void sleep_ms(unsigned ms) {
 
 /* Whether an event of TYPE is a run's last (as the API's streams end). */
 static bool last_event(const char *type) {
-  return strcmp(type, "run_finished") == 0 ||
-         strcmp(type, "run_failed") == 0 || strcmp(type, "run_cancelled") == 0;
+  return strcmp(type, "run_finished") == 0 || strcmp(type, "run_failed") == 0 ||
+         strcmp(type, "run_cancelled") == 0;
 }
 
 /* Prints the run's events, one JSON line each; with --follow, those that

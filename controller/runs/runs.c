@@ -172,8 +172,7 @@ int runs_decide(struct store *s, const char *id, const char *call_id,
   const char *status = json_string_value(json_object_get(row, "status"));
   json_t *pending =
       json_object_get(json_object_get(row, "result"), "pending_approvals");
-  if (strcmp(status, "waiting_approval") != 0 ||
-      !pending_has(pending, call_id))
+  if (strcmp(status, "waiting_approval") != 0 || !pending_has(pending, call_id))
     return sbx_error_set(e, SBX_CONFLICT, ESRCH,
                          "run %s has no call \"%s\" waiting for approval (it "
                          "is %s)",

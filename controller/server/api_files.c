@@ -12,6 +12,7 @@
 #include "shared/cleanup.h"
 #include "shared/client.h"
 #include "shared/rand.h"
+#include "shared/utf8.h"
 
 #define CHUNK ((size_t)4 << 20)
 #define PATH_MAX_BYTES 4096
@@ -53,6 +54,17 @@ static int write_chunks(struct sbx_client *c, const char *tmp, const char *data,
   return 0;
 }
 
+/* A path (or a text naming one) as JSON: bytes that are not UTF-8 (a file
+ * name may hold any) become U+FFFD, as JSON text must be UTF-8 (new). */
+static json_t *path_json(const char *path) {
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, PATH_MAX_BYTES * 3 + 1);
+  if (sbx_utf8_sanitize(path, strlen(path), &b) < 0 ||
+      sbx_buf_append(&b, "", 1) < 0)
+    return NULL;
+  return json_string(b.data);
+}
+
 void api_files_put(struct api *a) {
   struct sb_use u;
   if (api_sandbox_attach(a, &u) < 0)
@@ -72,8 +84,9 @@ void api_files_put(struct api *a) {
     (void)sbx_file_remove(u.sb->client, tmp, false, true, &ignore);
     (void)api_fail(a, &e, r);
   } else {
-    (void)api_reply(
-        a, 200, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)len));
+    (void)api_reply(a, 200,
+                    json_pack("{s:o, s:I}", "path", path_json(path), "size",
+                              (json_int_t)len));
   }
   attached_put(&u, r);
 }
@@ -198,8 +211,9 @@ void api_sandboxes_patch(struct api *a) {
     for (size_t i = 0; res && i < p->n_results; i++)
       (void)json_array_append_new(
           res,
-          json_pack("{s:s, s:s, s:s}", "path", p->results[i]->path, "action",
-                    p->results[i]->action, "summary", p->results[i]->summary));
+          json_pack("{s:o, s:s, s:o}", "path", path_json(p->results[i]->path),
+                    "action", p->results[i]->action, "summary",
+                    path_json(p->results[i]->summary)));
     (void)api_reply(a, 200, json_pack("{s:o*}", "results", res));
   }
   sbx_client_reply_free(resp);

@@ -102,12 +102,12 @@ Test(runs_store, a_run_of_sbx_run_is_seen_by_the_server) {
   cr_expect(ended, "the stream of a finished run ends");
   size_t n = json_array_size(evs);
   cr_assert_gt(n, 3);
-  cr_expect_str_eq(json_string_value(json_object_get(json_array_get(evs, 0),
-                                                     "event")),
-                   "run_started");
-  cr_expect_str_eq(json_string_value(json_object_get(json_array_get(evs, n - 1),
-                                                     "event")),
-                   "run_finished");
+  cr_expect_str_eq(
+      json_string_value(json_object_get(json_array_get(evs, 0), "event")),
+      "run_started");
+  cr_expect_str_eq(
+      json_string_value(json_object_get(json_array_get(evs, n - 1), "event")),
+      "run_finished");
   json_decref(evs);
   /* A server cannot retry it: sbx run executes its runs. */
   char path[128];
@@ -129,8 +129,9 @@ Test(runs_store, a_run_of_sbx_run_is_seen_by_the_server) {
 
 Test(runs_store, a_run_of_the_server_is_seen_by_sbx_runs) {
   start(one_call, "{\"name\": \"A\"}");
-  char *id = test_server_submit(&srv, "{\"name\": \"Served\", \"model\": "
-                                      "\"m1\"}",
+  char *id = test_server_submit(&srv,
+                                "{\"name\": \"Served\", \"model\": "
+                                "\"m1\"}",
                                 "say hi");
   json_decref(test_server_wait(&srv, id, "completed", 60000));
   struct sbx_run_out r;
@@ -201,9 +202,9 @@ Test(runs_store, a_paused_run_of_sbx_run_is_approved_over_the_api) {
   json_t *view = test_server_wait(&srv, id, "waiting_approval", 10000);
   json_t *pend = json_object_get(view, "pending_approvals");
   cr_expect_eq(json_array_size(pend), 1);
-  cr_expect_str_eq(json_string_value(
-                       json_object_get(json_array_get(pend, 0), "call_id")),
-                   "c1");
+  cr_expect_str_eq(
+      json_string_value(json_object_get(json_array_get(pend, 0), "call_id")),
+      "c1");
   json_decref(view);
   char path[160];
   (void)snprintf(path, sizeof(path), "/v1/runs/%s/approvals/c1", id);

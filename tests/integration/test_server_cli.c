@@ -221,7 +221,7 @@ Test(server_cli, what_the_client_refuses) {
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "not supported with --server"), "%s", r.err);
   sbx_run_free(&r);
-  const char *sb[] = {"sandbox", "cp", "a", "b", NULL};
+  const char *sb[] = {"sandbox", "save", "a", NULL};
   client(&r, sb);
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "not supported with --server"), "%s", r.err);
@@ -307,5 +307,112 @@ Test(server_cli, sandboxes_are_made_used_and_removed_through_the_server) {
   const char *bad[] = {"sandbox", "exec", id, "sh", NULL};
   client(&r, bad);
   cr_expect_eq(r.status, 2, "%s", r.err);
+  sbx_run_free(&r);
+}
+
+/* Runs "INPUT | sbx --server URL ARGS" through the shell: its stdout
+ * (new) and exit code. */
+static char *piped(const char *input, const char *args, int *code) {
+  char cmd[2048];
+  (void)snprintf(cmd, sizeof(cmd), "printf '%s' | %s --server %s %s 2>&1",
+                 input, test_sbx_path(), srv.url, args);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  char *out = calloc(1, 65536);
+  size_t n = fread(out, 1, 65535, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  *code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return out;
+}
+
+/* stdin, shell and cp through the server: a command reads this stdin to
+ * its end, a shell reads its commands from a pipe and ends with it, and a
+ * file whose name is not ASCII goes in and comes back. */
+Test(server_cli, stdin_shell_and_cp_go_through_the_server) {
+  start("[]", "{\"name\": \"A\"}", NULL);
+  struct sbx_run_out r;
+  const char *create[] = {"sandbox", "create", NULL};
+  client(&r, create);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char id[32];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  sbx_run_free(&r);
+  char args[256];
+  int code = -1;
+  (void)snprintf(args, sizeof(args), "sandbox exec -i %s -- wc -l", id);
+  char *out = piped("one\\ntwo\\nthree\\n", args, &code);
+  cr_expect_eq(code, 0, "%s", out);
+  cr_expect_str_eq(out, "3\n");
+  free(out);
+  (void)snprintf(args, sizeof(args), "sandbox shell %s", id);
+  out = piped("cd /tmp && pwd\\necho $((6 * 7))\\nexit 5\\n", args, &code);
+  cr_expect_eq(code, 5, "%s", out);
+  cr_expect(strstr(out, "/tmp\n42\n"), "%s", out);
+  free(out);
+  (void)snprintf(args, sizeof(args), "sandbox apply-patch %s", id);
+  out = piped("*** Begin Patch\\n*** Add File: p.txt\\n+patched\\n"
+              "*** End Patch\\n",
+              args, &code);
+  cr_expect_eq(code, 0, "%s", out);
+  cr_expect(strstr(out, "p.txt"), "%s", out);
+  free(out);
+  out = piped("*** Begin Patch\\n*** Update File: none.txt\\n@@\\n-x\\n+y\\n"
+              "*** End Patch\\n",
+              args, &code);
+  cr_expect_eq(code, 2, "%s", out);
+  free(out);
+  const char *pcat[] = {"sandbox", "exec", id, "--", "cat", "p.txt", NULL};
+  client(&r, pcat);
+  cr_expect_str_eq(r.out, "patched\n");
+  sbx_run_free(&r);
+  /* cp: up, used, down, under a name of UTF-8 and one byte that is not. */
+  const char *local = test_write_file(srv.dir, "in.txt", "über\n");
+  char lp[128], dst[160], back[128];
+  (void)snprintf(lp, sizeof(lp), "%s", local);
+  (void)snprintf(dst, sizeof(dst), "%s:d/f\xc3\xbcr-\xff.txt", id);
+  const char *up[] = {"sandbox", "cp", lp, dst, NULL};
+  client(&r, up);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *cat[] = {"sandbox", "exec", id,         "--",
+                       "sh",      "-c",   "cat d/f*", NULL};
+  client(&r, cat);
+  cr_expect_str_eq(r.out, "über\n");
+  sbx_run_free(&r);
+  (void)snprintf(back, sizeof(back), "%s/back.txt", srv.dir);
+  const char *down[] = {"sandbox", "cp", dst, back, NULL};
+  client(&r, down);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  FILE *f = fopen(back, "r");
+  cr_assert_not_null(f);
+  char got[32] = "";
+  size_t n = fread(got, 1, sizeof(got) - 1, f);
+  fclose(f);
+  got[n] = '\0';
+  cr_expect_str_eq(got, "über\n");
+  /* What cp refuses, and a file that is not there. */
+  const char *dir[] = {"sandbox", "cp", srv.dir, dst, NULL};
+  client(&r, dir);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "not a regular file"), "%s", r.err);
+  sbx_run_free(&r);
+  const char *both[] = {"sandbox", "cp", dst, dst, NULL};
+  client(&r, both);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "exactly one of them is ID:PATH"), "%s", r.err);
+  sbx_run_free(&r);
+  char missing[64];
+  (void)snprintf(missing, sizeof(missing), "%s:nope.txt", id);
+  const char *none[] = {"sandbox", "cp", missing, back, NULL};
+  client(&r, none);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  sbx_run_free(&r);
+  f = fopen(back, "r");
+  cr_assert_not_null(f, "a failed copy left the old file alone");
+  fclose(f);
+  const char *rm[] = {"sandbox", "rm", id, NULL};
+  client(&r, rm);
   sbx_run_free(&r);
 }
