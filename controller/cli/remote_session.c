@@ -119,8 +119,8 @@ static void restore_tty(void) {
   tio_saved = false;
 }
 
-int remote_attached(struct remote *rm, const char *sid, json_t *body,
-                    bool feed, bool raw) {
+int remote_attached(struct remote *rm, const char *sid, json_t *body, bool feed,
+                    bool raw) {
   char path[512];
   (void)snprintf(path, sizeof(path), "/v1/sandboxes/%s/execs", sid);
   long status = 0;
@@ -266,7 +266,8 @@ static int cp_down(struct remote *rm, const char *id, const char *path,
     return 2;
   }
   if (encode_path(path, enc, sizeof(enc)) < 0 ||
-      snprintf(tmp, sizeof(tmp), "%s.sbx-cp-XXXXXX", local) >= (int)sizeof(tmp)) {
+      snprintf(tmp, sizeof(tmp), "%s.sbx-cp-XXXXXX", local) >=
+          (int)sizeof(tmp)) {
     fprintf(stderr, "sbx sandbox cp: the path is too long\n");
     return 2;
   }
@@ -292,9 +293,9 @@ static int cp_down(struct remote *rm, const char *id, const char *path,
   int r = http_send(rm->http, &req, &resp, &e);
   long status = r == 0 ? resp.status : 0;
   json_error_t je;
-  _cleanup_json_ json_t *b =
-      r == 0 && status != 200 ? json_loadb(resp.body, resp.body_len, 0, &je)
-                              : NULL;
+  _cleanup_json_ json_t *b = r == 0 && status != 200
+                                 ? json_loadb(resp.body, resp.body_len, 0, &je)
+                                 : NULL;
   if (r == 0)
     http_response_clear(&resp);
   if (r == 0 && status == 200 && fsync(fd) == 0 && rename(tmp, local) == 0)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "controller/telemetry/events.h"
 #include "shared/cleanup.h"
@@ -28,50 +29,141 @@ int runs_new_id(char id[RUNS_ID_MAX]) {
   return 0;
 }
 
+/* Records BATCH (stolen) of REC's events; one at a time when the batch
+ * fails, so that one bad event loses no other. */
+static void record(struct runs_rec *rec, json_t *batch) {
+  struct sbx_error e = {0};
+  if (store_events_add(rec->store, rec->id, batch, &e) < 0) {
+    size_t i;
+    json_t *ev;
+    json_array_foreach(batch, i, ev) {
+      json_int_t seq = json_integer_value(json_object_get(ev, "seq"));
+      _cleanup_json_ json_t *one = json_pack("[O]", ev);
+      memset(&e, 0, sizeof(e));
+      if (!one || store_events_add(rec->store, rec->id, one, &e) < 0)
+        log_warn("run %s: cannot record event %lld: %s", rec->id,
+                 (long long)seq, e.msg[0] ? e.msg : "out of memory");
+    }
+  }
+  json_decref(batch);
+  if (rec->recorded)
+    rec->recorded(rec->recorded_arg);
+}
+
+static void *writer_main(void *arg) {
+  struct runs_rec *rec = arg;
+  pthread_mutex_lock(&rec->mu);
+  for (;;) {
+    while (json_array_size(rec->queue) == 0 && !rec->stop)
+      (void)pthread_cond_wait(&rec->cv, &rec->mu);
+    if (json_array_size(rec->queue) == 0)
+      break;
+    /* Events come in bursts (a call's start, output and end): a moment's
+     * wait records a burst in one statement and one wake-up, instead of
+     * a thread switch per event. */
+    if (!rec->stop && !rec->flushing) {
+      pthread_mutex_unlock(&rec->mu);
+      struct timespec ts = {0, RUNS_LINGER_MS * 1000000L};
+      (void)nanosleep(&ts, NULL);
+      pthread_mutex_lock(&rec->mu);
+    }
+    json_t *fresh = json_array();
+    if (!fresh) { /* out of memory: the events wait a moment */
+      pthread_mutex_unlock(&rec->mu);
+      (void)usleep(10000);
+      pthread_mutex_lock(&rec->mu);
+      continue;
+    }
+    json_t *batch = rec->queue;
+    rec->queue = fresh;
+    rec->busy = true;
+    pthread_mutex_unlock(&rec->mu);
+    record(rec, batch);
+    pthread_mutex_lock(&rec->mu);
+    rec->busy = false;
+    (void)pthread_cond_broadcast(&rec->cv);
+  }
+  pthread_mutex_unlock(&rec->mu);
+  return NULL;
+}
+
 int runs_rec_init(struct runs_rec *rec, struct store *s, const char *id) {
   memset(rec, 0, sizeof(*rec));
   rec->store = s;
   (void)snprintf(rec->id, sizeof(rec->id), "%s", id);
   rec->pending = json_array();
-  if (!rec->pending)
-    return -ENOMEM;
-  if (pthread_mutex_init(&rec->mu, NULL) != 0) {
-    json_decref(rec->pending);
-    rec->pending = NULL;
-    return -ENOMEM;
+  rec->queue = json_array();
+  if (!rec->pending || !rec->queue || pthread_mutex_init(&rec->mu, NULL) != 0)
+    goto fail;
+  if (pthread_cond_init(&rec->cv, NULL) != 0) {
+    (void)pthread_mutex_destroy(&rec->mu);
+    goto fail;
   }
+  rec->started = pthread_create(&rec->writer, NULL, writer_main, rec) == 0;
   return 0;
+fail:
+  json_decref(rec->pending);
+  json_decref(rec->queue);
+  rec->pending = rec->queue = NULL;
+  return -ENOMEM;
+}
+
+void runs_rec_flush(struct runs_rec *rec) {
+  pthread_mutex_lock(&rec->mu);
+  rec->flushing = true;
+  (void)pthread_cond_broadcast(&rec->cv);
+  while (rec->started && (json_array_size(rec->queue) > 0 || rec->busy))
+    (void)pthread_cond_wait(&rec->cv, &rec->mu);
+  rec->flushing = false;
+  pthread_mutex_unlock(&rec->mu);
 }
 
 void runs_rec_clear(struct runs_rec *rec) {
   if (!rec->pending)
     return;
+  pthread_mutex_lock(&rec->mu);
+  rec->stop = true;
+  (void)pthread_cond_broadcast(&rec->cv);
+  pthread_mutex_unlock(&rec->mu);
+  if (rec->started)
+    (void)pthread_join(rec->writer, NULL);
   json_decref(rec->pending);
-  rec->pending = NULL;
+  json_decref(rec->queue);
+  rec->pending = rec->queue = NULL;
+  (void)pthread_cond_destroy(&rec->cv);
   (void)pthread_mutex_destroy(&rec->mu);
 }
 
 void runs_sink(void *arg, uint64_t seq, const char *type, const char *line,
                size_t len) {
   struct runs_rec *rec = arg;
+  json_t *p = NULL;
   if (strcmp(type, "approval_requested") == 0) {
     json_error_t je;
     _cleanup_json_ json_t *ev = json_loadb(line, len, 0, &je);
-    json_t *p = json_pack("{s:O?, s:O?, s:O?}", "call_id",
-                          json_object_get(ev, "call_id"), "tool",
-                          json_object_get(ev, "name"), "arguments",
-                          json_object_get(ev, "arguments"));
-    pthread_mutex_lock(&rec->mu);
-    if (!p || json_array_append_new(rec->pending, p) < 0)
-      log_warn("run %s: cannot keep an approval: out of memory", rec->id);
-    pthread_mutex_unlock(&rec->mu);
+    p = json_pack("{s:O?, s:O?, s:O?}", "call_id",
+                  json_object_get(ev, "call_id"), "tool",
+                  json_object_get(ev, "name"), "arguments",
+                  json_object_get(ev, "arguments"));
   }
-  struct sbx_error e = {0};
-  if (store_event_add(rec->store, rec->id, (int64_t)seq, type, line, &e) < 0)
-    log_warn("run %s: cannot record event %llu: %s", rec->id,
-             (unsigned long long)seq, e.msg);
-  if (rec->recorded)
-    rec->recorded(rec->recorded_arg);
+  json_t *ev = json_pack("{s:I, s:s, s:s%}", "seq", (json_int_t)seq, "type",
+                         type, "data", line, len);
+  pthread_mutex_lock(&rec->mu);
+  if (p && json_array_append_new(rec->pending, p) < 0)
+    log_warn("run %s: cannot keep an approval: out of memory", rec->id);
+  while (rec->started && json_array_size(rec->queue) >= RUNS_QUEUE_MAX)
+    (void)pthread_cond_wait(&rec->cv, &rec->mu);
+  bool first = json_array_size(rec->queue) == 0;
+  bool queued = rec->started && ev && json_array_append(rec->queue, ev) == 0;
+  if (queued && first) /* the writer sleeps only while none waits */
+    (void)pthread_cond_broadcast(&rec->cv);
+  pthread_mutex_unlock(&rec->mu);
+  if (!queued && ev) /* no writer: recorded here */
+    record(rec, json_pack("[O]", ev));
+  else if (!ev)
+    log_warn("run %s: cannot record event %llu: out of memory", rec->id,
+             (unsigned long long)seq);
+  json_decref(ev);
 }
 
 static json_t *usage_json(const struct model_usage *u) {
@@ -99,6 +191,7 @@ static const char *status_of(int r) {
 int runs_finish(struct runs_rec *rec, json_t *result, int r,
                 const struct run_result *res, const struct sbx_error *re,
                 struct sbx_error *e) {
+  runs_rec_flush(rec);
   pthread_mutex_lock(&rec->mu);
   json_t *pending = r == RUNNER_PAUSED ? json_deep_copy(rec->pending) : NULL;
   pthread_mutex_unlock(&rec->mu);

@@ -29,13 +29,23 @@
 #define RUNS_CLI_OWNER ""
 #define RUNS_REASON_MAX 4096
 
-/* One executing run's record: the runner's events go to the store. */
+#define RUNS_QUEUE_MAX 4096 /* events waiting for the store, at most */
+#define RUNS_LINGER_MS 2    /* how long a batch gathers events */
+
+/* One executing run's record: the runner's events go to the store. The
+ * sink only queues them; a writer thread of the record records what has
+ * queued up in one statement at a time, in order, so that the turn loop
+ * never waits for the store (unless RUNS_QUEUE_MAX are waiting). */
 struct runs_rec {
   struct store *store; /* borrowed */
   char id[RUNS_ID_MAX];
   pthread_mutex_t mu;
-  json_t *pending; /* approvals asked for: [{call_id, tool, arguments}] */
-  /* Called after each event is recorded (sbx serve wakes its streams). */
+  pthread_cond_t cv; /* events queued, a batch recorded */
+  json_t *pending;   /* approvals asked for: [{call_id, tool, arguments}] */
+  json_t *queue;     /* events to record: [{seq, type, data}] */
+  bool busy, stop, started, flushing;
+  pthread_t writer;
+  /* Called after each batch is recorded (sbx serve wakes its streams). */
   void (*recorded)(void *arg);
   void *recorded_arg;
 };
@@ -45,15 +55,20 @@ bool runs_id_valid(const char *id);
 /* Makes a new run id into ID. */
 int runs_new_id(char id[RUNS_ID_MAX]);
 
+/* Sets REC up for the run ID of S, its writer started. */
 int runs_rec_init(struct runs_rec *rec, struct store *s, const char *id);
+/* Records what is queued, then stops the writer and frees. */
 void runs_rec_clear(struct runs_rec *rec);
+/* Returns once every event queued so far is recorded. */
+void runs_rec_flush(struct runs_rec *rec);
 /* The runner's event sink (run_options.event_sink) for ARG, a runs_rec. */
 void runs_sink(void *arg, uint64_t seq, const char *type, const char *line,
                size_t len);
 /* Records the end of the run the runner returned R for (with RES and its
- * error RE): completed, waiting_approval, cancelled, failed, or running
- * again for an interrupted run (-EINTR); RESULT (borrowed, updated) is the
- * row's result so far. Only while the run is running. */
+ * error RE), after its events: completed, waiting_approval, cancelled,
+ * failed, or running again for an interrupted run (-EINTR); RESULT
+ * (borrowed, updated) is the row's result so far. Only while the run is
+ * running. */
 int runs_finish(struct runs_rec *rec, json_t *result, int r,
                 const struct run_result *res, const struct sbx_error *re,
                 struct sbx_error *e);

@@ -721,18 +721,46 @@ int store_journal_cut(struct store *s, const char *id, size_t keep,
 
 /* ---- events -------------------------------------------------------------- */
 
+int store_events_add(struct store *s, const char *id, json_t *events,
+                     struct sbx_error *e) {
+  size_t n = json_array_size(events);
+  if (!id || !n)
+    return bad_args(e, __func__);
+  _cleanup_json_ json_t *rows = json_array();
+  size_t i;
+  json_t *ev;
+  json_array_foreach(events, i, ev) {
+    json_t *seq = json_object_get(ev, "seq");
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    const char *data = json_string_value(json_object_get(ev, "data"));
+    if (!json_is_integer(seq) || !type || !data)
+      return bad_args(e, __func__);
+    if (!rows || json_array_append_new(
+                     rows, json_pack("[O, s, s]", seq, type, data)) < 0)
+      return oom(e);
+  }
+  _cleanup_free_ char *batch = json_dumps(rows, JSON_COMPACT);
+  if (!batch)
+    return oom(e);
+  int r = s->ops->events_add(s, id, batch, e);
+  if (r == -EEXIST)
+    return sbx_error_set(e, SBX_ALREADY_EXISTS, EEXIST,
+                         "event %lld of run \"%s\" is recorded already in %s",
+                         (long long)json_integer_value(
+                             json_object_get(json_array_get(events, 0), "seq")),
+                         id, s->where);
+  if (r == -ENOENT)
+    return no_such(s, e, "run", id);
+  return r;
+}
+
 int store_event_add(struct store *s, const char *id, int64_t seq,
                     const char *type, const char *data, struct sbx_error *e) {
   if (!id || !type || !data)
     return bad_args(e, __func__);
-  int r = s->ops->event_add(s, id, seq, type, data, e);
-  if (r == -EEXIST)
-    return sbx_error_set(e, SBX_ALREADY_EXISTS, EEXIST,
-                         "event %lld of run \"%s\" is recorded already in %s",
-                         (long long)seq, id, s->where);
-  if (r == -ENOENT)
-    return no_such(s, e, "run", id);
-  return r;
+  _cleanup_json_ json_t *one = json_pack(
+      "[{s:I, s:s, s:s}]", "seq", (json_int_t)seq, "type", type, "data", data);
+  return one ? store_events_add(s, id, one, e) : oom(e);
 }
 
 int store_events_after(struct store *s, const char *id, int64_t after,

@@ -152,6 +152,11 @@ int store_journal_read(struct store *s, const char *id, size_t max, char **text,
 /* Records event SEQ of the run. -EEXIST when SEQ is recorded already. */
 int store_event_add(struct store *s, const char *id, int64_t seq,
                     const char *type, const char *data, struct sbx_error *e);
+/* Records EVENTS (borrowed: [{"seq","type","data"}], at least one) of the
+ * run in one statement: all or none. -EEXIST when one is recorded
+ * already (the message names the first of the batch). */
+int store_events_add(struct store *s, const char *id, json_t *events,
+                     struct sbx_error *e);
 /* Up to LIMIT (1..STORE_LIST_MAX) events after seq AFTER, in order:
  * [{"seq","type","data" (the JSON text)}]. */
 int store_events_after(struct store *s, const char *id, int64_t after,

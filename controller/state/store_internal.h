@@ -116,8 +116,9 @@ struct store_ops {
   /* The run's state set to NULL and its journal emptied. */
   int (*state_clear)(struct store *s, const char *id, struct sbx_error *e);
 
-  int (*event_add)(struct store *s, const char *id, int64_t seq,
-                   const char *type, const char *data, struct sbx_error *e);
+  /* BATCH: the JSON text [[seq, "type", "data"], ...], in one statement. */
+  int (*events_add)(struct store *s, const char *id, const char *batch,
+                    struct sbx_error *e);
   int (*events_after)(struct store *s, const char *id, int64_t after,
                       int64_t limit, store_row_fn fn, void *arg,
                       struct sbx_error *e);

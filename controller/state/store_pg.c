@@ -427,14 +427,13 @@ static int pg_journal_read(struct store *s, const char *id, store_row_fn fn,
 
 /* ---- events and decisions ------------------------------------------------ */
 
-static int pg_event_add(struct store *s, const char *id, int64_t seq,
-                        const char *type, const char *data,
-                        struct sbx_error *e) {
-  const struct store_arg a[] = {store_text(id), store_int(seq),
-                                store_text(type), store_text(data)};
+static int pg_events_add(struct store *s, const char *id, const char *batch,
+                         struct sbx_error *e) {
+  const struct store_arg a[] = {store_text(id), store_text(batch)};
   return PG_WRITE(s, PG_ONCE,
                   "INSERT INTO events (run_id, seq, type, data) "
-                  "VALUES ($1, $2, $3, $4)",
+                  "SELECT $1, (x->>0)::bigint, x->>1, x->>2 "
+                  "FROM jsonb_array_elements($2::jsonb) AS x",
                   a, NULL, e);
 }
 
@@ -551,7 +550,7 @@ const struct store_ops store_pg_ops = {
     .journal_read = pg_journal_read,
     .state_clear = pg_state_clear,
     .journal_keep = pg_journal_keep,
-    .event_add = pg_event_add,
+    .events_add = pg_events_add,
     .events_after = pg_events_after,
     .decision_add = pg_decision_add,
     .decisions_get = pg_decisions_get,

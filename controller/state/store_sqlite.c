@@ -18,10 +18,19 @@
 #define SQ_TRIES 5      /* attempts of a transaction that found it busy */
 #define SQ_SEQ "INTEGER PRIMARY KEY AUTOINCREMENT"
 
+#define SQ_CACHE 48 /* prepared statements kept, by their SQL's address */
+
 struct sq_store {
   struct store base;
   sqlite3 *db;
-  pthread_mutex_t mu; /* one call at a time on db */
+  pthread_mutex_t mu; /* one call at a time on db, and the cache */
+  /* Statements prepared once and reset after each use: their SQL is one
+   * of this file's literals, so its address names it. */
+  struct {
+    const char *sql;
+    sqlite3_stmt *st;
+  } cache[SQ_CACHE];
+  size_t ncache;
 };
 
 static struct sq_store *sq(struct store *s) {
@@ -95,12 +104,62 @@ struct sq_call {
   int cb;           /* a row callback's error */
 };
 
+/* The statement of SQL (a literal of this file), prepared once: SQLite's
+ * code, with *ST borrowed from the cache (or new when it is full: *OWN). */
+static int sq_prepare(struct sq_store *q, const char *sql, sqlite3_stmt **st,
+                      bool *own) {
+  *own = false;
+  for (size_t i = 0; i < q->ncache; i++)
+    if (q->cache[i].sql == sql) {
+      *st = q->cache[i].st;
+      return SQLITE_OK;
+    }
+  int rc =
+      sqlite3_prepare_v3(q->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL);
+  if (rc != SQLITE_OK)
+    return rc;
+  if (q->ncache < SQ_CACHE) {
+    q->cache[q->ncache].sql = sql;
+    q->cache[q->ncache++].st = *st;
+  } else {
+    *own = true;
+  }
+  return SQLITE_OK;
+}
+
+/* Lets go of a statement of sq_prepare. */
+static void sq_done(sqlite3_stmt *st, bool own) {
+  if (own) {
+    (void)sqlite3_finalize(st);
+    return;
+  }
+  (void)sqlite3_reset(st);
+  (void)sqlite3_clear_bindings(st);
+}
+
+/* BEGIN IMMEDIATE or COMMIT (a literal), from the cache. */
+static int sq_simple(struct sq_store *q, const char *sql, struct sbx_error *e) {
+  sqlite3_stmt *st = NULL;
+  bool own = false;
+  int rc = sq_prepare(q, sql, &st, &own);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_step(st);
+  if (rc == SQLITE_DONE)
+    rc = SQLITE_OK;
+  if (rc != SQLITE_OK)
+    (void)sq_fail(q, rc, e);
+  if (st)
+    sq_done(st, own);
+  return rc;
+}
+
 /* Prepares, binds and steps the statement to its end. SQLite's code:
  * SQLITE_DONE when it ran, SQLITE_ROW when a callback stopped it. */
 static int sq_statement(struct sq_store *q, struct sq_call *c,
                         struct sbx_error *e) {
   sqlite3_stmt *st = NULL;
-  int rc = sqlite3_prepare_v2(q->db, c->sql, -1, &st, NULL);
+  bool own = false;
+  int rc = sq_prepare(q, c->sql, &st, &own);
   for (size_t i = 0; rc == SQLITE_OK && i < c->n; i++)
     rc = sq_bind(st, (int)i + 1, &c->args[i]);
   struct store_row row = {.text = sq_text, .integer = sq_integer, .res = st};
@@ -112,7 +171,8 @@ static int sq_statement(struct sq_store *q, struct sq_call *c,
     (void)sq_fail(q, rc, e);
   if (rc == SQLITE_DONE && c->changed)
     *c->changed = sqlite3_changes64(q->db);
-  (void)sqlite3_finalize(st);
+  if (st)
+    sq_done(st, own);
   return rc;
 }
 
@@ -121,11 +181,12 @@ static int sq_statement(struct sq_store *q, struct sq_call *c,
 static int sq_attempt(struct sq_store *q, void *arg, struct sbx_error *e) {
   struct sq_call *c = arg;
   c->cb = 0;
-  int rc = c->write ? sq_plain(q, "BEGIN IMMEDIATE", e) : SQLITE_OK;
+  static const char begin[] = "BEGIN IMMEDIATE", commit[] = "COMMIT";
+  int rc = c->write ? sq_simple(q, begin, e) : SQLITE_OK;
   if (rc == SQLITE_OK)
     rc = sq_statement(q, c, e);
   if (rc == SQLITE_DONE)
-    rc = c->write ? sq_plain(q, "COMMIT", e) : SQLITE_OK;
+    rc = c->write ? sq_simple(q, commit, e) : SQLITE_OK;
   if (rc != SQLITE_OK && !sqlite3_get_autocommit(q->db))
     (void)sqlite3_exec(q->db, "ROLLBACK", NULL, NULL, NULL);
   return rc;
@@ -147,6 +208,8 @@ static int sq_retry(struct sq_store *q,
   }
 }
 
+/* Runs SQL, which must be a string literal (the statement cache knows it
+ * by its address), with the N arguments A. */
 static int sq_exec(struct store *s, bool write, const char *sql,
                    const struct store_arg *a, size_t n, store_row_fn fn,
                    void *arg, int64_t *changed, struct sbx_error *e) {
@@ -254,6 +317,8 @@ static int sq_connect(struct sq_store *q, const char *path, int64_t *version,
 
 static void sq_close(struct store *s) {
   struct sq_store *q = sq(s);
+  for (size_t i = 0; i < q->ncache; i++)
+    (void)sqlite3_finalize(q->cache[i].st);
   (void)sqlite3_close(q->db);
   (void)pthread_mutex_destroy(&q->mu);
   free(q);
@@ -466,14 +531,14 @@ static int sq_journal_read(struct store *s, const char *id, store_row_fn fn,
 
 /* ---- events and decisions ------------------------------------------------ */
 
-static int sq_event_add(struct store *s, const char *id, int64_t seq,
-                        const char *type, const char *data,
-                        struct sbx_error *e) {
-  const struct store_arg a[] = {store_text(id), store_int(seq),
-                                store_text(type), store_text(data)};
+static int sq_events_add(struct store *s, const char *id, const char *batch,
+                         struct sbx_error *e) {
+  const struct store_arg a[] = {store_text(id), store_text(batch)};
   return SQ_WRITE(s,
                   "INSERT INTO events (run_id, seq, type, data) "
-                  "VALUES (?, ?, ?, ?)",
+                  "SELECT ?1, json_extract(value, '$[0]'), "
+                  "json_extract(value, '$[1]'), json_extract(value, '$[2]') "
+                  "FROM json_each(?2)",
                   a, NULL, e);
 }
 
@@ -589,7 +654,7 @@ const struct store_ops store_sqlite_ops = {
     .journal_read = sq_journal_read,
     .state_clear = sq_state_clear,
     .journal_keep = sq_journal_keep,
-    .event_add = sq_event_add,
+    .events_add = sq_events_add,
     .events_after = sq_events_after,
     .decision_add = sq_decision_add,
     .decisions_get = sq_decisions_get,

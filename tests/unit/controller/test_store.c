@@ -835,6 +835,36 @@ static void events(struct store *s, int64_t after, size_t limit,
   json_decref(ev);
 }
 
+/* Several events in one statement: all of them, or none when one of them
+ * is recorded already. */
+BOTH(events_in_a_batch) {
+  struct store *s = open_store();
+  struct sbx_error e = {0};
+  insert_run(s, "r1", "amy", "running");
+  json_t *batch = json_pack(
+      "[{s:i, s:s, s:s}, {s:i, s:s, s:s}, {s:i, s:s, s:s}]", "seq", 1, "type",
+      "turn", "data", "{\"n\":1}", "seq", 2, "type", "call", "data",
+      "{\"s\":\"\\u00fc \\\"q\\\"\"}", "seq", 3, "type", "turn", "data", "{}");
+  cr_assert_eq(store_events_add(s, "r1", batch, &e), 0, "%s", e.msg);
+  json_decref(batch);
+  events(s, 0, 10,
+         "1:turn:{\"n\":1} 2:call:{\"s\":\"\\u00fc \\\"q\\\"\"} 3:turn:{}");
+  batch =
+      json_pack("[{s:i, s:s, s:s}, {s:i, s:s, s:s}]", "seq", 4, "type", "turn",
+                "data", "{}", "seq", 3, "type", "turn", "data", "{}");
+  cr_expect_eq(store_events_add(s, "r1", batch, &e), -EEXIST);
+  cr_expect(strstr(e.msg, "is recorded already"), "%s", e.msg);
+  json_decref(batch);
+  events(s, 3, 10, ""); /* event 4 was not recorded either */
+  json_t *empty = json_array();
+  cr_expect_eq(store_events_add(s, "r1", empty, &e), -EINVAL);
+  json_decref(empty);
+  json_t *bad = json_pack("[{s:s, s:s}]", "type", "turn", "data", "{}");
+  cr_expect_eq(store_events_add(s, "r1", bad, &e), -EINVAL);
+  json_decref(bad);
+  store_close(s);
+}
+
 BOTH(events) {
   struct store *s = open_store();
   struct sbx_error e = {0};
