@@ -39,11 +39,15 @@ int remote_call(struct remote *rm, const char *method, const char *path,
       .timeout_ms = 120000,
       .connect_timeout_ms = 10000,
   };
+  return remote_send(rm, &req, "sbx", status, out);
+}
+
+int remote_send(struct remote *rm, const struct http_request *req,
+                const char *prog, long *status, json_t **out) {
   struct http_response resp;
   struct sbx_error e = {0};
-  int r = http_send(rm->http, &req, &resp, &e);
-  if (r < 0) {
-    fprintf(stderr, "sbx: %s\n", e.msg);
+  if (http_send(rm->http, req, &resp, &e) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, e.msg);
     return -1;
   }
   *status = resp.status;

@@ -19,6 +19,11 @@ struct remote {
  * be NULL for a body that is not JSON), or -1 after saying why. */
 int remote_call(struct remote *rm, const char *method, const char *path,
                 json_t *body, long *status, json_t **out);
+/* Sends REQ (its URL whole): 0 with the status and body as remote_call
+ * gives them, or -1 after saying why after PROG. */
+struct http_request;
+int remote_send(struct remote *rm, const struct http_request *req,
+                const char *prog, long *status, json_t **out);
 /* The server's message for a failed call, or a stand-in. */
 const char *remote_message(json_t *body, long status);
 /* Reports a status other than WANT (WHAT names the command): true when it

@@ -233,16 +233,10 @@ static int cp_up(struct remote *rm, const char *local, const char *id,
                              .upload = upload_read,
                              .upload_arg = &fd,
                              .upload_len = (unsigned long long)st.st_size};
-  struct http_response resp;
-  struct sbx_error e = {0};
-  if (http_send(rm->http, &req, &resp, &e) < 0) {
-    fprintf(stderr, "sbx sandbox cp: %s\n", e.msg);
+  long status = 0;
+  _cleanup_json_ json_t *b = NULL;
+  if (remote_send(rm, &req, "sbx sandbox cp", &status, &b) < 0)
     return 1;
-  }
-  json_error_t je;
-  _cleanup_json_ json_t *b = json_loadb(resp.body, resp.body_len, 0, &je);
-  long status = resp.status;
-  http_response_clear(&resp);
   if (status != 200 && status != 201 && status != 204) {
     fprintf(stderr, "sbx sandbox cp: %s\n", remote_message(b, status));
     return status == 404 || status == 400 ? 2 : 1;
@@ -367,16 +361,10 @@ int remote_apply_patch(struct remote *rm, int argc, char **argv) {
                              .headers = headers,
                              .timeout_ms = 300000,
                              .connect_timeout_ms = 10000};
-  struct http_response resp;
-  struct sbx_error e = {0};
-  if (http_send(rm->http, &req, &resp, &e) < 0) {
-    fprintf(stderr, "sbx sandbox apply-patch: %s\n", e.msg);
+  long status = 0;
+  _cleanup_json_ json_t *out = NULL;
+  if (remote_send(rm, &req, "sbx sandbox apply-patch", &status, &out) < 0)
     return 1;
-  }
-  json_error_t je;
-  _cleanup_json_ json_t *out = json_loadb(resp.body, resp.body_len, 0, &je);
-  long status = resp.status;
-  http_response_clear(&resp);
   if (!remote_expect(out, status, 200, "sandbox apply-patch"))
     return status == 400 || status == 404 || status == 422 ? 2 : 1;
   json_t *res = json_object_get(out, "results");

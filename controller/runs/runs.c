@@ -166,15 +166,6 @@ void runs_sink(void *arg, uint64_t seq, const char *type, const char *line,
   json_decref(ev);
 }
 
-static json_t *usage_json(const struct model_usage *u) {
-  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "input_tokens",
-                   (json_int_t)u->input_tokens, "output_tokens",
-                   (json_int_t)u->output_tokens, "total_tokens",
-                   (json_int_t)u->total_tokens, "reasoning_tokens",
-                   (json_int_t)u->reasoning_tokens, "cached_tokens",
-                   (json_int_t)u->cached_tokens);
-}
-
 /* The status a run is left in when the runner returned R. */
 static const char *status_of(int r) {
   if (r == 0)
@@ -201,7 +192,7 @@ int runs_finish(struct runs_rec *rec, json_t *result, int r,
                             r == 0 && res->final_output
                                 ? json_string(res->final_output)
                                 : json_null());
-  (void)json_object_set_new(result, "usage", usage_json(&res->usage));
+  (void)json_object_set_new(result, "usage", events_usage_json(&res->usage));
   (void)json_object_set_new(result, "turns", json_integer(res->turns));
   json_t *err = json_null();
   if (r < 0 && r != -EINTR && r != -ECANCELED)

@@ -134,7 +134,7 @@ static void put_where(json_t *o, const struct events_where *w, bool *ok) {
   put(o, "turn", json_integer(w->turn), ok);
 }
 
-static json_t *usage_json(const struct model_usage *u) {
+json_t *events_usage_json(const struct model_usage *u) {
   static const struct model_usage zero;
   if (!u)
     u = &zero;
@@ -292,7 +292,7 @@ void events_turn_finished(struct events *ev, const struct events_where *w,
   put_where(o, w, &ok);
   put(o, "model", str(model), &ok);
   put(o, "tool_calls", json_integer((json_int_t)tool_calls), &ok);
-  put(o, "usage", usage_json(usage), &ok);
+  put(o, "usage", events_usage_json(usage), &ok);
   finish(ev, "turn_finished", o, ok);
 }
 
@@ -306,7 +306,7 @@ void events_run_finished(struct events *ev, const char *agent,
   put(o, "agent", str(agent), &ok);
   put(o, "final_output", str(final_output ? final_output : ""), &ok);
   put(o, "turns", json_integer(turns), &ok);
-  put(o, "usage", usage_json(usage), &ok);
+  put(o, "usage", events_usage_json(usage), &ok);
   put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
   finish(ev, "run_finished", o, ok);
 }
@@ -322,7 +322,7 @@ void events_run_failed(struct events *ev, const char *error, const char *code,
   put(o, "code", str(code ? code : "INTERNAL"), &ok);
   put(o, "exit_code", json_integer(exit_code), &ok);
   put(o, "turns", json_integer(turns), &ok);
-  put(o, "usage", usage_json(usage), &ok);
+  put(o, "usage", events_usage_json(usage), &ok);
   put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
   finish(ev, "run_failed", o, ok);
 }
@@ -335,7 +335,7 @@ void events_run_cancelled(struct events *ev, int turns,
   json_t *o = json_object();
   bool ok = o != NULL;
   put(o, "turns", json_integer(turns), &ok);
-  put(o, "usage", usage_json(usage), &ok);
+  put(o, "usage", events_usage_json(usage), &ok);
   put(o, "duration_ms", json_integer((json_int_t)duration_ms), &ok);
   finish(ev, "run_cancelled", o, ok);
 }

@@ -40,6 +40,11 @@ struct events_where {
   int turn;
 };
 
+/* USAGE (NULL: zeros) as the events carry it: {"input_tokens",
+ * "output_tokens", "total_tokens", "reasoning_tokens", "cached_tokens"}
+ * (new). */
+json_t *events_usage_json(const struct model_usage *u);
+
 /* Makes an emitter writing to OUT (borrowed; must outlive the emitter)
  * into *EV (new). RUN_ID (copied) is the run's id, 32 hex digits. 0 or
  * -ENOMEM with E. */
