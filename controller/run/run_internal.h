@@ -55,7 +55,7 @@ struct shared {
   char rs_path[4200]; /* its id in the store: run_ and the run id */
   size_t rs_items;    /* conversation items already in the journal */
   bool rs_written;    /* the state is in the store */
-  int64_t rs_seq;     /* saves so far: the state file and checkpoints say */
+  int64_t rs_seq;     /* saves so far: the state and checkpoints say */
   json_t *rs_done;    /* resumed: the pending calls' recorded outputs by
                          call_id, or NULL */
   /* The run's snapshots (snapshots.c): off, or local in snap_dir. */

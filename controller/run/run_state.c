@@ -1,8 +1,8 @@
-/* The run state: with a state dir, the root run's state is saved after
- * every step, so that a paused or crashed run can be resumed. It is a
- * state file replaced whole when the run starts, pauses or finishes, and
- * beside it a journal that grows by the new conversation items and a
- * checkpoint line per step. */
+/* The run state: with a state dir, the root run's state is saved in the
+ * state store after every step, so that a paused or crashed run can be
+ * resumed. It is the run's state text, replaced whole when the run
+ * starts, pauses or finishes, and its journal, which grows by the new
+ * conversation items and a checkpoint line per step (state_io.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,13 +161,12 @@ static int journal_lines(struct shared *sh, json_t *items, bool checkpoint,
  * items), usage, and each sandbox's record and running exec sessions. A
  * no-op without a state dir.
  *
- * The conversation goes to an append-only journal beside the state file,
- * one item a line, so a save costs the new items, not the whole run. A
- * save while the run goes on ("running") appends a checkpoint line with
- * the rest of what changed, in the same write as its items; the state file
- * itself is replaced (temp file and rename) only when the run starts,
- * pauses or finishes, so that other processes (sbx approve) read it whole.
- * Both carry a sequence number; a resume takes the newer. */
+ * The conversation goes to an append-only journal beside the state, one
+ * item a line, so a save costs the new items, not the whole run. A save
+ * while the run goes on ("running") appends a checkpoint line with the
+ * rest of what changed, in the same append as its items; the state itself
+ * is replaced only when the run starts, pauses or finishes. Both carry a
+ * sequence number; a resume takes the newer. */
 int run_state_save(struct run *run, const struct agent *a, const char *status,
                    json_t *pending, struct sbx_error *e) {
   struct shared *sh = run->sh;
@@ -292,7 +291,7 @@ static size_t rs_done_calls(const char *text, size_t len, size_t cut,
  * into *ITEMS (new reference), the outputs of the pending calls that were
  * done into *DONE (new), the state of the runs nested in them into
  * *NESTED (new), and RS brought up to the newest checkpoint that is newer
- * than the state file, and *CUT_OUT, where to cut the journal after what
+ * than the state, and *CUT_OUT, where to cut the journal after what
  * counts: a kill can leave items without their checkpoint, or half a line.
  * Fails (-EINVAL) when items the state counts are missing. */
 static int rs_load_journal(const char *text, size_t len, json_t *rs,

@@ -86,7 +86,8 @@ void events_tool_call_started(struct events *ev, const struct events_where *w,
                               const char *name, const char *call_id,
                               const char *arguments);
 /* For the approvals work: a call waits for a person's decision. RUN_STATE
- * is the run state file to pass to sbx approve / sbx reject, or NULL. */
+ * is the run's id in the state store to pass to sbx approve / sbx reject,
+ * or NULL. */
 void events_approval_requested(struct events *ev, const struct events_where *w,
                                const char *name, const char *call_id,
                                const char *arguments, const char *run_state);
