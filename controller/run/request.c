@@ -117,6 +117,14 @@ static json_t *agent_tool_json(const struct agent_tool *t) {
                    "additionalProperties", 0, "strict", 1);
 }
 
+/* The function tool of the command tool T (new; NULL on OOM): not strict,
+ * since its schema is the agent file's. */
+static json_t *command_json(const struct agent_command *t) {
+  return json_pack("{s:s, s:s, s:s, s:O, s:b}", "type", "function", "name",
+                   t->name, "description", t->description, "parameters",
+                   t->parameters, "strict", 0);
+}
+
 /* The function tool that hands off to agent H (new; NULL on OOM). */
 static json_t *handoff_json(const struct agent *h) {
   char name[160];
@@ -131,13 +139,17 @@ static json_t *handoff_json(const struct agent *h) {
 }
 
 /* A's tools for API (new; NULL on OOM): its agents used as tools, its
- * handoffs, then the sandbox tools of its capabilities. */
+ * command tools, its handoffs, then the sandbox tools of its
+ * capabilities. */
 static json_t *build_tools(const struct agent *a, enum model_api api) {
   _cleanup_json_ json_t *tools = json_array();
   if (!tools)
     return NULL;
   for (size_t i = 0; i < a->ntools; i++)
     if (json_array_append_new(tools, agent_tool_json(&a->tools[i])) < 0)
+      return NULL;
+  for (size_t i = 0; i < a->ncommands; i++)
+    if (json_array_append_new(tools, command_json(&a->commands[i])) < 0)
       return NULL;
   for (size_t i = 0; i < a->nhandoffs; i++)
     if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
