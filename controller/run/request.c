@@ -138,12 +138,14 @@ static json_t *handoff_json(const struct agent *h) {
                    "additionalProperties", 0, "strict", 1);
 }
 
-/* A's tools for API (new; NULL on OOM): its agents used as tools, its
+/* A's tools for API (new; NULL on OOM): the tools of its MCP servers
+ * (MCP, first, as the SDK lists them), its agents used as tools, its
  * command tools, its handoffs, then the sandbox tools of its
  * capabilities. */
-static json_t *build_tools(const struct agent *a, enum model_api api) {
+static json_t *build_tools(const struct agent *a, struct mcp_set *mcp,
+                           enum model_api api) {
   _cleanup_json_ json_t *tools = json_array();
-  if (!tools)
+  if (!tools || mcp_set_definitions(mcp, tools) < 0)
     return NULL;
   for (size_t i = 0; i < a->ntools; i++)
     if (json_array_append_new(tools, agent_tool_json(&a->tools[i])) < 0)
@@ -204,9 +206,10 @@ int run_request_build(struct run *run, const struct agent *a,
   };
   if (!st->instr && !(st->instr = instructions_build(&ii)))
     return -ENOMEM;
-  if (!st->tools || st->tools_api != api) {
+  bool relisted = mcp_set_refresh(st->mcp);
+  if (!st->tools || st->tools_api != api || relisted) {
     json_decref(st->tools);
-    st->tools = build_tools(a, api);
+    st->tools = build_tools(a, st->mcp, api);
     st->tools_api = api;
     if (!st->tools)
       return -ENOMEM;
@@ -231,6 +234,15 @@ int run_request_build(struct run *run, const struct agent *a,
       .extra = tr->extra,
   };
   return 0;
+}
+
+/* Starts agent A's MCP servers on first use. */
+int run_mcp_ensure(struct run *run, const struct agent *a,
+                   struct sbx_error *e) {
+  struct agent_state *st = &run->states[a->index];
+  if (st->mcp || a->nmcp_servers == 0)
+    return 0;
+  return mcp_set_start(a, &st->mcp, e);
 }
 
 /* Frees what run_request_build made for TR. */
