@@ -23,8 +23,14 @@ for p in "${pkgs[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if ! command -v npm >/dev/null; then
-  echo "mcp-servers: npm is missing (scripts/install-deps.sh installs nodejs)" >&2
-  exit 1
+  # Debian's nodejs comes without npm; NodeSource's has it.
+  if [ "$(id -u)" -eq 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends npm >/dev/null
+  else
+    echo "mcp-servers: npm is missing; install it (Debian package npm)" >&2
+    exit 1
+  fi
 fi
 echo "mcp-servers: installing ${missing[*]}" >&2
 [ -f "$dir/package.json" ] || echo '{"private": true}' >"$dir/package.json"

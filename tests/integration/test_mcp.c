@@ -216,12 +216,13 @@ Test(mcp, require_approval_pauses_the_run) {
   const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
   sbx_run(&r, srv.base_url, run);
   cr_assert_eq(r.status, 3, "echo waits for approval: %s", r.err);
-  const char *p = strstr(r.err, "its state is in ");
+  /* "sbx: run ID is waiting for approval" */
+  const char *p = strstr(r.err, "sbx: run ");
   cr_assert_not_null(p, "%s", r.err);
-  p += strlen("its state is in ");
-  char *rs = strndup(p, strcspn(p, "\n"));
+  p += strlen("sbx: run ");
+  char *rs = strndup(p, strcspn(p, " \n"));
   sbx_run_free(&r);
-  const char *ok[] = {"approve", rs, "y1", NULL};
+  const char *ok[] = {"approve", "--state-dir", state, rs, "y1", NULL};
   sbx_run(&r, NULL, ok);
   cr_expect_eq(r.status, 0, "%s", r.err);
   sbx_run_free(&r);
