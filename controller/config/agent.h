@@ -27,10 +27,12 @@
  *                       "parameters"?: a JSON schema object,
  *                       "command": [argv...], "timeout_s"?: 1..3600}
  *   mcp_servers        array of {"name", "type": "stdio", "command",
- *                       "args"?, "env"?, "cwd"?, "allowed_tools"?,
- *                       "blocked_tools"?, "require_approval"?,
+ *                       "args"?, "env"?, "cwd"?, ...} or {"name", "type":
+ *                       "streamable_http", "url", "headers"?, ...} where
+ *                       ... is "allowed_tools"?, "blocked_tools"?,
+ *                       "require_approval"?,
  *                       "client_session_timeout_seconds"?,
- *                       "use_structured_content"?} (agent_tools.c)
+ *                       "use_structured_content"? (agent_tools.c)
  *   api                "responses" (default) | "chat_completions"
  *   base_url           "http://..." or "https://..."
  *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
@@ -152,6 +154,7 @@ struct agent_command {
 
 enum agent_mcp_type {
   AGENT_MCP_STDIO,
+  AGENT_MCP_STREAMABLE_HTTP,
 };
 
 /* One of "require_approval"'s per-tool settings. */
@@ -161,13 +164,19 @@ struct agent_mcp_approval {
 };
 
 /* One of "mcp_servers": an MCP server the controller starts on its host
- * and whose tools the agent offers. */
+ * (stdio) or connects to (streamable_http), whose tools the agent
+ * offers. */
 struct agent_mcp_server {
   char *name;
   enum agent_mcp_type type;
-  char **argv;          /* "command" then "args", NULL-terminated */
-  char **env;           /* "KEY=VALUE", NULL-terminated, or NULL */
-  char *cwd;            /* resolved against the file's directory */
+  /* stdio: */
+  char **argv; /* "command" then "args", NULL-terminated */
+  char **env;  /* "KEY=VALUE", NULL-terminated, or NULL */
+  char *cwd;   /* resolved against the file's directory */
+  /* streamable_http: */
+  char *url;
+  char **headers; /* "Name: value", NULL-terminated, or NULL */
+  /* both: */
   char **allowed;       /* NULL-terminated, or NULL: every tool */
   char **blocked;       /* NULL-terminated, or NULL */
   bool approval_always; /* the default of "require_approval" */

@@ -1,9 +1,10 @@
 /* The keys of the tools that run on the controller's host: "tools"
- * entries of type "command" and "mcp_servers". Both are trusted
- * configuration: they name programs the controller starts, never inside
- * the sandbox. A relative program path (one with a slash) and a relative
- * "cwd" are taken from the agent file's directory, which is also where the
- * programs run; a bare program name is looked up in PATH. */
+ * entries of type "command" and "mcp_servers" (stdio or Streamable HTTP).
+ * Both are trusted configuration: they name programs the controller
+ * starts, never inside the sandbox, and servers it connects to. A relative
+ * program path (one with a slash) and a relative "cwd" are taken from the agent
+ * file's directory, which is also where the programs run; a bare program name
+ * is looked up in PATH. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -278,11 +279,96 @@ static int parse_env(const struct agent_ctx *c, struct agent_mcp_server *s,
   return 0;
 }
 
-/* One key SUB (value V, path K) of a stdio server S. */
+/* "headers": an object of strings, as "Name: value" lines. */
+static int parse_headers(const struct agent_ctx *c, struct agent_mcp_server *s,
+                         const char *key, json_t *v) {
+  if (!json_is_object(v))
+    return wrong_type(c, key, "an object of strings", v);
+  if (json_object_size(v) > AGENT_MAX_LIST)
+    return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
+                      "\"%s\" has more than %d entries", key, AGENT_MAX_LIST);
+  s->headers = calloc(json_object_size(v) + 1, sizeof(*s->headers));
+  if (!s->headers)
+    return agent_nomem(c);
+  size_t n = 0;
+  const char *name;
+  json_t *item;
+  json_object_foreach(v, name, item) {
+    const char *val = json_string_value(item);
+    if (!val)
+      return agent_invalid(c, "\"%s.%.64s\" must be a string", key, name);
+    size_t nl = strlen(name);
+    if (nl == 0 ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP"
+                     "QRSTUVWXYZ0123456789!#$%&'*+-.^_`|~") != nl ||
+        strpbrk(val, "\r\n"))
+      return agent_invalid(c, "\"%s\" has a bad header \"%.64s\"", key, name);
+    size_t len = nl + strlen(val) + 3;
+    if (!(s->headers[n] = malloc(len)))
+      return agent_nomem(c);
+    (void)snprintf(s->headers[n++], len, "%s: %s", name, val);
+  }
+  return 0;
+}
+
+/* "url": http:// or https://, without spaces. */
+static int parse_url(const struct agent_ctx *c, struct agent_mcp_server *s,
+                     const char *key, json_t *v) {
+  int r = get_str(c, key, v, &s->url);
+  if (r < 0)
+    return r;
+  const char *u = s->url;
+  size_t scheme = strncmp(u, "https://", 8) == 0  ? 8
+                  : strncmp(u, "http://", 7) == 0 ? 7
+                                                  : 0;
+  bool ok = scheme > 0 && u[scheme] != '\0' && u[scheme] != '/';
+  for (const char *p = u; ok && *p; p++)
+    ok = (unsigned char)*p > ' ' && *p != 0x7f;
+  if (!ok)
+    return agent_invalid(c,
+                         "\"%s\" must be an http:// or https:// URL without "
+                         "spaces (got \"%.64s\")",
+                         key, u);
+  return 0;
+}
+
+/* Which keys each type of server takes (besides "type"). */
+static const struct {
+  const char *key;
+  bool stdio, http;
+} server_keys[] = {
+    {"name", true, true},
+    {"command", true, false},
+    {"args", true, false},
+    {"env", true, false},
+    {"cwd", true, false},
+    {"url", false, true},
+    {"headers", false, true},
+    {"allowed_tools", true, true},
+    {"blocked_tools", true, true},
+    {"require_approval", true, true},
+    {"use_structured_content", true, true},
+    {"client_session_timeout_seconds", true, true},
+};
+
+/* One key SUB (value V, path K) of a server S. */
 static int parse_server_key(const struct agent_ctx *c,
                             struct agent_mcp_server *s, const char *sub,
                             const char *k, json_t *v, char **command,
                             char **cwd) {
+  size_t i = 0;
+  while (i < SBX_ARRAY_SIZE(server_keys) && strcmp(server_keys[i].key, sub))
+    i++;
+  if (i == SBX_ARRAY_SIZE(server_keys))
+    return agent_invalid(c, "unknown key \"%s\"", k);
+  if (s->type == AGENT_MCP_STDIO ? !server_keys[i].stdio : !server_keys[i].http)
+    return agent_invalid(c, "\"%s\" is not a key of a \"%s\" server", k,
+                         s->type == AGENT_MCP_STDIO ? "stdio"
+                                                    : "streamable_http");
+  if (strcmp(sub, "url") == 0)
+    return parse_url(c, s, k, v);
+  if (strcmp(sub, "headers") == 0)
+    return parse_headers(c, s, k, v);
   if (strcmp(sub, "name") == 0)
     return get_str(c, k, v, &s->name);
   if (strcmp(sub, "command") == 0)
@@ -327,17 +413,16 @@ static int parse_server(const struct agent_ctx *c, struct agent_mcp_server *s,
     return wrong_type(c, key, "an object", v);
   json_t *type = json_object_get(v, "type");
   key_path(k, "%s.type", key);
+  static const char types[] = "\"stdio\" or \"streamable_http\"";
   if (!json_is_string(type))
-    return wrong_type(c, k, "\"stdio\"", type);
+    return wrong_type(c, k, types, type);
   if (strcmp(json_string_value(type), "streamable_http") == 0)
-    return agent_fail(c, SBX_NOT_SUPPORTED, EOPNOTSUPP,
-                      "\"%s\": \"streamable_http\" MCP servers are not "
-                      "supported yet; run the server over \"stdio\"",
-                      k);
-  if (strcmp(json_string_value(type), "stdio") != 0)
-    return agent_invalid(c, "\"%s\" must be \"stdio\" (got \"%.64s\")", k,
+    s->type = AGENT_MCP_STREAMABLE_HTTP;
+  else if (strcmp(json_string_value(type), "stdio") == 0)
+    s->type = AGENT_MCP_STDIO;
+  else
+    return agent_invalid(c, "\"%s\" must be %s (got \"%.64s\")", k, types,
                          json_string_value(type));
-  s->type = AGENT_MCP_STDIO;
   s->timeout_ms = MCP_DEFAULT_TIMEOUT_S * 1000;
   _cleanup_free_ char *command = NULL;
   _cleanup_free_ char *cwd = NULL;
@@ -351,12 +436,15 @@ static int parse_server(const struct agent_ctx *c, struct agent_mcp_server *s,
     if (r < 0)
       return r;
   }
-  if (!s->name || !command)
+  bool stdio = s->type == AGENT_MCP_STDIO;
+  if (!s->name || (stdio ? !command : !s->url))
     return agent_invalid(c, "missing required key \"%s.%s\"", key,
-                         s->name ? "command" : "name");
+                         s->name ? (stdio ? "command" : "url") : "name");
   if (strlen(s->name) > MCP_NAME_MAX)
     return agent_invalid(c, "\"%s.name\" is longer than %d bytes", key,
                          MCP_NAME_MAX);
+  if (!stdio)
+    return 0;
   if (!s->argv && !(s->argv = calloc(2, sizeof(*s->argv))))
     return agent_nomem(c);
   _cleanup_free_ char *dir = file_dir(c);
@@ -415,6 +503,8 @@ void agent_host_tools_free(struct agent *a) {
     strv_free(s->argv);
     strv_free(s->env);
     free(s->cwd);
+    free(s->url);
+    strv_free(s->headers);
     strv_free(s->allowed);
     strv_free(s->blocked);
     for (size_t j = 0; j < s->napprovals; j++)

@@ -634,11 +634,20 @@ Test(agent, command_tools_and_mcp_servers) {
                "agents/a.json: \"tools[0].timeout_s\" must be between 1 and "
                "3600 seconds (got 0)");
   expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
-               "\"type\": \"streamable_http\", \"url\": \"http://x/mcp\"}]}",
-               -EOPNOTSUPP,
-               "agents/a.json: \"mcp_servers[0].type\": \"streamable_http\" "
-               "MCP servers are not supported yet; run the server over "
-               "\"stdio\"");
+               "\"type\": \"streamable_http\", \"url\": \"ftp://x/mcp\"}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].url\" must be an http:// or "
+               "https:// URL without spaces (got \"ftp://x/mcp\")");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"streamable_http\", \"url\": \"http://x/mcp\", "
+               "\"command\": \"node\"}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].command\" is not a key of a "
+               "\"streamable_http\" server");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"streamable_http\"}]}",
+               -EINVAL,
+               "agents/a.json: missing required key \"mcp_servers[0].url\"");
   expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
                "\"type\": \"stdio\", \"command\": \"x\", \"cache\": 1}]}",
                -EINVAL, "agents/a.json: unknown key \"mcp_servers[0].cache\"");
