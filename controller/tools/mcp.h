@@ -1,6 +1,7 @@
 /* MCP servers of an agent (its "mcp_servers"), for one run: started on the
- * controller's host (trusted configuration, never in the sandbox) when the
- * agent's first turn needs its tools, and stopped with the run.
+ * controller's host (stdio; trusted configuration, never in the sandbox)
+ * or connected to (Streamable HTTP) when the agent's first turn needs its
+ * tools, and stopped with the run.
  *
  * Protocol per the MCP specification (2025-11-25, with 2025-06-18,
  * 2025-03-26 and 2024-11-05 accepted from a server): initialize with the

@@ -31,7 +31,8 @@ struct mcp_tool {
 
 struct mcp_server {
   const struct agent_mcp_server *cfg;
-  struct mcp_conn *conn;
+  const struct mcp_transport *tp;
+  void *conn;
   pthread_mutex_t mu; /* tools, which a refresh replaces */
   struct mcp_tool *tools;
   size_t ntools;
@@ -41,6 +42,31 @@ struct mcp_set {
   struct mcp_server *servers;
   size_t n;
 };
+
+/* The transport of each type of server. */
+static const struct mcp_transport *const transports[] = {
+    [AGENT_MCP_STDIO] = &mcp_stdio_transport,
+    [AGENT_MCP_STREAMABLE_HTTP] = &mcp_http_transport,
+};
+
+int mcp_reply_result(const char *name, json_t *reply, json_t **result,
+                     struct sbx_error *e) {
+  json_t *err = json_object_get(reply, "error");
+  if (err) {
+    const char *m = json_string_value(json_object_get(err, "message"));
+    return sbx_error_set(
+        e, SBX_INTERNAL, EPROTO,
+        "MCP server \"%s\" answered with error %lld: %.200s", name,
+        (long long)json_integer_value(json_object_get(err, "code")),
+        m ? m : "(no message)");
+  }
+  json_t *res = json_object_get(reply, "result");
+  if (!json_is_object(res))
+    return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                         "MCP server \"%s\" answered without a result", name);
+  *result = json_incref(res);
+  return 0;
+}
 
 /* ---- tools/list ------------------------------------------------------- */
 
@@ -145,8 +171,8 @@ static int list_tools(struct mcp_server *sv, struct sbx_error *e) {
     _cleanup_json_ json_t *params =
         cursor ? json_pack("{s:s}", "cursor", cursor) : NULL;
     _cleanup_json_ json_t *res = NULL;
-    r = mcp_conn_request(sv->conn, "tools/list", params, sv->cfg->timeout_ms,
-                         &res, e);
+    r = sv->tp->request(sv->conn, "tools/list", params, sv->cfg->timeout_ms,
+                        &res, e);
     if (r == 0)
       r = add_page(sv, res, tools, &n, e);
     const char *next = json_string_value(json_object_get(res, "nextCursor"));
@@ -175,7 +201,8 @@ static int list_tools(struct mcp_server *sv, struct sbx_error *e) {
 /* Starts SV's server and goes through the handshake: initialize,
  * notifications/initialized, then the first tools/list. */
 static int server_start(struct mcp_server *sv, struct sbx_error *e) {
-  int r = mcp_conn_start(sv->cfg, &sv->conn, e);
+  sv->tp = transports[sv->cfg->type];
+  int r = sv->tp->start(sv->cfg, &sv->conn, e);
   if (r < 0)
     return r;
   _cleanup_json_ json_t *params = json_pack(
@@ -184,8 +211,8 @@ static int server_start(struct mcp_server *sv, struct sbx_error *e) {
   _cleanup_json_ json_t *res = NULL;
   if (!params)
     return -ENOMEM;
-  r = mcp_conn_request(sv->conn, "initialize", params, sv->cfg->timeout_ms,
-                       &res, e);
+  r = sv->tp->request(sv->conn, "initialize", params, sv->cfg->timeout_ms, &res,
+                      e);
   if (r < 0)
     return r;
   const char *v = json_string_value(json_object_get(res, "protocolVersion"));
@@ -200,15 +227,15 @@ static int server_start(struct mcp_server *sv, struct sbx_error *e) {
   if (!json_is_object(
           json_object_get(json_object_get(res, "capabilities"), "tools")))
     log_warn("mcp server \"%s\" does not say it has tools", sv->cfg->name);
-  r = mcp_conn_notify(sv->conn, "notifications/initialized", NULL,
-                      sv->cfg->timeout_ms);
+  r = sv->tp->notify(sv->conn, "notifications/initialized", NULL,
+                     sv->cfg->timeout_ms);
   if (r < 0)
     return sbx_error_set(e, SBX_UNAVAILABLE, -r,
                          "MCP server \"%s\": cannot send "
                          "notifications/initialized: %s",
                          sv->cfg->name, strerror(-r));
   /* A list_changed sent while it started up is answered by this listing. */
-  (void)mcp_conn_take_list_changed(sv->conn);
+  (void)sv->tp->take_list_changed(sv->conn);
   return list_tools(sv, e);
 }
 
@@ -283,7 +310,7 @@ bool mcp_set_refresh(struct mcp_set *s) {
   bool changed = false;
   for (size_t i = 0; s && i < s->n; i++) {
     struct mcp_server *sv = &s->servers[i];
-    if (!mcp_conn_take_list_changed(sv->conn))
+    if (!sv->tp->take_list_changed(sv->conn))
       continue;
     struct sbx_error e = {0};
     if (list_tools(sv, &e) < 0)
@@ -326,7 +353,8 @@ struct mcp_set *mcp_set_free(struct mcp_set *s) {
     return NULL;
   for (size_t i = 0; i < s->n; i++) {
     struct mcp_server *sv = &s->servers[i];
-    sv->conn = mcp_conn_free(sv->conn);
+    if (sv->tp)
+      sv->tp->free(sv->conn);
     tools_free(sv->tools, sv->ntools);
     pthread_mutex_destroy(&sv->mu);
   }
@@ -407,8 +435,8 @@ int mcp_set_call(struct mcp_set *s, const char *name, const char *args,
       json_pack("{s:s, s:O}", "name", name, "arguments", a);
   _cleanup_json_ json_t *res = NULL;
   struct sbx_error e = {0};
-  int r = params ? mcp_conn_request(sv->conn, "tools/call", params,
-                                    sv->cfg->timeout_ms, &res, &e)
+  int r = params ? sv->tp->request(sv->conn, "tools/call", params,
+                                   sv->cfg->timeout_ms, &res, &e)
                  : -ENOMEM;
   if (r == -ENOMEM)
     return r;

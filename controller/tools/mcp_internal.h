@@ -17,26 +17,38 @@
 
 #define MCP_MAX_MESSAGE (4u << 20) /* bytes of one JSON-RPC message */
 
-struct mcp_conn;
+/* One connection to a server, through its transport. Every function but
+ * free may run from many threads at once. */
+struct mcp_transport {
+  /* Connects to the server CFG (borrowed; it must outlive the connection):
+   * starts it (stdio) or just remembers where it is (HTTP). -errno with E
+   * naming the program or URL. */
+  int (*start)(const struct agent_mcp_server *cfg, void **out,
+               struct sbx_error *e);
+  /* Sends the request METHOD with PARAMS (borrowed, may be NULL) and waits
+   * at most TIMEOUT_MS for its reply: *RESULT (new) is its "result". A
+   * timeout sends notifications/cancelled and returns -ETIMEDOUT; an error
+   * reply -EPROTO; a server that is gone -EPIPE; E says which. */
+  int (*request)(void *c, const char *method, json_t *params,
+                 int64_t timeout_ms, json_t **result, struct sbx_error *e);
+  /* Sends the notification METHOD with PARAMS (borrowed, may be NULL). */
+  int (*notify)(void *c, const char *method, json_t *params,
+                int64_t timeout_ms);
+  /* True once since the server last said notifications/tools/list_changed. */
+  bool (*take_list_changed)(void *c);
+  /* Ends the session and frees C; fails what still waits. Accepts NULL. */
+  void (*free)(void *c);
+};
 
-/* Starts the stdio server CFG (borrowed; it must outlive the connection).
- * -errno with E when the program cannot be started. */
-int mcp_conn_start(const struct agent_mcp_server *cfg, struct mcp_conn **out,
-                   struct sbx_error *e);
-/* Sends the request METHOD with PARAMS (borrowed, may be NULL) and waits
- * at most TIMEOUT_MS for its reply: *RESULT (new) is its "result". A
- * timeout sends notifications/cancelled and returns -ETIMEDOUT; an error
- * reply -EPROTO; a server that is gone -EPIPE; E says which. Thread-safe:
- * requests may be in flight at once. */
-int mcp_conn_request(struct mcp_conn *c, const char *method, json_t *params,
-                     int64_t timeout_ms, json_t **result, struct sbx_error *e);
-/* Sends the notification METHOD with PARAMS (borrowed, may be NULL). */
-int mcp_conn_notify(struct mcp_conn *c, const char *method, json_t *params,
-                    int64_t timeout_ms);
-/* True once since the server last said notifications/tools/list_changed. */
-bool mcp_conn_take_list_changed(struct mcp_conn *c);
-/* Closes stdin, gives the server a moment to exit, then kills its process
- * group; fails what still waits. Accepts NULL; returns NULL. */
-struct mcp_conn *mcp_conn_free(struct mcp_conn *c);
+/* mcp_stdio.c: the server is a program on the controller's host, its
+ * messages one a line on its stdin and stdout. */
+extern const struct mcp_transport mcp_stdio_transport;
+/* mcp_http.c: Streamable HTTP, each message POSTed to the server's URL. */
+extern const struct mcp_transport mcp_http_transport;
+
+/* Shared by the transports: the "result" of the JSON-RPC reply REPLY from
+ * server NAME (new, in *RESULT), or -EPROTO with E for an error reply. */
+int mcp_reply_result(const char *name, json_t *reply, json_t **result,
+                     struct sbx_error *e);
 
 #endif

@@ -36,7 +36,7 @@ struct pending {
   struct pending *next;
 };
 
-struct mcp_conn {
+struct stdio_conn {
   const struct agent_mcp_server *cfg;
   struct host_proc p;
   pthread_t reader;
@@ -46,14 +46,14 @@ struct mcp_conn {
   int64_t next_id;
   struct pending *pending;
   bool gone;     /* the server exited or broke the protocol */
-  bool stopping; /* mcp_conn_free */
+  bool stopping; /* stdio_free */
   char gone_msg[160];
   bool list_changed;
   int wfd; /* its stdin, non-blocking */
 };
 
 /* Ends the connection (locked): every waiter wakes to fail. */
-static void set_gone(struct mcp_conn *c, const char *msg) {
+static void set_gone(struct stdio_conn *c, const char *msg) {
   if (!c->gone)
     (void)snprintf(c->gone_msg, sizeof(c->gone_msg), "%s", msg);
   c->gone = true;
@@ -61,7 +61,7 @@ static void set_gone(struct mcp_conn *c, const char *msg) {
 }
 
 /* Writes LINE (with its newline) to the server before END (ms). Locked. */
-static int write_line(struct mcp_conn *c, const char *line, size_t len,
+static int write_line(struct stdio_conn *c, const char *line, size_t len,
                       uint64_t end) {
   sigset_t old;
   host_sigpipe_block(&old);
@@ -92,7 +92,7 @@ static int write_line(struct mcp_conn *c, const char *line, size_t len,
 }
 
 /* Sends MSG (borrowed) as one line. Takes the lock. */
-static int send_msg(struct mcp_conn *c, json_t *msg, uint64_t end) {
+static int send_msg(struct stdio_conn *c, json_t *msg, uint64_t end) {
   _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
   if (!text)
     return -ENOMEM;
@@ -113,7 +113,7 @@ static int send_msg(struct mcp_conn *c, json_t *msg, uint64_t end) {
 
 /* Answers the server's request MSG: ping with {}, anything else with
  * "method not found". */
-static void answer_request(struct mcp_conn *c, json_t *msg) {
+static void answer_request(struct stdio_conn *c, json_t *msg) {
   const char *method = json_string_value(json_object_get(msg, "method"));
   json_t *id = json_object_get(msg, "id");
   _cleanup_json_ json_t *reply =
@@ -126,7 +126,7 @@ static void answer_request(struct mcp_conn *c, json_t *msg) {
 }
 
 /* One message from the server. */
-static void handle_message(struct mcp_conn *c, const char *line, size_t len) {
+static void handle_message(struct stdio_conn *c, const char *line, size_t len) {
   json_error_t je;
   _cleanup_json_ json_t *msg = json_loadb(line, len, 0, &je);
   if (!json_is_object(msg)) {
@@ -162,7 +162,7 @@ static void handle_message(struct mcp_conn *c, const char *line, size_t len) {
 
 /* Takes the complete lines out of B: messages from stdout, or log lines
  * from stderr. False when a line is over the limit. */
-static bool take_lines(struct mcp_conn *c, struct sbx_buf *b, bool is_out) {
+static bool take_lines(struct stdio_conn *c, struct sbx_buf *b, bool is_out) {
   for (;;) {
     char *nl = b->len ? memchr(b->data, '\n', b->len) : NULL;
     if (!nl && is_out)
@@ -183,7 +183,7 @@ static bool take_lines(struct mcp_conn *c, struct sbx_buf *b, bool is_out) {
 
 /* The reader thread: stdout and stderr until the server is gone. */
 static void *reader_main(void *arg) {
-  struct mcp_conn *c = arg;
+  struct stdio_conn *c = arg;
   _cleanup_buf_ struct sbx_buf out;
   _cleanup_buf_ struct sbx_buf err;
   sbx_buf_init(&out, MCP_MAX_MESSAGE + 65536);
@@ -233,9 +233,11 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
-int mcp_conn_start(const struct agent_mcp_server *cfg, struct mcp_conn **out,
-                   struct sbx_error *e) {
-  struct mcp_conn *c = calloc(1, sizeof(*c));
+static void stdio_free(void *arg);
+
+static int stdio_start(const struct agent_mcp_server *cfg, void **out,
+                       struct sbx_error *e) {
+  struct stdio_conn *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
   c->cfg = cfg;
@@ -248,13 +250,13 @@ int mcp_conn_start(const struct agent_mcp_server *cfg, struct mcp_conn **out,
   (void)pthread_condattr_destroy(&ca);
   int r = host_proc_start(&c->p, cfg->argv, cfg->cwd, cfg->env, e);
   if (r < 0) {
-    mcp_conn_free(c);
+    stdio_free(c);
     return r;
   }
   c->wfd = c->p.in;
   (void)fcntl(c->wfd, F_SETFL, O_NONBLOCK);
   if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
-    mcp_conn_free(c);
+    stdio_free(c);
     return sbx_error_set(e, SBX_INTERNAL, EAGAIN, "cannot start a thread");
   }
   c->reader_started = true;
@@ -263,7 +265,7 @@ int mcp_conn_start(const struct agent_mcp_server *cfg, struct mcp_conn **out,
 }
 
 /* Waits (locked) until P has its reply, the server is gone or END. */
-static void wait_reply(struct mcp_conn *c, struct pending *p, int64_t ms) {
+static void wait_reply(struct stdio_conn *c, struct pending *p, int64_t ms) {
   struct timespec end =
       sbx_deadline_in(CLOCK_MONOTONIC, ms > 0 ? (unsigned)ms : 0);
   while (!p->reply && !c->gone)
@@ -272,7 +274,7 @@ static void wait_reply(struct mcp_conn *c, struct pending *p, int64_t ms) {
 }
 
 /* Takes P off the list (locked). */
-static void unlink_pending(struct mcp_conn *c, struct pending *p) {
+static void unlink_pending(struct stdio_conn *c, struct pending *p) {
   for (struct pending **pp = &c->pending; *pp; pp = &(*pp)->next)
     if (*pp == p) {
       *pp = p->next;
@@ -280,29 +282,13 @@ static void unlink_pending(struct mcp_conn *c, struct pending *p) {
     }
 }
 
-/* The error of REPLY as -EPROTO with E, or its result (new) in *RESULT. */
-static int reply_result(struct mcp_conn *c, json_t *reply, json_t **result,
-                        struct sbx_error *e) {
-  json_t *err = json_object_get(reply, "error");
-  if (err) {
-    const char *m = json_string_value(json_object_get(err, "message"));
-    return sbx_error_set(
-        e, SBX_INTERNAL, EPROTO,
-        "MCP server \"%s\" answered with error %lld: %.200s", c->cfg->name,
-        (long long)json_integer_value(json_object_get(err, "code")),
-        m ? m : "(no message)");
-  }
-  json_t *res = json_object_get(reply, "result");
-  if (!json_is_object(res))
-    return sbx_error_set(e, SBX_INTERNAL, EPROTO,
-                         "MCP server \"%s\" answered without a result",
-                         c->cfg->name);
-  *result = json_incref(res);
-  return 0;
-}
+static int stdio_notify(void *arg, const char *method, json_t *params,
+                        int64_t timeout_ms);
 
-int mcp_conn_request(struct mcp_conn *c, const char *method, json_t *params,
-                     int64_t timeout_ms, json_t **result, struct sbx_error *e) {
+static int stdio_request(void *arg, const char *method, json_t *params,
+                         int64_t timeout_ms, json_t **result,
+                         struct sbx_error *e) {
+  struct stdio_conn *c = arg;
   uint64_t end = sbx_now_ms() + (uint64_t)timeout_ms;
   struct pending p = {0};
   pthread_mutex_lock(&c->mu);
@@ -324,7 +310,7 @@ int mcp_conn_request(struct mcp_conn *c, const char *method, json_t *params,
   pthread_mutex_unlock(&c->mu);
   _cleanup_json_ json_t *reply = p.reply;
   if (reply)
-    return reply_result(c, reply, result, e);
+    return mcp_reply_result(c->cfg->name, reply, result, e);
   if (gone || r == -EPIPE)
     return sbx_error_set(e, SBX_UNAVAILABLE, EPIPE,
                          "MCP server \"%s\" is gone (%s)", c->cfg->name,
@@ -337,14 +323,15 @@ int mcp_conn_request(struct mcp_conn *c, const char *method, json_t *params,
   _cleanup_json_ json_t *cancel = json_pack(
       "{s:I, s:s}", "requestId", (json_int_t)p.id, "reason", "timed out");
   if (cancel)
-    (void)mcp_conn_notify(c, "notifications/cancelled", cancel, 1000);
+    (void)stdio_notify(c, "notifications/cancelled", cancel, 1000);
   return sbx_error_set(e, SBX_UNAVAILABLE, ETIMEDOUT,
                        "MCP server \"%s\" did not answer %s within %.3g s",
                        c->cfg->name, method, (double)timeout_ms / 1000);
 }
 
-int mcp_conn_notify(struct mcp_conn *c, const char *method, json_t *params,
-                    int64_t timeout_ms) {
+static int stdio_notify(void *arg, const char *method, json_t *params,
+                        int64_t timeout_ms) {
+  struct stdio_conn *c = arg;
   _cleanup_json_ json_t *msg = json_pack("{s:s, s:s, s:O*}", "jsonrpc", "2.0",
                                          "method", method, "params", params);
   if (!msg)
@@ -352,7 +339,8 @@ int mcp_conn_notify(struct mcp_conn *c, const char *method, json_t *params,
   return send_msg(c, msg, sbx_now_ms() + (uint64_t)timeout_ms);
 }
 
-bool mcp_conn_take_list_changed(struct mcp_conn *c) {
+static bool stdio_take_list_changed(void *arg) {
+  struct stdio_conn *c = arg;
   pthread_mutex_lock(&c->mu);
   bool changed = c->list_changed;
   c->list_changed = false;
@@ -361,7 +349,7 @@ bool mcp_conn_take_list_changed(struct mcp_conn *c) {
 }
 
 /* Waits up to MS for the server to exit by itself. */
-static void wait_exit(struct mcp_conn *c, unsigned ms) {
+static void wait_exit(struct stdio_conn *c, unsigned ms) {
   uint64_t end = sbx_now_ms() + ms;
   while (c->p.pid > 0 && sbx_now_ms() < end) {
     int st;
@@ -375,9 +363,10 @@ static void wait_exit(struct mcp_conn *c, unsigned ms) {
   }
 }
 
-struct mcp_conn *mcp_conn_free(struct mcp_conn *c) {
+static void stdio_free(void *arg) {
+  struct stdio_conn *c = arg;
   if (!c)
-    return NULL;
+    return;
   pthread_mutex_lock(&c->mu);
   c->stopping = true;
   set_gone(c, "it was closed");
@@ -395,5 +384,12 @@ struct mcp_conn *mcp_conn_free(struct mcp_conn *c) {
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   free(c);
-  return NULL;
 }
+
+const struct mcp_transport mcp_stdio_transport = {
+    .start = stdio_start,
+    .request = stdio_request,
+    .notify = stdio_notify,
+    .take_list_changed = stdio_take_list_changed,
+    .free = stdio_free,
+};

@@ -12,7 +12,8 @@
  *   command.c     command tools
  *   host_proc.c   starting and stopping their programs (host_proc.h)
  *   mcp_client.c  MCP servers: the protocol and an agent's set of servers
- *   mcp_stdio.c   the stdio transport (mcp_internal.h) */
+ *   mcp_stdio.c   the stdio transport (mcp_internal.h)
+ *   mcp_http.c    the Streamable HTTP transport */
 #ifndef SBX_TOOLS_INTERNAL_H
 #define SBX_TOOLS_INTERNAL_H
 
