@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tests/support/model_server.h"
+#include "tests/support/pyserver.h"
 #include "tests/support/sbxrun.h"
 
 #define MCP_DIR SBX_BUILD_DIR "/mcp-servers"
@@ -368,5 +369,102 @@ Test(mcp, a_server_that_cannot_start_fails_the_run_with_its_name) {
   cr_expect(has(f.out.err, "MCP server \"ghost\""), "%s", f.out.err);
   cr_expect(has(f.out.err, "/nonexistent/mcp-server"), "%s", f.out.err);
   cr_expect_eq(json_array_size(f.reqs), 0, "the model was not asked");
+  fixture_free(&f);
+}
+
+/* ---- Streamable HTTP ---------------------------------------------------- */
+
+Test(mcp, everything_over_streamable_http) {
+  const char *argv[] = {"python3", FAKE, "--run-http", EVERYTHING, NULL};
+  pid_t pid = 0;
+  int port = test_pyserver_start(argv, "server-everything over HTTP", &pid);
+  char servers[512];
+  (void)snprintf(servers, sizeof(servers),
+                 "[{\"name\": \"web\", \"type\": \"streamable_http\", "
+                 "\"url\": \"http://127.0.0.1:%d/mcp\", \"allowed_tools\": "
+                 "[\"echo\", \"get-sum\"]}]",
+                 port);
+  struct fixture f = {0};
+  run_script(&f, agent(servers),
+             "[{\"tool_calls\": ["
+             "{\"name\": \"echo\", \"call_id\": \"h1\", \"arguments\": "
+             "{\"message\": \"over http\"}},"
+             "{\"name\": \"get-sum\", \"call_id\": \"h2\", \"arguments\": "
+             "{\"a\": \"x\", \"b\": 1}}]},"
+             " {\"text\": \"done\"}]");
+  test_pyserver_stop(&pid);
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  cr_expect(offers(f.reqs, 0, "echo", NULL));
+  cr_expect(!offers(f.reqs, 0, "get-env", NULL));
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "h1"), "Echo: over http");
+  cr_expect(has(test_call_output(f.reqs, 1, "h2"), "Input validation error"),
+            "%s", test_call_output(f.reqs, 1, "h2"));
+  fixture_free(&f);
+}
+
+Test(mcp, streamable_http_headers_session_list_changed_and_cancel) {
+  const char *argv[] = {"python3", FAKE, fake_log, "--http", NULL};
+  pid_t pid = 0;
+  int port = test_pyserver_start(argv, "mcp_fake.py --http", &pid);
+  char servers[512];
+  (void)snprintf(servers, sizeof(servers),
+                 "[{\"name\": \"fake\", \"type\": \"streamable_http\", "
+                 "\"url\": \"http://127.0.0.1:%d/mcp\", \"headers\": "
+                 "{\"X-Test\": \"secret-1\"}, "
+                 "\"client_session_timeout_seconds\": 2}]",
+                 port);
+  struct fixture f = {0};
+  run_script(&f, agent(servers),
+             "[{\"tool_calls\": ["
+             "{\"name\": \"add\", \"call_id\": \"a1\", \"arguments\": "
+             "{\"a\": 1, \"b\": 2}},"
+             "{\"name\": \"grow\", \"call_id\": \"g1\", \"arguments\": "
+             "{}}]},"
+             " {\"tool_calls\": ["
+             "{\"name\": \"extra\", \"call_id\": \"x1\", \"arguments\": "
+             "{}},"
+             "{\"name\": \"hang\", \"call_id\": \"h1\", \"arguments\": "
+             "{}}]},"
+             " {\"text\": \"done\"}]");
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "a1"), "3");
+  cr_expect(!offers(f.reqs, 0, "extra", NULL));
+  cr_expect(offers(f.reqs, 1, "extra", NULL), "list_changed in the stream");
+  cr_expect_str_eq(test_call_output(f.reqs, 2, "x1"), "extra ran");
+  cr_expect(has(test_call_output(f.reqs, 2, "h1"), "did not answer tools/call "
+                                                   "within 2 s"),
+            "%s", test_call_output(f.reqs, 2, "h1"));
+  test_pyserver_stop(&pid);
+  json_t *msgs = fake_messages();
+  size_t i;
+  json_t *m;
+  bool deleted = false, pong = false;
+  json_array_foreach(msgs, i, m) {
+    json_t *h = json_object_get(m, "headers");
+    cr_expect_str_eq(json_string_value(json_object_get(h, "x-test")),
+                     "secret-1", "the agent file's headers on every request");
+    const char *method = json_string_value(json_object_get(m, "method"));
+    const char *verb = json_string_value(json_object_get(m, "http"));
+    if (method && strcmp(method, "initialize") == 0) {
+      cr_expect_null(json_object_get(h, "mcp-session-id"));
+      cr_expect(has(json_string_value(json_object_get(h, "accept")),
+                    "text/event-stream"));
+      continue;
+    }
+    cr_expect_str_eq(json_string_value(json_object_get(h, "mcp-session-id")),
+                     "sess-1", "%s", method ? method : "a reply");
+    cr_expect_str_eq(
+        json_string_value(json_object_get(h, "mcp-protocol-version")),
+        "2025-06-18");
+    deleted = deleted || (verb && strcmp(verb, "DELETE") == 0);
+    json_t *id = json_object_get(m, "id");
+    pong = pong ||
+           (json_is_string(id) && strcmp(json_string_value(id), "srv-1") == 0);
+  }
+  cr_expect(pong, "the server's ping was answered with a POST");
+  cr_expect(deleted, "the session was ended with a DELETE");
+  cr_expect_not_null(fake_find(msgs, "notifications/initialized"));
+  cr_expect_not_null(fake_find(msgs, "notifications/cancelled"));
+  json_decref(msgs);
   fixture_free(&f);
 }

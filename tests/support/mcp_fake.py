@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""A small MCP server over stdio for the tests of what the real servers do
-not do on demand: crash, hang, change their tool list, send too much.
+"""A small MCP server for the tests of what the real servers do not do on
+demand: crash, hang, change their tool list, send too much.
 
-    mcp_fake.py LOG.jsonl
+    mcp_fake.py LOG.jsonl            over stdio
+    mcp_fake.py LOG.jsonl --http     over Streamable HTTP on 127.0.0.1:
+                                     prints "listening PORT", serves /mcp
+    mcp_fake.py --run-http INDEX.js  runs server-everything's Streamable
+                                     HTTP server (node INDEX.js) on a free
+                                     port, prints "listening PORT" once it
+                                     answers, and stops it on SIGTERM
 
 Every message it receives is appended to LOG.jsonl. It answers initialize
 (protocol 2025-06-18), ping, tools/list (two pages) and tools/call:
@@ -18,13 +24,30 @@ Every message it receives is appended to LOG.jsonl. It answers initialize
 """
 
 import json
+import os
+import signal
+import socket
+import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 log_path = sys.argv[1]
 grown = False
+out = threading.local()  # where send() writes: stdout, or an HTTP reply
+
+
+def log(entry):
+    with open(log_path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
 
 
 def send(msg):
+    sink = getattr(out, "sink", None)
+    if sink is not None:
+        sink.append(msg)
+        return
     sys.stdout.write(json.dumps(msg) + "\n")
     sys.stdout.flush()
 
@@ -64,9 +87,10 @@ def call(mid, params):
     elif name == "extra" and grown:
         text("extra ran")
     elif name == "crash":
-        sys.exit(3)
+        os._exit(3)
     elif name == "hang":
-        pass
+        if getattr(out, "sink", None) is not None:
+            time.sleep(3600)
     elif name == "big":
         text("x" * (5 << 20))
     else:
@@ -74,10 +98,7 @@ def call(mid, params):
               "error": {"code": -32602, "message": "Unknown tool " + str(name)}})
 
 
-for line in sys.stdin:
-    msg = json.loads(line)
-    with open(log_path, "a") as f:
-        f.write(json.dumps(msg) + "\n")
+def handle(msg):
     method = msg.get("method")
     mid = msg.get("id")
     if method == "initialize":
@@ -92,3 +113,85 @@ for line in sys.stdin:
               "result": tools_page((msg.get("params") or {}).get("cursor"))})
     elif method == "tools/call":
         call(mid, msg.get("params") or {})
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def headers_seen(self):
+        return {k.lower(): v for k, v in self.headers.items()
+                if k.lower() in ("mcp-session-id", "mcp-protocol-version",
+                                 "x-test", "accept", "content-type")}
+
+    def do_DELETE(self):
+        log({"http": "DELETE", "headers": self.headers_seen()})
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        msg = json.loads(body)
+        entry = dict(msg)
+        entry["headers"] = self.headers_seen()
+        log(entry)
+        out.sink = []
+        handle(msg)
+        replies, out.sink = out.sink, None
+        if "id" not in msg or "method" not in msg:
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if msg.get("method") == "tools/call":
+            # As an event stream: what came before the reply, then it.
+            data = "".join("event: message\ndata: %s\n\n" % json.dumps(r)
+                           for r in replies).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+        else:
+            data = json.dumps(replies[-1]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+        if msg.get("method") == "initialize":
+            self.send_header("Mcp-Session-Id", "sess-1")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def run_everything(index_js):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, PORT=str(port))
+    child = subprocess.Popen(["node", index_js, "streamableHttp"], env=env,
+                             stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    signal.signal(signal.SIGTERM, lambda *a: (child.kill(), os._exit(0)))
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    print("listening %d" % port, flush=True)
+    child.wait()
+
+
+if sys.argv[1] == "--run-http":
+    run_everything(sys.argv[2])
+elif len(sys.argv) > 2 and sys.argv[2] == "--http":
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    print("listening %d" % srv.server_address[1], flush=True)
+    srv.serve_forever()
+else:
+    for line in sys.stdin:
+        msg = json.loads(line)
+        log(msg)
+        handle(msg)
