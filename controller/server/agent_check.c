@@ -5,10 +5,10 @@
  * copied or mounted from the host (local_file, local_dir, mount), no
  * git_repo (cloned by the host), no grants of host paths, no command tools
  * and no stdio MCP servers (programs run on the server's host); and, unless
- * the
- * token is the operator's (admin), no base_url (the server's API key would
- * go there) and no backend option that reaches the host (the option
- * tables' api rules). */
+ * the token is the operator's (admin), no base_url (the server's API key
+ * would go there), no streamable_http MCP servers (the server would connect
+ * where the request says) and no backend option that reaches the host (the
+ * option tables' api rules). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -155,6 +155,11 @@ int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
                       "agent: \"base_url\" would send the server's model API "
                       "key where a request says; the server's operator sets "
                       "where models are reached");
+  if (r == 0 && !trusted && set->agents[0]->nmcp_servers)
+    r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
+                      "agent: \"mcp_servers\" would have the server connect "
+                      "where a request says, with the headers it says; the "
+                      "server's operator sets which MCP servers are reached");
   const struct backend *b =
       r == 0 && !trusted ? backend_find(set->agents[0]->run_backend) : NULL;
   if (b)

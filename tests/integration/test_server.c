@@ -455,6 +455,10 @@ Test(server, bad_requests_are_refused_with_a_reason) {
   refused("{\"agent\": {\"name\": \"A\", \"base_url\": "
           "\"http://127.0.0.1:1/v1\"}, \"input\": \"x\"}",
           403, "base_url");
+  refused("{\"agent\": {\"name\": \"A\", \"mcp_servers\": [{\"name\": "
+          "\"m\", \"type\": \"streamable_http\", \"url\": "
+          "\"http://127.0.0.1:1/mcp\"}]}, \"input\": \"x\"}",
+          403, "\"mcp_servers\" would have the server connect");
   refuse_token = NULL;
   free(runner);
   struct test_http ok;
