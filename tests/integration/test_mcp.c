@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/support/model_server.h"
@@ -18,6 +19,9 @@
 #define MCP_DIR SBX_BUILD_DIR "/mcp-servers"
 #define EVERYTHING                                                             \
   MCP_DIR "/node_modules/@modelcontextprotocol/server-everything/dist/"        \
+          "index.js"
+#define FILESYSTEM                                                             \
+  MCP_DIR "/node_modules/@modelcontextprotocol/server-filesystem/dist/"        \
           "index.js"
 #define FAKE SBX_SOURCE_DIR "/tests/support/mcp_fake.py"
 
@@ -241,6 +245,39 @@ Test(mcp, require_approval_pauses_the_run) {
   cr_expect_str_eq(test_call_output(reqs, 2, "y1"), "Echo: x");
   json_decref(reqs);
   free(rs);
+}
+
+Test(mcp, filesystem_server_reads_within_its_root_only) {
+  char root[128], servers[1024], script[1024];
+  (void)snprintf(root, sizeof(root), "%s/files", dir);
+  cr_assert_eq(mkdir(root, 0755), 0);
+  test_write_file(root, "hello.txt", "hello from fs\n");
+  (void)snprintf(servers, sizeof(servers),
+                 "[{\"name\": \"fs\", \"type\": \"stdio\", \"command\": "
+                 "\"node\", \"args\": [\"" FILESYSTEM "\", \"%s\"], "
+                 "\"allowed_tools\": [\"read_text_file\", "
+                 "\"list_directory\"]}]",
+                 root);
+  (void)snprintf(script, sizeof(script),
+                 "[{\"tool_calls\": ["
+                 "{\"name\": \"read_text_file\", \"call_id\": \"r1\", "
+                 "\"arguments\": {\"path\": \"%s/hello.txt\"}},"
+                 "{\"name\": \"read_text_file\", \"call_id\": \"r2\", "
+                 "\"arguments\": {\"path\": \"/etc/passwd\"}},"
+                 "{\"name\": \"list_directory\", \"call_id\": \"r3\", "
+                 "\"arguments\": {\"path\": \"%s\"}}]},"
+                 " {\"text\": \"done\"}]",
+                 root, root);
+  struct fixture f = {0};
+  run_script(&f, agent(servers), script);
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  cr_expect(!offers(f.reqs, 0, "write_file", NULL), "not allowed");
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "r1"), "hello from fs\n");
+  cr_expect(has(test_call_output(f.reqs, 1, "r2"), "Access denied"), "%s",
+            test_call_output(f.reqs, 1, "r2"));
+  cr_expect(has(test_call_output(f.reqs, 1, "r3"), "hello.txt"), "%s",
+            test_call_output(f.reqs, 1, "r3"));
+  fixture_free(&f);
 }
 
 /* The messages the fake server received (new array). */
