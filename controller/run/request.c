@@ -236,13 +236,33 @@ int run_request_build(struct run *run, const struct agent *a,
   return 0;
 }
 
-/* Starts agent A's MCP servers on first use. */
+/* Starts agent A's MCP servers on first use. An MCP tool may not have the
+ * name of another of A's tools: the model would be offered both. */
 int run_mcp_ensure(struct run *run, const struct agent *a,
                    struct sbx_error *e) {
   struct agent_state *st = &run->states[a->index];
   if (st->mcp || a->nmcp_servers == 0)
     return 0;
-  return mcp_set_start(a, &st->mcp, e);
+  int r = mcp_set_start(a, &st->mcp, e);
+  if (r < 0)
+    return r;
+  _cleanup_json_ json_t *others = build_tools(a, NULL, run_agent_api(a));
+  if (!others)
+    return -ENOMEM;
+  size_t i;
+  json_t *t;
+  json_array_foreach(others, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (name && mcp_set_has(st->mcp, name)) {
+      run->res->config_error = true;
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "agent \"%s\": an MCP server lists tool \"%s\", "
+                           "which the agent has already; blocked_tools can "
+                           "leave it out",
+                           a->name, name);
+    }
+  }
+  return 0;
 }
 
 /* Frees what run_request_build made for TR. */

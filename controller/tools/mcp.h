@@ -55,6 +55,8 @@ int mcp_set_definitions(struct mcp_set *s, json_t *tools);
  * CTX->failure. -ENOENT when NAME is not one of the set's tools; -ENOMEM. */
 int mcp_set_call(struct mcp_set *s, const char *name, const char *args,
                  json_t **output, struct tool_ctx *ctx);
+/* Whether NAME is one of the set's tools. */
+bool mcp_set_has(const struct mcp_set *s, const char *name);
 /* Whether the server of tool NAME asks for approval of its calls
  * (require_approval); false for a tool that is not the set's. */
 bool mcp_set_needs_approval(const struct mcp_set *s, const char *name);

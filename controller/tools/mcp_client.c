@@ -336,6 +336,14 @@ int mcp_set_definitions(struct mcp_set *s, json_t *tools) {
   return 0;
 }
 
+bool mcp_set_has(const struct mcp_set *s, const char *name) {
+  size_t idx;
+  struct mcp_server *sv = find_tool(s, name, &idx);
+  if (sv)
+    pthread_mutex_unlock(&sv->mu);
+  return sv != NULL;
+}
+
 bool mcp_set_needs_approval(const struct mcp_set *s, const char *name) {
   size_t idx;
   struct mcp_server *sv = find_tool(s, name, &idx);

@@ -57,8 +57,7 @@ static void answer_request(struct http_conn *c, json_t *msg) {
       strcmp(method, "ping") == 0
           ? json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", id, "result")
           : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
-                      "error", "code", -32601, "message",
-                      "Method not found");
+                      "error", "code", -32601, "message", "Method not found");
   struct sbx_error e = {0};
   if (reply && post(c, reply, -1, 2000, NULL, &e) < 0)
     log_debug("mcp server \"%s\": answering %s: %s", c->cfg->name, method,
@@ -120,8 +119,8 @@ static int on_data(void *arg, const char *data, size_t len) {
 static void header_lines(struct http_conn *c, const char **lines, char *buf,
                          size_t cap) {
   size_t n = 0, used = 0;
-  for (size_t i = 0; c->cfg->headers && c->cfg->headers[i] &&
-                     n < MCP_HTTP_MAX_HEADERS - 5;
+  for (size_t i = 0;
+       c->cfg->headers && c->cfg->headers[i] && n < MCP_HTTP_MAX_HEADERS - 5;
        i++)
     lines[n++] = c->cfg->headers[i];
   lines[n++] = "Content-Type: application/json";
@@ -253,8 +252,8 @@ static int http_request(void *arg, const char *method, json_t *params,
   int64_t id = c->next_id++;
   pthread_mutex_unlock(&c->mu);
   _cleanup_json_ json_t *msg =
-      json_pack("{s:s, s:I, s:s, s:O*}", "jsonrpc", "2.0", "id",
-                (json_int_t)id, "method", method, "params", params);
+      json_pack("{s:s, s:I, s:s, s:O*}", "jsonrpc", "2.0", "id", (json_int_t)id,
+                "method", method, "params", params);
   _cleanup_json_ json_t *reply = NULL;
   struct sbx_error pe = {0};
   int r = msg ? post(c, msg, id, timeout_ms, &reply, &pe) : -ENOMEM;

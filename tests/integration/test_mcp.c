@@ -409,6 +409,24 @@ Test(mcp, a_server_that_cannot_start_fails_the_run_with_its_name) {
   fixture_free(&f);
 }
 
+Test(mcp, a_tool_name_the_agent_has_already_is_refused) {
+  char text[2048];
+  (void)snprintf(text, sizeof(text),
+                 "{\"name\": \"A\", \"capabilities\": [], \"tools\": "
+                 "[{\"type\": \"command\", \"name\": \"add\", \"command\": "
+                 "[\"true\"]}], \"mcp_servers\": %s}",
+                 fake(""));
+  const char *a = test_write_file(dir, "a.json", text);
+  struct fixture f = {0};
+  run_script(&f, a, "[{\"text\": \"never\"}]");
+  cr_expect_eq(f.out.status, 2, "a configuration error: %s", f.out.err);
+  cr_expect(has(f.out.err, "an MCP server lists tool \"add\", which the "
+                           "agent has already"),
+            "%s", f.out.err);
+  cr_expect_eq(json_array_size(f.reqs), 0);
+  fixture_free(&f);
+}
+
 /* ---- Streamable HTTP ---------------------------------------------------- */
 
 Test(mcp, everything_over_streamable_http) {
