@@ -8,8 +8,11 @@
  * progress and logging ignored) before it. A notification is answered with
  * 202. The session is ended with a DELETE when the run is done.
  *
- * The GET stream a server may offer for messages outside any request is
- * not opened: a list_changed is seen when it comes in a reply's stream.
+ * Once initialized, a listener thread keeps the GET stream open that a
+ * server may offer for messages outside any request (where a list_changed
+ * usually comes), opening it again a second after it ends, until the
+ * server says it has none (405) or the connection is freed.
+ *
  * Each message is bounded by MCP_MAX_MESSAGE, one reply's stream by
  * MCP_HTTP_MAX_STREAM. A session the server forgot (404) fails the call. */
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "controller/net/http.h"
 #include "controller/net/sse.h"
@@ -35,6 +39,9 @@ struct http_conn {
   char version[32];   /* the protocol version agreed on, or "" */
   int64_t next_id;
   bool list_changed;
+  pthread_t listener; /* the GET stream's, once started */
+  bool listening;
+  volatile bool stop; /* tells the listener to end */
 };
 
 /* One POST and what its reply brought. */
@@ -115,16 +122,19 @@ static int on_data(void *arg, const char *data, size_t len) {
   return x->reply && !x->keep_open ? -EALREADY : 0;
 }
 
-/* The request's header lines into LINES (pointers into BUF and CFG). */
-static void header_lines(struct http_conn *c, const char **lines, char *buf,
-                         size_t cap) {
+/* The request's header lines into LINES (pointers into BUF and CFG); a
+ * GET (STREAM) accepts only an event stream. */
+static void header_lines(struct http_conn *c, bool stream, const char **lines,
+                         char *buf, size_t cap) {
   size_t n = 0, used = 0;
   for (size_t i = 0;
        c->cfg->headers && c->cfg->headers[i] && n < MCP_HTTP_MAX_HEADERS - 5;
        i++)
     lines[n++] = c->cfg->headers[i];
-  lines[n++] = "Content-Type: application/json";
-  lines[n++] = "Accept: application/json, text/event-stream";
+  lines[n++] = stream ? "Accept: text/event-stream"
+                      : "Accept: application/json, text/event-stream";
+  if (!stream)
+    lines[n++] = "Content-Type: application/json";
   pthread_mutex_lock(&c->mu);
   int k;
   if (c->session &&
@@ -171,7 +181,7 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
     r = http_client_new(&hc, e);
   const char *lines[MCP_HTTP_MAX_HEADERS + 1];
   char buf[512];
-  header_lines(c, lines, buf, sizeof(buf));
+  header_lines(c, false, lines, buf, sizeof(buf));
   struct http_request req = {
       .url = c->cfg->url,
       .body = body,
@@ -222,6 +232,50 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
   return r;
 }
 
+/* One GET of the server's stream, read until it ends: 1 when the server
+ * offers none (405, or another 4xx), else 0. */
+static int listen_once(struct http_conn *c) {
+  struct exchange x = {.c = c, .want_id = -1, .keep_open = true};
+  struct http_client *hc = NULL;
+  struct sbx_error e = {0};
+  if (sse_parser_new(MCP_MAX_MESSAGE, on_event, &x, &x.sse) < 0 ||
+      http_client_new(&hc, &e) < 0) {
+    sse_parser_free(x.sse);
+    return 1;
+  }
+  const char *lines[MCP_HTTP_MAX_HEADERS + 1];
+  char buf[512];
+  header_lines(c, true, lines, buf, sizeof(buf));
+  struct http_request req = {.url = c->cfg->url,
+                             .method = "GET",
+                             .headers = lines,
+                             .stream_body = true,
+                             .on_data = on_data,
+                             .data_arg = &x,
+                             .cancel = &c->stop};
+  struct http_response resp = {0};
+  int r = http_send(hc, &req, &resp, &e);
+  int none = r == 0 && resp.status >= 400 && resp.status < 500;
+  if (r < 0 && r != -ECANCELED)
+    log_debug("mcp server \"%s\": its GET stream: %s", c->cfg->name, e.msg);
+  http_response_clear(&resp);
+  http_client_free(hc);
+  sse_parser_free(x.sse);
+  json_decref(x.reply);
+  return none;
+}
+
+/* The listener thread: the GET stream, again a second after it ends. */
+static void *listen_main(void *arg) {
+  struct http_conn *c = arg;
+  while (!c->stop && listen_once(c) == 0)
+    for (int i = 0; i < 10 && !c->stop; i++) {
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      (void)nanosleep(&ts, NULL);
+    }
+  return NULL;
+}
+
 static int http_start(const struct agent_mcp_server *cfg, void **out,
                       struct sbx_error *e) {
   (void)e;
@@ -241,7 +295,12 @@ static int http_notify(void *arg, const char *method, json_t *params,
   _cleanup_json_ json_t *msg = json_pack("{s:s, s:s, s:O*}", "jsonrpc", "2.0",
                                          "method", method, "params", params);
   struct sbx_error e = {0};
-  return msg ? post(c, msg, -1, timeout_ms, NULL, &e) : -ENOMEM;
+  int r = msg ? post(c, msg, -1, timeout_ms, NULL, &e) : -ENOMEM;
+  /* Initialized: the server may send on its own stream from now on. */
+  if (r == 0 && strcmp(method, "notifications/initialized") == 0 &&
+      !c->listening)
+    c->listening = pthread_create(&c->listener, NULL, listen_main, c) == 0;
+  return r;
 }
 
 static int http_request(void *arg, const char *method, json_t *params,
@@ -295,12 +354,15 @@ static void http_free(void *arg) {
   struct http_conn *c = arg;
   if (!c)
     return;
+  c->stop = true;
+  if (c->listening)
+    (void)pthread_join(c->listener, NULL);
   struct http_client *hc = NULL;
   struct sbx_error e = {0};
   if (c->session && http_client_new(&hc, &e) == 0) {
     const char *lines[MCP_HTTP_MAX_HEADERS + 1];
     char buf[512];
-    header_lines(c, lines, buf, sizeof(buf));
+    header_lines(c, false, lines, buf, sizeof(buf));
     struct http_request req = {.url = c->cfg->url,
                                .method = "DELETE",
                                .headers = lines,
