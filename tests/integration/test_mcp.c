@@ -484,7 +484,7 @@ Test(mcp, streamable_http_headers_session_list_changed_and_cancel) {
   cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
   cr_expect_str_eq(test_call_output(f.reqs, 1, "a1"), "3");
   cr_expect(!offers(f.reqs, 0, "extra", NULL));
-  cr_expect(offers(f.reqs, 1, "extra", NULL), "list_changed in the stream");
+  cr_expect(offers(f.reqs, 1, "extra", NULL), "list_changed on the GET stream");
   cr_expect_str_eq(test_call_output(f.reqs, 2, "x1"), "extra ran");
   cr_expect(has(test_call_output(f.reqs, 2, "h1"), "did not answer tools/call "
                                                    "within 2 s"),
@@ -517,6 +517,15 @@ Test(mcp, streamable_http_headers_session_list_changed_and_cancel) {
            (json_is_string(id) && strcmp(json_string_value(id), "srv-1") == 0);
   }
   cr_expect(pong, "the server's ping was answered with a POST");
+  json_t *get = NULL;
+  json_array_foreach(msgs, i, m) {
+    const char *verb = json_string_value(json_object_get(m, "http"));
+    if (verb && strcmp(verb, "GET") == 0)
+      get = m;
+  }
+  cr_expect_str_eq(json_string_value(json_object_get(
+                       json_object_get(get, "headers"), "accept")),
+                   "text/event-stream", "the GET stream was opened");
   cr_expect(deleted, "the session was ended with a DELETE");
   cr_expect_not_null(fake_find(msgs, "notifications/initialized"));
   cr_expect_not_null(fake_find(msgs, "notifications/cancelled"));

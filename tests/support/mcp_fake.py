@@ -16,7 +16,8 @@ Every message it receives is appended to LOG.jsonl. It answers initialize
     add {a, b}      the sum as text; sends a progress notification and a
                     ping request of its own first
     grow {}         adds the tool "extra" and says
-                    notifications/tools/list_changed
+                    notifications/tools/list_changed: before its reply over
+                    stdio, on the GET stream over HTTP
     extra {}        "extra ran" (listed only after grow)
     crash {}        exits with status 3 without answering
     hang {}         never answers (a notifications/cancelled is logged)
@@ -82,8 +83,13 @@ def call(mid, params):
         text(str(args.get("a", 0) + args.get("b", 0)))
     elif name == "grow":
         grown = True
+        changed = {"jsonrpc": "2.0",
+                   "method": "notifications/tools/list_changed"}
+        if getattr(out, "sink", None) is None:
+            send(changed)  # stdio: before the reply, as SDK servers do
+        else:
+            push(changed)  # HTTP: on the GET stream
         text("grown")
-        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
     elif name == "extra" and grown:
         text("extra ran")
     elif name == "crash":
@@ -126,6 +132,18 @@ class Handler(BaseHTTPRequestHandler):
                 if k.lower() in ("mcp-session-id", "mcp-protocol-version",
                                  "x-test", "accept", "content-type")}
 
+    def do_GET(self):
+        log({"http": "GET", "headers": self.headers_seen()})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+        with streams_cv:
+            streams.append(self.wfile)
+            streams_cv.notify_all()
+        time.sleep(3600)
+
     def do_DELETE(self):
         log({"http": "DELETE", "headers": self.headers_seen()})
         self.send_response(200)
@@ -161,6 +179,25 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+streams = []  # the open GET streams (HTTP)
+streams_cv = threading.Condition()
+
+
+def push(msg):
+    """Sends MSG on the GET streams (waiting up to 5 s for one), then gives
+    the client a moment to read it before the reply that follows."""
+    with streams_cv:
+        streams_cv.wait_for(lambda: streams, timeout=5)
+        for w in streams:
+            try:
+                w.write(("event: message\ndata: %s\n\n" % json.dumps(msg))
+                        .encode())
+                w.flush()
+            except OSError:
+                pass
+    time.sleep(0.5)
 
 
 def run_everything(index_js):
