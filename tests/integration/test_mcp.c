@@ -118,6 +118,22 @@ static bool offers(json_t *reqs, size_t n, const char *name, size_t *at) {
   return false;
 }
 
+/* The output of CALL_ID in request N (borrowed), whatever its type. */
+static json_t *output_of(json_t *reqs, size_t n, const char *call_id) {
+  json_t *input = json_object_get(
+      json_object_get(json_array_get(reqs, n), "body"), "input");
+  size_t i;
+  json_t *it;
+  json_array_foreach(input, i, it) {
+    const char *c = json_string_value(json_object_get(it, "call_id"));
+    const char *t = json_string_value(json_object_get(it, "type"));
+    if (c && t && strcmp(c, call_id) == 0 &&
+        strcmp(t, "function_call_output") == 0)
+      return json_object_get(it, "output");
+  }
+  return NULL;
+}
+
 static bool has(const char *s, const char *sub) {
   return s && strstr(s, sub);
 }
@@ -165,7 +181,9 @@ Test(mcp, everything_error_result_and_structured_content_reach_the_model) {
              "{\"name\": \"get-sum\", \"call_id\": \"e1\", \"arguments\": "
              "{\"a\": \"x\", \"b\": 2}},"
              "{\"name\": \"get-structured-content\", \"call_id\": \"s1\", "
-             "\"arguments\": {\"location\": \"Chicago\"}}]},"
+             "\"arguments\": {\"location\": \"Chicago\"}},"
+             "{\"name\": \"get-tiny-image\", \"call_id\": \"i1\", "
+             "\"arguments\": {}}]},"
              " {\"text\": \"done\"}]");
   cr_expect_eq(f.out.status, 0, "an error result does not fail the run: %s",
                f.out.err);
@@ -179,6 +197,20 @@ Test(mcp, everything_error_result_and_structured_content_reach_the_model) {
   cr_expect(json_is_number(json_object_get(sc, "temperature")),
             "structuredContent as JSON: %s", test_call_output(f.reqs, 1, "s1"));
   json_decref(sc);
+  /* Text and an image: input parts, the image as a data URL. */
+  json_t *img = output_of(f.reqs, 1, "i1");
+  cr_assert(json_is_array(img), "parts");
+  bool text = false, image = false;
+  size_t i;
+  json_t *part;
+  json_array_foreach(img, i, part) {
+    const char *t = json_string_value(json_object_get(part, "type"));
+    const char *u = json_string_value(json_object_get(part, "image_url"));
+    text = text || (t && strcmp(t, "input_text") == 0);
+    image = image || (t && strcmp(t, "input_image") == 0 && u &&
+                      strncmp(u, "data:image/png;base64,", 22) == 0);
+  }
+  cr_expect(text && image, "a text part and a data URL image");
   fixture_free(&f);
 }
 
