@@ -205,6 +205,10 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
     r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
                       "MCP server \"%s\" sent a message over %u bytes",
                       c->cfg->name, MCP_MAX_MESSAGE);
+  if (r == 0 && !resp.streamed && resp.body_len > MCP_MAX_MESSAGE)
+    r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                      "MCP server \"%s\" sent a message over %u bytes",
+                      c->cfg->name, MCP_MAX_MESSAGE);
   if (r == 0 && !resp.streamed && resp.status >= 200 && resp.status < 300 &&
       resp.body_len > 0)
     handle_body(&x, resp.body, resp.body_len);
