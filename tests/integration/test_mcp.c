@@ -564,3 +564,29 @@ Test(mcp, streamable_http_headers_session_list_changed_and_cancel) {
   json_decref(msgs);
   fixture_free(&f);
 }
+
+Test(mcp, an_oversized_http_message_fails_the_call) {
+  const char *argv[] = {"python3", FAKE, fake_log, "--http", NULL};
+  pid_t pid = 0;
+  int port = test_pyserver_start(argv, "mcp_fake.py --http", &pid);
+  char servers[512];
+  (void)snprintf(servers, sizeof(servers),
+                 "[{\"name\": \"fake\", \"type\": \"streamable_http\", "
+                 "\"url\": \"http://127.0.0.1:%d/mcp\"}]",
+                 port);
+  struct fixture f = {0};
+  run_script(&f, agent(servers),
+             "[{\"tool_calls\": [{\"name\": \"big\", \"call_id\": \"b1\", "
+             "\"arguments\": {}}]},"
+             " {\"tool_calls\": [{\"name\": \"add\", \"call_id\": \"b2\", "
+             "\"arguments\": {\"a\": 2, \"b\": 2}}]},"
+             " {\"text\": \"ok\"}]");
+  test_pyserver_stop(&pid);
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  const char *b1 = test_call_output(f.reqs, 1, "b1");
+  cr_expect(has(b1, "MCP server \"fake\" sent a message over 4194304 bytes"),
+            "%s", b1);
+  cr_expect_str_eq(test_call_output(f.reqs, 2, "b2"), "4",
+                   "one oversized reply does not end an HTTP session");
+  fixture_free(&f);
+}

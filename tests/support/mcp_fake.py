@@ -223,7 +223,11 @@ def run_everything(index_js):
 if sys.argv[1] == "--run-http":
     run_everything(sys.argv[2])
 elif len(sys.argv) > 2 and sys.argv[2] == "--http":
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            pass  # a client that left mid-reply (sbx stops reading)
+
+    srv = Server(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     print("listening %d" % srv.server_address[1], flush=True)
     srv.serve_forever()
