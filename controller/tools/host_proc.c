@@ -48,7 +48,7 @@ static void build_env(char *const env[], const char **envp, char *buf,
 
 int host_proc_start(struct host_proc *p, char *const argv[], const char *dir,
                     char *const env[], struct sbx_error *e) {
-  *p = (struct host_proc){.pid = 0, .in = -1, .out = -1, .err = -1};
+  *p = (struct host_proc){.in = -1, .out = -1, .err = -1};
   int fds[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
   for (int i = 0; i < 3; i++)
     if (pipe2(fds[i], O_CLOEXEC) < 0) {
@@ -102,6 +102,7 @@ int host_proc_start(struct host_proc *p, char *const argv[], const char *dir,
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, r, "cannot run \"%s\": %s",
                          argv[0], strerror(r));
   }
+  p->pgid = p->pid;
   p->in = fds[0][1];
   p->out = fds[1][0];
   p->err = fds[2][0];
@@ -109,8 +110,8 @@ int host_proc_start(struct host_proc *p, char *const argv[], const char *dir,
 }
 
 void host_proc_kill(struct host_proc *p) {
-  if (p->pid > 0)
-    (void)kill(-p->pid, SIGKILL);
+  if (p->pgid > 0)
+    (void)kill(-p->pgid, SIGKILL);
 }
 
 int host_proc_wait(struct host_proc *p, int *status) {
@@ -130,10 +131,10 @@ void host_proc_stop(struct host_proc *p, int *status) {
   close_fd(&p->out);
   close_fd(&p->err);
   int st = 0;
-  if (p->pid > 0) {
-    host_proc_kill(p);
+  host_proc_kill(p);
+  if (p->pid > 0)
     (void)host_proc_wait(p, &st);
-  }
+  p->pgid = 0;
   if (status)
     *status = st;
 }

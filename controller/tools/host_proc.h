@@ -15,10 +15,11 @@
 #include "shared/errors.h"
 
 struct host_proc {
-  pid_t pid; /* 0 when not running */
-  int in;    /* its stdin, or -1 */
-  int out;   /* its stdout, or -1 */
-  int err;   /* its stderr, or -1 */
+  pid_t pid;  /* 0 once reaped */
+  pid_t pgid; /* its process group (its pid), 0 when never started */
+  int in;     /* its stdin, or -1 */
+  int out;    /* its stdout, or -1 */
+  int err;    /* its stderr, or -1 */
 };
 
 /* Starts ARGV (argv[0] a path, or a name looked up in PATH) in DIR with
@@ -27,10 +28,12 @@ struct host_proc {
  * E naming the program when it cannot be started. */
 int host_proc_start(struct host_proc *p, char *const argv[], const char *dir,
                     char *const env[], struct sbx_error *e);
-/* Kills its process group with SIGKILL (no-op once reaped). */
+/* Kills its process group with SIGKILL: the program and whatever it
+ * left running there. */
 void host_proc_kill(struct host_proc *p);
-/* Closes our ends of the pipes, kills the group and reaps the process;
- * *STATUS (may be NULL) gets the wait status. Accepts a stopped one. */
+/* Closes our ends of the pipes, kills the group and reaps the process
+ * (if not yet); *STATUS (may be NULL) gets the wait status. Accepts a
+ * stopped one. */
 void host_proc_stop(struct host_proc *p, int *status);
 /* Waits for the process to exit; *STATUS gets the wait status. */
 int host_proc_wait(struct host_proc *p, int *status);

@@ -174,6 +174,26 @@ Test(command_tools, timeout_kills_the_process_group) {
   fixture_free(&f);
 }
 
+Test(command_tools, what_it_leaves_running_is_killed_when_it_ends) {
+  script("price-tool",
+         "sleep 30 >/dev/null 2>&1 & echo $! > child.pid; echo 12.50");
+  struct fixture f = {0};
+  run_once(&f, agent("[\"./price-tool\"]", 10, ""), "{\"sku\":\"A1\"}");
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  cr_expect(f.out.secs < 20, "took %.1f s", f.out.secs);
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "p1"), "12.50\n");
+  char p[128];
+  (void)snprintf(p, sizeof(p), "%s/child.pid", dir);
+  FILE *fp = fopen(p, "r");
+  cr_assert_not_null(fp);
+  int pid = 0;
+  cr_assert_eq(fscanf(fp, "%d", &pid), 1);
+  fclose(fp);
+  usleep(200 * 1000);
+  cr_expect(!alive(pid), "the background child was killed");
+  fixture_free(&f);
+}
+
 Test(command_tools, oversized_output_is_refused) {
   script("price-tool", "head -c 2000000 /dev/zero | tr '\\0' a");
   struct fixture f = {0};
