@@ -649,6 +649,32 @@ Test(agent, command_tools_and_mcp_servers) {
                -EINVAL,
                "agents/a.json: missing required key \"mcp_servers[0].url\"");
   expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\", "
+               "\"require_approval\": \"sometimes\"}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].require_approval\" must be "
+               "\"always\", \"never\", a boolean or an object of tool names "
+               "(got \"sometimes\")");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\", "
+               "\"require_approval\": {\"echo\": true}}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].require_approval.echo\" must "
+               "be \"always\" or \"never\" (got boolean)");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"streamable_http\", \"url\": \"http://x/mcp\", "
+               "\"headers\": {\"Bad Name\": \"v\"}}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].headers\" has a bad header "
+               "\"Bad Name\"");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\", "
+               "\"client_session_timeout_seconds\": 0}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].client_session_timeout_"
+               "seconds\" must be a number of seconds above 0 and at most "
+               "3600");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
                "\"type\": \"stdio\", \"command\": \"x\", \"cache\": 1}]}",
                -EINVAL, "agents/a.json: unknown key \"mcp_servers[0].cache\"");
   expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
