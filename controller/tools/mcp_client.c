@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/telemetry/trace.h"
 #include "controller/tools/mcp_internal.h"
 #include "shared/buf.h"
 #include "shared/cleanup.h"
@@ -427,8 +428,10 @@ int mcp_set_call(struct mcp_set *s, const char *name, const char *args,
   if (!sv)
     return -ENOENT;
   pthread_mutex_unlock(&sv->mu);
-  if (ctx)
+  if (ctx) {
     sbx_error_clear(&ctx->failure);
+    trace_set_str(ctx->span, "sbx.mcp.server", sv->cfg->name);
+  }
   json_error_t je;
   _cleanup_json_ json_t *a = args && *args
                                  ? json_loads(args, JSON_REJECT_DUPLICATES, &je)

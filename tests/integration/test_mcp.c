@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tests/support/model_server.h"
+#include "tests/support/otlp_receiver.h"
 #include "tests/support/pyserver.h"
 #include "tests/support/sbxrun.h"
 
@@ -28,12 +29,14 @@
 static char dir[64];
 static char state[96];
 static char fake_log[128];
+static char trace[128];
 
 static void setup(void) {
   (void)snprintf(dir, sizeof(dir), "/tmp/sbx-mcp-XXXXXX");
   cr_assert_not_null(mkdtemp(dir));
   (void)snprintf(state, sizeof(state), "%s/state", dir);
   (void)snprintf(fake_log, sizeof(fake_log), "%s/fake.jsonl", dir);
+  (void)snprintf(trace, sizeof(trace), "%s/spans.jsonl", dir);
   int rc = system("bash " SBX_SOURCE_DIR "/scripts/mcp-servers.sh " MCP_DIR);
   cr_assert_eq(rc, 0,
                "scripts/mcp-servers.sh could not install the MCP "
@@ -90,7 +93,7 @@ static void run_script(struct fixture *f, const char *agent_path,
                        const char *script) {
   struct test_model_server srv;
   test_model_server_start(&srv, script, NULL);
-  const char *argv[] = {"run", agent_path, "go", NULL};
+  const char *argv[] = {"run", "--trace", trace, agent_path, "go", NULL};
   sbx_run(&f->out, srv.base_url, argv);
   f->reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
@@ -309,6 +312,21 @@ Test(mcp, filesystem_server_reads_within_its_root_only) {
             test_call_output(f.reqs, 1, "r2"));
   cr_expect(has(test_call_output(f.reqs, 1, "r3"), "hello.txt"), "%s",
             test_call_output(f.reqs, 1, "r3"));
+  /* The tool call's span names the server. */
+  json_t *spans = test_jsonl_read(trace);
+  size_t i, calls = 0;
+  json_t *sp;
+  json_array_foreach(spans, i, sp) {
+    const char *name = json_string_value(json_object_get(sp, "name"));
+    if (!name || strcmp(name, "sbx.tool_call") != 0)
+      continue;
+    calls++;
+    json_t *v = test_otlp_attr(sp, "sbx.mcp.server");
+    cr_expect_str_eq(json_string_value(json_object_get(v, "stringValue")),
+                     "fs");
+  }
+  cr_expect_eq(calls, 3);
+  json_decref(spans);
   fixture_free(&f);
 }
 
