@@ -11,6 +11,7 @@ pkgs=(
   liblzma-dev libxml2-dev libicu-dev zlib1g-dev libssl-dev
   zstd tar passwd util-linux procps iproute2 python3 tmux openssl nginx
   passt libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql prometheus systemd
+  nodejs # the MCP servers the tests run (scripts/mcp-servers.sh)
 )
 # The container backend's tests: the engine (podman serving the Docker API,
 # on runc), bridge networking, and debootstrap for the offline Debian image.

@@ -52,6 +52,14 @@ const struct agent_approval *agent_find_approval(const struct agent *a,
   return NULL;
 }
 
+const struct agent_command *agent_find_command(const struct agent *a,
+                                               const char *name) {
+  for (size_t i = 0; i < a->ncommands; i++)
+    if (strcmp(a->commands[i].name, name) == 0)
+      return &a->commands[i];
+  return NULL;
+}
+
 static void agent_free(struct agent *a) {
   if (!a)
     return;
@@ -74,6 +82,7 @@ static void agent_free(struct agent *a) {
     free(a->tools[i].description);
   }
   free(a->tools);
+  agent_host_tools_free(a);
   free(a->base_url);
   free(a->run_backend);
   json_decref(a->run_options);

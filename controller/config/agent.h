@@ -23,6 +23,16 @@
  *   tools              array of {"type": "agent_as_tool", "agent": path,
  *                       "name"?: [A-Za-z0-9_-]{1,64}, "description"?: string,
  *                       "max_turns"?: integer >= 1}
+ *                      or {"type": "command", "name", "description"?,
+ *                       "parameters"?: a JSON schema object,
+ *                       "command": [argv...], "timeout_s"?: 1..3600}
+ *   mcp_servers        array of {"name", "type": "stdio", "command",
+ *                       "args"?, "env"?, "cwd"?, ...} or {"name", "type":
+ *                       "streamable_http", "url", "headers"?, ...} where
+ *                       ... is "allowed_tools"?, "blocked_tools"?,
+ *                       "require_approval"?,
+ *                       "client_session_timeout_seconds"?,
+ *                       "use_structured_content"? (agent_tools.c)
  *   api                "responses" (default) | "chat_completions"
  *   base_url           "http://..." or "https://..."
  *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
@@ -128,6 +138,54 @@ struct agent_tool {
   int64_t max_turns;   /* 0 when not given */
 };
 
+/* {"type": "command", ...}: a tool whose handler is a program run on the
+ * controller's host (trusted configuration), with the call's arguments as
+ * JSON on its stdin and its stdout as the output. */
+struct agent_command {
+  char *name;
+  char *description;  /* "" when not given */
+  json_t *parameters; /* a JSON schema object, owned */
+  char **argv;        /* NULL-terminated; argv[0] resolved against the
+                         file's directory when it is a relative path with a
+                         slash, else looked up in PATH */
+  char *dir;          /* the agent file's directory: the command's cwd */
+  int64_t timeout_s;
+};
+
+enum agent_mcp_type {
+  AGENT_MCP_STDIO,
+  AGENT_MCP_STREAMABLE_HTTP,
+};
+
+/* One of "require_approval"'s per-tool settings. */
+struct agent_mcp_approval {
+  char *tool;
+  bool always;
+};
+
+/* One of "mcp_servers": an MCP server the controller starts on its host
+ * (stdio) or connects to (streamable_http), whose tools the agent
+ * offers. */
+struct agent_mcp_server {
+  char *name;
+  enum agent_mcp_type type;
+  /* stdio: */
+  char **argv; /* "command" then "args", NULL-terminated */
+  char **env;  /* "KEY=VALUE", NULL-terminated, or NULL */
+  char *cwd;   /* resolved against the file's directory */
+  /* streamable_http: */
+  char *url;
+  char **headers; /* "Name: value", NULL-terminated, or NULL */
+  /* both: */
+  char **allowed;       /* NULL-terminated, or NULL: every tool */
+  char **blocked;       /* NULL-terminated, or NULL */
+  bool approval_always; /* the default of "require_approval" */
+  struct agent_mcp_approval *approvals; /* per tool */
+  size_t napprovals;
+  int64_t timeout_ms; /* client_session_timeout_seconds */
+  bool use_structured_content;
+};
+
 /* One loaded file. Strings are NUL-terminated and NULL when not given. */
 struct agent {
   size_t index; /* position in agent_set.agents */
@@ -149,8 +207,12 @@ struct agent {
   char **handoff_paths;    /* as written, parallel to handoffs */
   struct agent **handoffs; /* borrowed from the set, no repeats */
   size_t nhandoffs;
-  struct agent_tool *tools;
+  struct agent_tool *tools; /* the agent_as_tool entries of "tools" */
   size_t ntools;
+  struct agent_command *commands; /* the command entries of "tools" */
+  size_t ncommands;
+  struct agent_mcp_server *mcp_servers;
+  size_t nmcp_servers;
   enum agent_api api;
   char *base_url;
   /* "run_config": defaults for `sbx run` that its flags replace. */
@@ -186,6 +248,10 @@ struct agent_set *agent_set_free(struct agent_set *s);
 
 /* The name used in files: "filesystem", "shell", ...; NULL if out of range. */
 const char *agent_capability_name(enum agent_capability c);
+
+/* A's command tool NAME, or NULL (borrowed). */
+const struct agent_command *agent_find_command(const struct agent *a,
+                                               const char *name);
 
 /* The approval entry for TOOL in A, or NULL (borrowed). */
 const struct agent_approval *agent_find_approval(const struct agent *a,

@@ -123,7 +123,7 @@ static int get_object(const struct agent_ctx *c, const char *key, json_t *v,
 }
 
 /* The OpenAI function name rule: [A-Za-z0-9_-]{1,64}. */
-static bool valid_tool_name(const char *s) {
+bool agent_valid_tool_name(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > TOOL_NAME_MAX)
     return false;
@@ -304,7 +304,7 @@ static int parse_tool_choice(const struct agent_ctx *c,
   } else if (strcmp(s, "none") == 0) {
     m->tool_choice = AGENT_TOOL_CHOICE_NONE;
   } else {
-    if (!valid_tool_name(s))
+    if (!agent_valid_tool_name(s))
       return agent_invalid(
           c,
           "\"%s\" must be \"auto\", \"required\", \"none\" or a "
@@ -414,9 +414,8 @@ static int parse_handoffs(const struct agent_ctx *c, struct agent *a,
   return 0;
 }
 
-static int parse_tool(const struct agent_ctx *c, struct agent *a, size_t idx,
+static int parse_tool(const struct agent_ctx *c, struct agent *a,
                       const char *key, json_t *v) {
-  struct agent_tool *t = &a->tools[idx];
   char k[KEY_MAX];
   const char *sub;
   json_t *item;
@@ -430,15 +429,16 @@ static int parse_tool(const struct agent_ctx *c, struct agent *a, size_t idx,
   key_path(k, "%s.type", key);
   if (!type)
     return agent_invalid(c, "missing required key \"%s\"", k);
-  if (!json_is_string(type) ||
-      strcmp(json_string_value(type), "agent_as_tool") != 0) {
-    if (!json_is_string(type))
-      return wrong_type(c, k, "\"agent_as_tool\"", type);
+  if (!json_is_string(type))
+    return wrong_type(c, k, "\"agent_as_tool\" or \"command\"", type);
+  if (strcmp(json_string_value(type), "command") == 0)
+    return agent_parse_command(c, &a->commands[a->ncommands++], key, v);
+  if (strcmp(json_string_value(type), "agent_as_tool") != 0)
     return agent_invalid(c,
-                         "\"%s\" must be \"agent_as_tool\", the only tool type "
-                         "supported (got \"%.64s\")",
+                         "\"%s\" must be \"agent_as_tool\" or \"command\" "
+                         "(got \"%.64s\")",
                          k, json_string_value(type));
-  }
+  struct agent_tool *t = &a->tools[a->ntools++];
   json_object_foreach(v, sub, item) {
     key_path(k, "%s.%.64s", key, sub);
     if (strcmp(sub, "type") == 0) {
@@ -451,7 +451,7 @@ static int parse_tool(const struct agent_ctx *c, struct agent *a, size_t idx,
       if (json_is_null(item))
         continue;
       r = get_string(c, k, item, true, &t->name);
-      if (r == 0 && !valid_tool_name(t->name))
+      if (r == 0 && !agent_valid_tool_name(t->name))
         return agent_invalid(
             c,
             "\"%s\" must be a tool name of at most %d letters, "
@@ -475,11 +475,12 @@ static int parse_tool(const struct agent_ctx *c, struct agent *a, size_t idx,
     key_path(k, "%s.agent", key);
     return agent_invalid(c, "missing required key \"%s\"", k);
   }
-  for (size_t j = 0; t->name && j < idx; j++)
-    if (a->tools[j].name && strcmp(a->tools[j].name, t->name) == 0)
-      return agent_invalid(c, "\"%s.name\" repeats \"%s\" of \"tools[%zu]\"",
-                           key, t->name, j);
   return 0;
+}
+
+/* The name of the entry I of "tools", or NULL when it has none. */
+static const char *tool_entry_name(json_t *tools, size_t i) {
+  return json_string_value(json_object_get(json_array_get(tools, i), "name"));
 }
 
 static int parse_tools(const struct agent_ctx *c, struct agent *a,
@@ -496,14 +497,19 @@ static int parse_tools(const struct agent_ctx *c, struct agent *a,
   if (n == 0)
     return 0;
   a->tools = calloc(n, sizeof(*a->tools));
-  if (!a->tools)
+  a->commands = calloc(n, sizeof(*a->commands));
+  if (!a->tools || !a->commands)
     return agent_nomem(c);
-  a->ntools = n;
   json_array_foreach(v, i, item) {
     key_path(k, "%s[%zu]", key, i);
-    int r = parse_tool(c, a, i, k, item);
+    int r = parse_tool(c, a, k, item);
     if (r < 0)
       return r;
+    const char *name = tool_entry_name(v, i);
+    for (size_t j = 0; name && j < i; j++)
+      if (tool_entry_name(v, j) && strcmp(tool_entry_name(v, j), name) == 0)
+        return agent_invalid(c, "\"%s.name\" repeats \"%s\" of \"%s[%zu]\"", k,
+                             name, key, j);
   }
   return 0;
 }
@@ -660,6 +666,7 @@ static const struct field {
     {"max_turns", parse_max_turns},
     {"handoffs", parse_handoffs},
     {"tools", parse_tools},
+    {"mcp_servers", agent_parse_mcp_servers},
     {"api", parse_api},
     {"base_url", parse_base_url},
     {"approvals", parse_approvals},

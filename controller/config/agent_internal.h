@@ -32,4 +32,18 @@ int agent_nomem(const struct agent_ctx *c);
  * (handoffs, tools) are kept as paths for the loader to follow. */
 int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root);
 
+/* agent_tools.c: the tools that run on the controller's host. */
+
+/* Reads the {"type": "command", ...} entry V of "tools" (KEY names it)
+ * into T. */
+int agent_parse_command(const struct agent_ctx *c, struct agent_command *t,
+                        const char *key, json_t *v);
+/* Reads "mcp_servers". */
+int agent_parse_mcp_servers(const struct agent_ctx *c, struct agent *a,
+                            const char *key, json_t *v);
+/* Frees A's commands and MCP servers. */
+void agent_host_tools_free(struct agent *a);
+/* The OpenAI function name rule: [A-Za-z0-9_-]{1,64}. */
+bool agent_valid_tool_name(const char *s);
+
 #endif

@@ -1,7 +1,8 @@
 /* The tool calls of a response: each in its own thread (at most
  * RUNNER_MAX_PARALLEL at once) and its own sbx.tool_call span, between
  * tool_call_started and tool_call_finished. A call is a sandbox tool, an
- * apply_patch operation, or an agent used as a tool (a nested run). */
+ * apply_patch operation, an agent used as a tool (a nested run), or a
+ * host tool (a command tool or an MCP server's tool). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -116,6 +117,21 @@ static void run_call(struct call_job *j) {
     run_agent_tool(j, &a->tools[i], args, &out);
     if (j->rc < 0)
       return;
+  }
+  const struct agent_command *cmd = out ? NULL : agent_find_command(a, name);
+  if (cmd) {
+    int r = tools_command_call(cmd, args, &out, &j->tc);
+    if (r < 0) {
+      j->rc = r;
+      return;
+    }
+  }
+  if (!out && st->mcp) {
+    int r = mcp_set_call(st->mcp, name, args, &out, &j->tc);
+    if (r < 0 && r != -ENOENT) {
+      j->rc = r;
+      return;
+    }
   }
   if (!out) {
     if (!st->ready) {

@@ -95,7 +95,13 @@ int run_decide_calls(struct run *run, const struct agent *a,
     int r = run_call_args(it, &tool, &args, &owned);
     if (r < 0)
       return r;
-    if (!tool || !approvals_needed(a, tool, args))
+    /* The agent's "approvals" by tool name, else the require_approval of
+     * the MCP server that has the tool. */
+    bool needed =
+        tool && (agent_find_approval(a, tool)
+                     ? approvals_needed(a, tool, args)
+                     : mcp_set_needs_approval(run->states[a->index].mcp, tool));
+    if (!needed)
       continue;
     const char *reason = NULL;
     const char *dec = sh->rs ? decision_for(run, cid, &reason) : NULL;

@@ -117,6 +117,14 @@ static json_t *agent_tool_json(const struct agent_tool *t) {
                    "additionalProperties", 0, "strict", 1);
 }
 
+/* The function tool of the command tool T (new; NULL on OOM): not strict,
+ * since its schema is the agent file's. */
+static json_t *command_json(const struct agent_command *t) {
+  return json_pack("{s:s, s:s, s:s, s:O, s:b}", "type", "function", "name",
+                   t->name, "description", t->description, "parameters",
+                   t->parameters, "strict", 0);
+}
+
 /* The function tool that hands off to agent H (new; NULL on OOM). */
 static json_t *handoff_json(const struct agent *h) {
   char name[160];
@@ -130,14 +138,20 @@ static json_t *handoff_json(const struct agent *h) {
                    "additionalProperties", 0, "strict", 1);
 }
 
-/* A's tools for API (new; NULL on OOM): its agents used as tools, its
- * handoffs, then the sandbox tools of its capabilities. */
-static json_t *build_tools(const struct agent *a, enum model_api api) {
+/* A's tools for API (new; NULL on OOM): the tools of its MCP servers
+ * (MCP, first, as the SDK lists them), its agents used as tools, its
+ * command tools, its handoffs, then the sandbox tools of its
+ * capabilities. */
+static json_t *build_tools(const struct agent *a, struct mcp_set *mcp,
+                           enum model_api api) {
   _cleanup_json_ json_t *tools = json_array();
-  if (!tools)
+  if (!tools || mcp_set_definitions(mcp, tools) < 0)
     return NULL;
   for (size_t i = 0; i < a->ntools; i++)
     if (json_array_append_new(tools, agent_tool_json(&a->tools[i])) < 0)
+      return NULL;
+  for (size_t i = 0; i < a->ncommands; i++)
+    if (json_array_append_new(tools, command_json(&a->commands[i])) < 0)
       return NULL;
   for (size_t i = 0; i < a->nhandoffs; i++)
     if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
@@ -192,9 +206,10 @@ int run_request_build(struct run *run, const struct agent *a,
   };
   if (!st->instr && !(st->instr = instructions_build(&ii)))
     return -ENOMEM;
-  if (!st->tools || st->tools_api != api) {
+  bool relisted = mcp_set_refresh(st->mcp);
+  if (!st->tools || st->tools_api != api || relisted) {
     json_decref(st->tools);
-    st->tools = build_tools(a, api);
+    st->tools = build_tools(a, st->mcp, api);
     st->tools_api = api;
     if (!st->tools)
       return -ENOMEM;
@@ -218,6 +233,35 @@ int run_request_build(struct run *run, const struct agent *a,
       .output_schema = a->output_type,
       .extra = tr->extra,
   };
+  return 0;
+}
+
+/* Starts agent A's MCP servers on first use. An MCP tool may not have the
+ * name of another of A's tools: the model would be offered both. */
+int run_mcp_ensure(struct run *run, const struct agent *a,
+                   struct sbx_error *e) {
+  struct agent_state *st = &run->states[a->index];
+  if (st->mcp || a->nmcp_servers == 0)
+    return 0;
+  int r = mcp_set_start(a, &st->mcp, e);
+  if (r < 0)
+    return r;
+  _cleanup_json_ json_t *others = build_tools(a, NULL, run_agent_api(a));
+  if (!others)
+    return -ENOMEM;
+  size_t i;
+  json_t *t;
+  json_array_foreach(others, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (name && mcp_set_has(st->mcp, name)) {
+      run->res->config_error = true;
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "agent \"%s\": an MCP server lists tool \"%s\", "
+                           "which the agent has already; blocked_tools can "
+                           "leave it out",
+                           a->name, name);
+    }
+  }
   return 0;
 }
 

@@ -23,6 +23,7 @@
 #include "controller/run/runner.h"
 #include "controller/state/state.h"
 #include "controller/telemetry/events.h"
+#include "controller/tools/mcp.h"
 #include "controller/tools/tools.h"
 #include "shared/errors.h"
 
@@ -76,8 +77,10 @@ struct agent_state {
   bool ready;
   bool borrowed;                    /* --sandbox: not ours to close */
   char record_id[STATE_ID_LEN + 1]; /* recorded in the state dir, or "" */
-  json_t *snapshot; /* its last snapshot (snapshots.c), or NULL */
-  /* Built at the first turn and the same for every turn after. */
+  json_t *snapshot;    /* its last snapshot (snapshots.c), or NULL */
+  struct mcp_set *mcp; /* its MCP servers, once its first turn started them */
+  /* Built at the first turn and the same for every turn after (the tools
+   * are built again when an MCP server's list changed). */
   char *instr;
   json_t *tools; /* for tools_api */
   enum model_api tools_api;
@@ -177,6 +180,9 @@ int run_request_build(struct run *run, const struct agent *a,
                       enum model_api api, const char *model,
                       struct turn_request *tr);
 void run_request_clear(struct turn_request *tr);
+/* Starts agent A's MCP servers on first use; a server that cannot be
+ * started or initialized fails the turn. */
+int run_mcp_ensure(struct run *run, const struct agent *a, struct sbx_error *e);
 /* The function name of the agent used as the tool T. */
 void run_tool_agent_name(const struct agent_tool *t, char *out, size_t cap);
 /* The agent of A's handoff tool NAME, or NULL when NAME is none. */

@@ -332,6 +332,7 @@ int run_reattach_sandbox(struct run *run, size_t idx, const char *record_id,
 /* Frees what ST holds and empties it (the sandbox is closed or detached
  * by the caller). */
 static void state_clear(struct agent_state *st) {
+  mcp_set_free(st->mcp);
   json_decref(st->snapshot);
   manifest_free(st->manifest);
   free(st->instr);

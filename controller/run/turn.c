@@ -69,6 +69,8 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
   struct shared *sh = run->sh;
   const struct agent *a = t->a;
   int r = run_ensure_sandbox(run, a, e);
+  if (r == 0)
+    r = run_mcp_ensure(run, a, e);
   if (r < 0)
     return r;
   struct client_slot *slot = NULL;

@@ -3,10 +3,12 @@
  * a token, so it may not reach the server's files: no other agent files
  * (handoffs and agents as tools name them by path), no manifest entries
  * copied or mounted from the host (local_file, local_dir, mount), no
- * git_repo (cloned by the host), no grants of host paths; and, unless the
- * token is the operator's (admin), no base_url (the server's API key would
- * go there) and no backend option that reaches the host (the option
- * tables' api rules). */
+ * git_repo (cloned by the host), no grants of host paths, no command tools
+ * and no stdio MCP servers (programs run on the server's host); and, unless
+ * the token is the operator's (admin), no base_url (the server's API key
+ * would go there), no streamable_http MCP servers (the server would connect
+ * where the request says) and no backend option that reaches the host (the
+ * option tables' api rules). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -71,13 +73,41 @@ static int refuse_other_files(struct sbx_error *e) {
                        "files, which an agent sent over the API may not");
 }
 
-/* Refuses the members that name other agent files before anything is
- * loaded: agent_load would open and parse those files on the server, and
- * its errors would tell the client whether one exists and what it begins
- * with ("/etc/passwd:1:4: '[' or '{' expected near 'root'"). Every tool is
- * an agent as a tool. A member of the wrong type is the parser's to
- * refuse, which reads no file for it. */
+/* Refuses command tools and stdio MCP servers: each runs a program on the
+ * server's host. */
+static int refuse_programs(json_t *agent, struct sbx_error *e) {
+  static const struct {
+    const char *member, *type, *what;
+  } programs[] = {
+      {"tools", "command", "command tools run"},
+      {"mcp_servers", "stdio", "stdio MCP servers are"},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(programs); i++) {
+    json_t *list = json_object_get(agent, programs[i].member);
+    for (size_t j = 0; j < json_array_size(list); j++) {
+      const char *type =
+          json_string_value(json_object_get(json_array_get(list, j), "type"));
+      if (type && strcmp(type, programs[i].type) == 0)
+        return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                             "agent: \"%s[%zu]\": %s programs on the "
+                             "server's host, which an agent sent over the API "
+                             "may not name",
+                             programs[i].member, j, programs[i].what);
+    }
+  }
+  return 0;
+}
+
+/* Refuses the members that name other agent files or host programs before
+ * anything is loaded: agent_load would open and parse those files on the
+ * server, and its errors would tell the client whether one exists and what
+ * it begins with ("/etc/passwd:1:4: '[' or '{' expected near 'root'").
+ * Every other tool is an agent as a tool. A member of the wrong type is the
+ * parser's to refuse, which reads no file for it. */
 static int refuse_references(json_t *agent, struct sbx_error *e) {
+  int r = refuse_programs(agent, e);
+  if (r < 0)
+    return r;
   static const char *const members[] = {"handoffs", "tools", NULL};
   for (size_t i = 0; members[i]; i++)
     if (json_array_size(json_object_get(agent, members[i])) > 0)
@@ -125,6 +155,11 @@ int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
                       "agent: \"base_url\" would send the server's model API "
                       "key where a request says; the server's operator sets "
                       "where models are reached");
+  if (r == 0 && !trusted && set->agents[0]->nmcp_servers)
+    r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
+                      "agent: \"mcp_servers\" would have the server connect "
+                      "where a request says, with the headers it says; the "
+                      "server's operator sets which MCP servers are reached");
   const struct backend *b =
       r == 0 && !trusted ? backend_find(set->agents[0]->run_backend) : NULL;
   if (b)

@@ -91,4 +91,29 @@ int tools_apply_patch_operation(struct toolbox *t, json_t *operation,
 /* The generic message for a tool that failed. */
 extern const char tools_generic_error[];
 
+/* ---- host tools: command.c -------------------------------------------- */
+
+struct agent_command;
+
+/* The Python SDK's words for a host tool that failed
+ * (default_tool_error_function): "An error occurred while running the
+ * tool. Please try again. Error: " and, for arguments that are not JSON,
+ * "An error occurred while parsing tool arguments. Please try again with
+ * valid JSON. Error: ". */
+extern const char tools_error_prefix[];
+extern const char tools_args_error_prefix[];
+
+/* The output (new) of a host tool that failed: PREFIX and the message,
+ * which also goes to CTX->failure (CTX may be NULL). NULL on OOM. */
+__attribute__((format(printf, 3, 4))) json_t *
+tools_host_failure(struct tool_ctx *ctx, const char *prefix, const char *fmt,
+                   ...);
+
+/* Runs the command tool T with ARGS, the model's arguments text: the
+ * program gets them on stdin and its stdout is *OUTPUT (new string). A
+ * failure (bad JSON, timeout, output over 1 MiB, a non-zero exit) is
+ * reported in *OUTPUT and CTX->failure. 0, or -ENOMEM. */
+int tools_command_call(const struct agent_command *t, const char *args,
+                       json_t **output, struct tool_ctx *ctx);
+
 #endif

@@ -7,7 +7,13 @@
  *   view_image.c  view_image
  *   apply_patch.c apply_patch, as a function tool and as the hosted tool
  *   toolbox.c     the toolbox and its running exec sessions
- *   args.c        reading a call's arguments */
+ *   args.c        reading a call's arguments
+ * and the host tools, which run on the controller's host (tools.h, mcp.h):
+ *   command.c     command tools
+ *   host_proc.c   starting and stopping their programs (host_proc.h)
+ *   mcp_client.c  MCP servers: the protocol and an agent's set of servers
+ *   mcp_stdio.c   the stdio transport (mcp_internal.h)
+ *   mcp_http.c    the Streamable HTTP transport */
 #ifndef SBX_TOOLS_INTERNAL_H
 #define SBX_TOOLS_INTERNAL_H
 

@@ -422,6 +422,15 @@ Test(server, bad_requests_are_refused_with_a_reason) {
   refused("{\"agent\": {\"name\": \"A\", \"handoffs\": [\"b.json\"]}, "
           "\"input\": \"x\"}",
           422, "agent");
+  /* Programs on the server's host, even for the operator's token. */
+  refused("{\"agent\": {\"name\": \"A\", \"tools\": [{\"type\": "
+          "\"command\", \"name\": \"t\", \"command\": [\"/bin/id\"]}]}, "
+          "\"input\": \"x\"}",
+          422, "\"tools[0]\": command tools run programs on the server's host");
+  refused("{\"agent\": {\"name\": \"A\", \"mcp_servers\": [{\"name\": "
+          "\"m\", \"type\": \"stdio\", \"command\": \"/bin/id\"}]}, "
+          "\"input\": \"x\"}",
+          422, "\"mcp_servers[0]\": stdio MCP servers are programs on the");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": \"s\"}",
           422, "no sandbox \"s\"");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": 1}", 400,
@@ -446,6 +455,10 @@ Test(server, bad_requests_are_refused_with_a_reason) {
   refused("{\"agent\": {\"name\": \"A\", \"base_url\": "
           "\"http://127.0.0.1:1/v1\"}, \"input\": \"x\"}",
           403, "base_url");
+  refused("{\"agent\": {\"name\": \"A\", \"mcp_servers\": [{\"name\": "
+          "\"m\", \"type\": \"streamable_http\", \"url\": "
+          "\"http://127.0.0.1:1/mcp\"}]}, \"input\": \"x\"}",
+          403, "\"mcp_servers\" would have the server connect");
   refuse_token = NULL;
   free(runner);
   struct test_http ok;

@@ -353,8 +353,8 @@ Test(agent, bad_tools_and_approvals) {
   expect_error("{\"name\": \"a\", \"tools\": [{\"type\": \"function\", "
                "\"name\": \"f\", \"parameters\": {}}]}",
                -EINVAL,
-               "agents/a.json: \"tools[0].type\" must be \"agent_as_tool\", "
-               "the only tool type supported (got \"function\")");
+               "agents/a.json: \"tools[0].type\" must be \"agent_as_tool\" "
+               "or \"command\" (got \"function\")");
   expect_error("{\"name\": \"a\", \"tools\": [{\"agent\": \"b.json\"}]}",
                -EINVAL,
                "agents/a.json: missing required key \"tools[0].type\"");
@@ -584,4 +584,103 @@ Test(agent, depth_and_count_limits) {
   cr_expect_eq(e.code, SBX_LIMIT_EXCEEDED);
   cr_expect_str_eq(e.msg, "agents/n63.json: more than 64 agent files in one "
                           "set (\"handoffs[63]\" of agents/hub.json)");
+}
+
+Test(agent, command_tools_and_mcp_servers) {
+  write_file("agents/a.json",
+             "{\"name\": \"a\", \"tools\": [{\"type\": \"command\", "
+             "\"name\": \"price\", \"command\": [\"./bin/price\", \"-j\"]},"
+             " {\"type\": \"command\", \"name\": \"sum\", \"command\": "
+             "[\"python3\"], \"timeout_s\": 5, \"description\": \"Adds.\"}],"
+             " \"mcp_servers\": [{\"name\": \"ev\", \"type\": \"stdio\", "
+             "\"command\": \"node\", \"args\": [\"server.js\"], \"env\": "
+             "{\"K\": \"v\"}, \"allowed_tools\": [\"echo\"], "
+             "\"require_approval\": {\"always\": {\"tool_names\": "
+             "[\"echo\"]}}, \"client_session_timeout_seconds\": 1.5}]}");
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(agent_load("agents/a.json", &s, &e), 0, "%s", e.msg);
+  const struct agent *a = s->agents[0];
+  cr_assert_eq(a->ncommands, 2);
+  cr_expect_eq(a->ntools, 0);
+  char cwd[512];
+  cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+  char want[600];
+  (void)snprintf(want, sizeof(want), "%s/agents/./bin/price", cwd);
+  cr_expect_str_eq(a->commands[0].argv[0], want, "relative to the file");
+  cr_expect_str_eq(a->commands[0].argv[1], "-j");
+  cr_expect_null(a->commands[0].argv[2]);
+  cr_expect_eq(a->commands[0].timeout_s, 60);
+  cr_expect_str_eq(a->commands[1].argv[0], "python3", "looked up in PATH");
+  cr_expect_eq(a->commands[1].timeout_s, 5);
+  cr_expect_not_null(agent_find_command(a, "sum"));
+  cr_assert_eq(a->nmcp_servers, 1);
+  const struct agent_mcp_server *m = &a->mcp_servers[0];
+  cr_expect_str_eq(m->argv[0], "node");
+  cr_expect_str_eq(m->argv[1], "server.js");
+  cr_expect_str_eq(m->env[0], "K=v");
+  cr_expect_str_eq(m->allowed[0], "echo");
+  cr_expect_eq(m->timeout_ms, 1500);
+  cr_assert_eq(m->napprovals, 1);
+  cr_expect(m->approvals[0].always);
+  agent_set_free(s);
+  expect_error("{\"name\": \"a\", \"tools\": [{\"type\": \"command\", "
+               "\"name\": \"p\"}]}",
+               -EINVAL,
+               "agents/a.json: missing required key \"tools[0].command\"");
+  expect_error("{\"name\": \"a\", \"tools\": [{\"type\": \"command\", "
+               "\"name\": \"p\", \"command\": [\"x\"], \"timeout_s\": 0}]}",
+               -EINVAL,
+               "agents/a.json: \"tools[0].timeout_s\" must be between 1 and "
+               "3600 seconds (got 0)");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"streamable_http\", \"url\": \"ftp://x/mcp\"}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].url\" must be an http:// or "
+               "https:// URL without spaces (got \"ftp://x/mcp\")");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"streamable_http\", \"url\": \"http://x/mcp\", "
+               "\"command\": \"node\"}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].command\" is not a key of a "
+               "\"streamable_http\" server");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"streamable_http\"}]}",
+               -EINVAL,
+               "agents/a.json: missing required key \"mcp_servers[0].url\"");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\", "
+               "\"require_approval\": \"sometimes\"}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].require_approval\" must be "
+               "\"always\", \"never\", a boolean or an object of tool names "
+               "(got \"sometimes\")");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\", "
+               "\"require_approval\": {\"echo\": true}}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].require_approval.echo\" must "
+               "be \"always\" or \"never\" (got boolean)");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"streamable_http\", \"url\": \"http://x/mcp\", "
+               "\"headers\": {\"Bad Name\": \"v\"}}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].headers\" has a bad header "
+               "\"Bad Name\"");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\", "
+               "\"client_session_timeout_seconds\": 0}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[0].client_session_timeout_"
+               "seconds\" must be a number of seconds above 0 and at most "
+               "3600");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\", \"cache\": 1}]}",
+               -EINVAL, "agents/a.json: unknown key \"mcp_servers[0].cache\"");
+  expect_error("{\"name\": \"a\", \"mcp_servers\": [{\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"x\"}, {\"name\": \"w\", "
+               "\"type\": \"stdio\", \"command\": \"y\"}]}",
+               -EINVAL,
+               "agents/a.json: \"mcp_servers[1].name\" repeats \"w\" of "
+               "\"mcp_servers[0]\"");
 }

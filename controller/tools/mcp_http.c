@@ -1,0 +1,392 @@
+/* The MCP Streamable HTTP transport: every message is a POST to the
+ * server's URL with "Accept: application/json, text/event-stream", the
+ * agent file's headers, and once the server gave them at initialize, its
+ * Mcp-Session-Id and the MCP-Protocol-Version agreed on. A request's reply
+ * comes as a JSON body or in an event stream, which may carry the server's
+ * own requests (ping is answered with a POST of its own; the rest get
+ * "method not found") and notifications (tools/list_changed is noted,
+ * progress and logging ignored) before it. A notification is answered with
+ * 202. The session is ended with a DELETE when the run is done.
+ *
+ * Once initialized, a listener thread keeps the GET stream open that a
+ * server may offer for messages outside any request (where a list_changed
+ * usually comes), opening it again a second after it ends, until the
+ * server says it has none (405) or the connection is freed.
+ *
+ * Each message is bounded by MCP_MAX_MESSAGE, one reply's stream by
+ * MCP_HTTP_MAX_STREAM. A session the server forgot (404) fails the call. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "controller/net/http.h"
+#include "controller/net/sse.h"
+#include "controller/tools/mcp_internal.h"
+#include "shared/cleanup.h"
+#include "shared/log.h"
+
+#define MCP_HTTP_MAX_STREAM (16 * MCP_MAX_MESSAGE)
+#define MCP_HTTP_MAX_HEADERS (AGENT_MAX_LIST + 8)
+#define MCP_HTTP_CLOSE_MS 2000
+
+struct http_conn {
+  const struct agent_mcp_server *cfg;
+  pthread_mutex_t mu; /* guards what follows */
+  char *session;      /* Mcp-Session-Id, or NULL */
+  char version[32];   /* the protocol version agreed on, or "" */
+  int64_t next_id;
+  bool list_changed;
+  pthread_t listener; /* the GET stream's, once started */
+  bool listening;
+  volatile bool stop; /* tells the listener to end */
+};
+
+/* One POST and what its reply brought. */
+struct exchange {
+  struct http_conn *c;
+  int64_t want_id; /* the request's id, or -1 for a notification */
+  bool keep_open;  /* read the stream to its end (initialize: headers) */
+  json_t *reply;   /* new, once it came */
+  struct sse_parser *sse;
+};
+
+static int post(struct http_conn *c, json_t *msg, int64_t want_id,
+                int64_t timeout_ms, json_t **reply, struct sbx_error *e);
+
+/* Answers the server's request MSG with a POST of its own. */
+static void answer_request(struct http_conn *c, json_t *msg) {
+  const char *method = json_string_value(json_object_get(msg, "method"));
+  json_t *id = json_object_get(msg, "id");
+  _cleanup_json_ json_t *reply =
+      strcmp(method, "ping") == 0
+          ? json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", id, "result")
+          : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
+                      "error", "code", -32601, "message", "Method not found");
+  struct sbx_error e = {0};
+  if (reply && post(c, reply, -1, 2000, NULL, &e) < 0)
+    log_debug("mcp server \"%s\": answering %s: %s", c->cfg->name, method,
+              e.msg);
+}
+
+/* One message from the server, in a JSON body or an event. */
+static void handle_message(struct exchange *x, json_t *msg) {
+  const char *method = json_string_value(json_object_get(msg, "method"));
+  json_t *id = json_object_get(msg, "id");
+  if (method && id) {
+    answer_request(x->c, msg);
+  } else if (method) {
+    if (strcmp(method, "notifications/tools/list_changed") == 0) {
+      pthread_mutex_lock(&x->c->mu);
+      x->c->list_changed = true;
+      pthread_mutex_unlock(&x->c->mu);
+    }
+  } else if (json_is_integer(id) && json_integer_value(id) == x->want_id &&
+             !x->reply) {
+    x->reply = json_incref(msg);
+  }
+}
+
+/* A JSON body: one message, or a batch of them. */
+static void handle_body(struct exchange *x, const char *text, size_t len) {
+  json_error_t je;
+  _cleanup_json_ json_t *j = json_loadb(text, len, 0, &je);
+  if (json_is_object(j)) {
+    handle_message(x, j);
+    return;
+  }
+  size_t i;
+  json_t *m;
+  json_array_foreach(j, i, m) {
+    if (json_is_object(m))
+      handle_message(x, m);
+  }
+}
+
+static int on_event(const struct sse_event *ev, void *arg) {
+  struct exchange *x = arg;
+  if (ev->data_len > 0)
+    handle_body(x, ev->data, ev->data_len);
+  return 0;
+}
+
+/* Once the reply is in, what came with it in the same chunk is read (a
+ * list_changed after it), and the rest of the stream is not waited for. */
+static int on_data(void *arg, const char *data, size_t len) {
+  struct exchange *x = arg;
+  int r = sse_feed(x->sse, data, len, NULL);
+  if (r < 0)
+    return r;
+  return x->reply && !x->keep_open ? -EALREADY : 0;
+}
+
+/* The request's header lines into LINES (pointers into BUF and CFG); a
+ * GET (STREAM) accepts only an event stream. */
+static void header_lines(struct http_conn *c, bool stream, const char **lines,
+                         char *buf, size_t cap) {
+  size_t n = 0, used = 0;
+  for (size_t i = 0;
+       c->cfg->headers && c->cfg->headers[i] && n < MCP_HTTP_MAX_HEADERS - 5;
+       i++)
+    lines[n++] = c->cfg->headers[i];
+  lines[n++] = stream ? "Accept: text/event-stream"
+                      : "Accept: application/json, text/event-stream";
+  if (!stream)
+    lines[n++] = "Content-Type: application/json";
+  pthread_mutex_lock(&c->mu);
+  int k;
+  if (c->session &&
+      (k = snprintf(buf, cap, "Mcp-Session-Id: %s", c->session)) > 0 &&
+      (size_t)k < cap) {
+    lines[n++] = buf;
+    used = (size_t)k + 1;
+  }
+  if (c->version[0] &&
+      (k = snprintf(buf + used, cap - used, "MCP-Protocol-Version: %s",
+                    c->version)) > 0 &&
+      (size_t)k < cap - used)
+    lines[n++] = buf + used;
+  pthread_mutex_unlock(&c->mu);
+  lines[n] = NULL;
+}
+
+/* Remembers the session id the reply RESP gave. */
+static void keep_session(struct http_conn *c, struct http_response *resp) {
+  const char *sid =
+      json_string_value(json_object_get(resp->headers, "mcp-session-id"));
+  if (!sid || !*sid)
+    return;
+  pthread_mutex_lock(&c->mu);
+  if (!c->session)
+    c->session = strdup(sid);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* POSTs MSG; with WANT_ID >= 0 waits at most TIMEOUT_MS for the reply with
+ * that id (new, in *REPLY). */
+static int post(struct http_conn *c, json_t *msg, int64_t want_id,
+                int64_t timeout_ms, json_t **reply, struct sbx_error *e) {
+  _cleanup_free_ char *body = json_dumps(msg, JSON_COMPACT);
+  if (!body)
+    return -ENOMEM;
+  const char *method = json_string_value(json_object_get(msg, "method"));
+  struct exchange x = {.c = c,
+                       .want_id = want_id,
+                       .keep_open = method && !strcmp(method, "initialize")};
+  int r = sse_parser_new(MCP_MAX_MESSAGE, on_event, &x, &x.sse);
+  struct http_client *hc = NULL;
+  if (r == 0)
+    r = http_client_new(&hc, e);
+  const char *lines[MCP_HTTP_MAX_HEADERS + 1];
+  char buf[512];
+  header_lines(c, false, lines, buf, sizeof(buf));
+  struct http_request req = {
+      .url = c->cfg->url,
+      .body = body,
+      .body_len = strlen(body),
+      .headers = lines,
+      .timeout_ms = (unsigned)timeout_ms,
+      .max_response_bytes = want_id >= 0 ? MCP_HTTP_MAX_STREAM : 65536,
+      .on_data = on_data,
+      .data_arg = &x,
+      .capture_prefix = "mcp-",
+  };
+  struct http_response resp = {0};
+  if (r == 0)
+    r = http_post(hc, &req, &resp, e);
+  if (r == -EALREADY) {
+    /* The reply came; the rest of the stream was left. */
+    r = 0;
+    resp.status = 200;
+  }
+  if (r == -E2BIG && e && !e->msg[0])
+    r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                      "MCP server \"%s\" sent a message over %u bytes",
+                      c->cfg->name, MCP_MAX_MESSAGE);
+  if (r == 0 && !resp.streamed && resp.body_len > MCP_MAX_MESSAGE)
+    r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                      "MCP server \"%s\" sent a message over %u bytes",
+                      c->cfg->name, MCP_MAX_MESSAGE);
+  if (r == 0 && !resp.streamed && resp.status >= 200 && resp.status < 300 &&
+      resp.body_len > 0)
+    handle_body(&x, resp.body, resp.body_len);
+  if (r == 0)
+    keep_session(c, &resp);
+  if (r == 0 && resp.status == 404 && c->session)
+    r = sbx_error_set(e, SBX_UNAVAILABLE, EPIPE,
+                      "MCP server \"%s\" no longer knows the session",
+                      c->cfg->name);
+  else if (r == 0 && (resp.status < 200 || resp.status >= 300))
+    r = sbx_error_set(e, SBX_UNAVAILABLE, EPROTO,
+                      "MCP server \"%s\" answered HTTP %ld: %.200s",
+                      c->cfg->name, resp.status, resp.body ? resp.body : "");
+  else if (r == 0 && want_id >= 0 && !x.reply)
+    r = sbx_error_set(e, SBX_UNAVAILABLE, EPROTO,
+                      "MCP server \"%s\" answered without a reply to %s",
+                      c->cfg->name, method ? method : "the request");
+  http_response_clear(&resp);
+  http_client_free(hc);
+  sse_parser_free(x.sse);
+  if (r == 0 && reply)
+    *reply = x.reply;
+  else
+    json_decref(x.reply);
+  return r;
+}
+
+/* One GET of the server's stream, read until it ends: 1 when the server
+ * offers none (405, or another 4xx), else 0. */
+static int listen_once(struct http_conn *c) {
+  struct exchange x = {.c = c, .want_id = -1, .keep_open = true};
+  struct http_client *hc = NULL;
+  struct sbx_error e = {0};
+  if (sse_parser_new(MCP_MAX_MESSAGE, on_event, &x, &x.sse) < 0 ||
+      http_client_new(&hc, &e) < 0) {
+    sse_parser_free(x.sse);
+    return 1;
+  }
+  const char *lines[MCP_HTTP_MAX_HEADERS + 1];
+  char buf[512];
+  header_lines(c, true, lines, buf, sizeof(buf));
+  struct http_request req = {.url = c->cfg->url,
+                             .method = "GET",
+                             .headers = lines,
+                             .stream_body = true,
+                             .on_data = on_data,
+                             .data_arg = &x,
+                             .cancel = &c->stop};
+  struct http_response resp = {0};
+  int r = http_send(hc, &req, &resp, &e);
+  int none = r == 0 && resp.status >= 400 && resp.status < 500;
+  if (r < 0 && r != -ECANCELED)
+    log_debug("mcp server \"%s\": its GET stream: %s", c->cfg->name, e.msg);
+  http_response_clear(&resp);
+  http_client_free(hc);
+  sse_parser_free(x.sse);
+  json_decref(x.reply);
+  return none;
+}
+
+/* The listener thread: the GET stream, again a second after it ends. */
+static void *listen_main(void *arg) {
+  struct http_conn *c = arg;
+  while (!c->stop && listen_once(c) == 0)
+    for (int i = 0; i < 10 && !c->stop; i++) {
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      (void)nanosleep(&ts, NULL);
+    }
+  return NULL;
+}
+
+static int http_start(const struct agent_mcp_server *cfg, void **out,
+                      struct sbx_error *e) {
+  (void)e;
+  struct http_conn *c = calloc(1, sizeof(*c));
+  if (!c)
+    return -ENOMEM;
+  c->cfg = cfg;
+  c->next_id = 1;
+  pthread_mutex_init(&c->mu, NULL);
+  *out = c;
+  return 0;
+}
+
+static int http_notify(void *arg, const char *method, json_t *params,
+                       int64_t timeout_ms) {
+  struct http_conn *c = arg;
+  _cleanup_json_ json_t *msg = json_pack("{s:s, s:s, s:O*}", "jsonrpc", "2.0",
+                                         "method", method, "params", params);
+  struct sbx_error e = {0};
+  int r = msg ? post(c, msg, -1, timeout_ms, NULL, &e) : -ENOMEM;
+  /* Initialized: the server may send on its own stream from now on. */
+  if (r == 0 && strcmp(method, "notifications/initialized") == 0 &&
+      !c->listening)
+    c->listening = pthread_create(&c->listener, NULL, listen_main, c) == 0;
+  return r;
+}
+
+static int http_request(void *arg, const char *method, json_t *params,
+                        int64_t timeout_ms, json_t **result,
+                        struct sbx_error *e) {
+  struct http_conn *c = arg;
+  pthread_mutex_lock(&c->mu);
+  int64_t id = c->next_id++;
+  pthread_mutex_unlock(&c->mu);
+  _cleanup_json_ json_t *msg =
+      json_pack("{s:s, s:I, s:s, s:O*}", "jsonrpc", "2.0", "id", (json_int_t)id,
+                "method", method, "params", params);
+  _cleanup_json_ json_t *reply = NULL;
+  struct sbx_error pe = {0};
+  int r = msg ? post(c, msg, id, timeout_ms, &reply, &pe) : -ENOMEM;
+  if (r == -ETIMEDOUT) {
+    _cleanup_json_ json_t *cancel = json_pack(
+        "{s:I, s:s}", "requestId", (json_int_t)id, "reason", "timed out");
+    if (cancel)
+      (void)http_notify(c, "notifications/cancelled", cancel, 2000);
+    return sbx_error_set(e, SBX_UNAVAILABLE, ETIMEDOUT,
+                         "MCP server \"%s\" did not answer %s within %.3g s",
+                         c->cfg->name, method, (double)timeout_ms / 1000);
+  }
+  if (r < 0)
+    return sbx_error_set(e, pe.code, -r, "%s",
+                         pe.msg[0] ? pe.msg : strerror(-r));
+  r = mcp_reply_result(c->cfg->name, reply, result, e);
+  if (r == 0 && strcmp(method, "initialize") == 0) {
+    const char *v =
+        json_string_value(json_object_get(*result, "protocolVersion"));
+    pthread_mutex_lock(&c->mu);
+    (void)snprintf(c->version, sizeof(c->version), "%s", v ? v : "");
+    pthread_mutex_unlock(&c->mu);
+  }
+  return r;
+}
+
+static bool http_take_list_changed(void *arg) {
+  struct http_conn *c = arg;
+  pthread_mutex_lock(&c->mu);
+  bool changed = c->list_changed;
+  c->list_changed = false;
+  pthread_mutex_unlock(&c->mu);
+  return changed;
+}
+
+/* Ends the session with a DELETE, as the specification asks of a client
+ * that is done; a server that does not allow it answers 405. */
+static void http_free(void *arg) {
+  struct http_conn *c = arg;
+  if (!c)
+    return;
+  c->stop = true;
+  if (c->listening)
+    (void)pthread_join(c->listener, NULL);
+  struct http_client *hc = NULL;
+  struct sbx_error e = {0};
+  if (c->session && http_client_new(&hc, &e) == 0) {
+    const char *lines[MCP_HTTP_MAX_HEADERS + 1];
+    char buf[512];
+    header_lines(c, false, lines, buf, sizeof(buf));
+    struct http_request req = {.url = c->cfg->url,
+                               .method = "DELETE",
+                               .headers = lines,
+                               .timeout_ms = MCP_HTTP_CLOSE_MS};
+    struct http_response resp = {0};
+    if (http_send(hc, &req, &resp, &e) < 0)
+      log_debug("mcp server \"%s\": ending the session: %s", c->cfg->name,
+                e.msg);
+    http_response_clear(&resp);
+  }
+  http_client_free(hc);
+  free(c->session);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+const struct mcp_transport mcp_http_transport = {
+    .start = http_start,
+    .request = http_request,
+    .notify = http_notify,
+    .take_list_changed = http_take_list_changed,
+    .free = http_free,
+};
