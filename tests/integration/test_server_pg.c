@@ -14,6 +14,7 @@
 
 #include "tests/support/model_server.h"
 #include "tests/support/postgres.h"
+#include "tests/support/sbxrun.h"
 #include "tests/support/server.h"
 
 static struct test_pg pg;
@@ -217,4 +218,59 @@ Test(server_pg, bytes_that_are_not_utf8_are_no_run_and_no_key) {
   cr_expect_eq(h.status, 400, "%ld %s", h.status, h.body);
   cr_expect(strstr(h.body, "Idempotency-Key"), "%s", h.body);
   test_http_free(&h);
+}
+
+/* sbx run on the servers' PostgreSQL (--db): its run is there for both
+ * servers to list and stream, paused and decided on through one of them,
+ * and continued by sbx run --resume; neither server takes it up. */
+Test(server_pg, a_run_of_sbx_run_on_postgresql_is_shared) {
+  start("[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": "
+        "\"c1\", \"arguments\": {\"cmd\": \"echo cli\"}}]},"
+        " {\"text\": \"done\"}]",
+        true);
+  char agent[160];
+  (void)snprintf(agent, sizeof(agent), "%s",
+                 test_write_file(a.dir, "cli.json",
+                                 "{\"name\": \"Cli\", \"model\": \"m1\", "
+                                 "\"approvals\": {\"exec_command\": "
+                                 "\"always\"}}"));
+  struct sbx_run_out r;
+  const char *run[] = {"run",   "--db", pg.url, "--state-dir",
+                       a.state, agent,  "go",   NULL};
+  sbx_run(&r, ms.base_url, run);
+  cr_assert_eq(r.status, 3, "%s", r.err);
+  const char *p = strstr(r.err, "sbx: run ");
+  cr_assert_not_null(p, "%s", r.err);
+  p += strlen("sbx: run ");
+  char *id = strndup(p, strcspn(p, " \n"));
+  sbx_run_free(&r);
+  json_decref(test_server_wait(&b, id, "waiting_approval", 10000));
+  char path[160];
+  (void)snprintf(path, sizeof(path), "/v1/runs/%s/approvals/c1", id);
+  struct test_http h;
+  test_http(&h, &b, "POST", path, b.token, "{\"decision\": \"approve\"}", NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  test_http_free(&h);
+  sleep(2);
+  json_t *reqs = test_model_server_requests(&ms);
+  cr_expect_eq(json_array_size(reqs), 1, "a server took the run up");
+  json_decref(reqs);
+  const char *res[] = {"run",   "--db",     pg.url, "--state-dir",
+                       a.state, "--resume", id,     NULL};
+  sbx_run(&r, ms.base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  sbx_run_free(&r);
+  json_t *v = test_server_wait(&a, id, "completed", 10000);
+  cr_expect_str_eq(json_string_value(json_object_get(v, "origin")), "cli");
+  json_decref(v);
+  bool ended = false;
+  json_t *evs = test_sse(&a, a.token, id, -1, 0, 10000, &ended);
+  cr_expect(ended);
+  size_t n = json_array_size(evs);
+  cr_expect_str_eq(
+      json_string_value(json_object_get(json_array_get(evs, n - 1), "event")),
+      "run_finished");
+  json_decref(evs);
+  free(id);
 }
