@@ -368,3 +368,85 @@ Test(sandbox_ops, errors_are_json_under_json) {
   cr_expect(strstr(o.err, "no sandbox \"abcdef123456\""), "%s", o.err);
   sbx_run_free(&o);
 }
+
+Test(sandbox_ops, cp_copies_any_name_both_ways_and_many_times) {
+  char id[32];
+  create(id, sizeof(id));
+  /* Names the filesystem allows but the locale (C here, as sbx runs
+   * without setlocale) cannot translate: a byte 0xff, and UTF-8. */
+  static const char bad[] = "a\xff"
+                            "b";
+  static const char cafe[] = "caf\xc3\xa9";
+  char src[128], p[256];
+  (void)snprintf(src, sizeof(src), "%s/src", dir);
+  cr_assert_eq(mkdir(src, 0755), 0);
+  (void)snprintf(p, sizeof(p), "%s/%s", src, bad);
+  test_write_file(src, bad, "bytes\n");
+  test_write_file(src, cafe, "utf8\n");
+  char remote[128];
+  (void)snprintf(remote, sizeof(remote), "%s:in", id);
+  struct sbx_run_out o;
+  sbx(&o, (const char *const[]){"cp", src, remote, NULL});
+  cr_assert_eq(o.status, 0, "cp in: %s", o.err);
+  sbx_run_free(&o);
+  char script[128];
+  (void)snprintf(script, sizeof(script), "cat in/%s in/%s", bad, cafe);
+  sbx(&o, (const char *const[]){"exec", id, "--", "sh", "-c", script, NULL});
+  cr_expect_str_eq(o.out, "bytes\nutf8\n", "%s", o.err);
+  sbx_run_free(&o);
+  /* Out again, the directory and one file by its name. */
+  char back[128];
+  (void)snprintf(back, sizeof(back), "%s/back", dir);
+  sbx(&o, (const char *const[]){"cp", remote, back, NULL});
+  cr_assert_eq(o.status, 0, "cp out: %s", o.err);
+  sbx_run_free(&o);
+  char *text;
+  (void)snprintf(p, sizeof(p), "%s/%s", back, bad);
+  text = slurp(p);
+  cr_expect_str_eq(text, "bytes\n", "%s", p);
+  free(text);
+  (void)snprintf(p, sizeof(p), "%s/%s", back, cafe);
+  text = slurp(p);
+  cr_expect_str_eq(text, "utf8\n");
+  free(text);
+  (void)snprintf(remote, sizeof(remote), "%s:in/%s", id, bad);
+  char one[128];
+  (void)snprintf(one, sizeof(one), "%s/one\xfe", dir);
+  sbx(&o, (const char *const[]){"cp", remote, one, NULL});
+  cr_assert_eq(o.status, 0, "cp out one: %s", o.err);
+  sbx_run_free(&o);
+  text = slurp(one);
+  cr_expect_str_eq(text, "bytes\n");
+  free(text);
+  (void)snprintf(remote, sizeof(remote), "%s:single\xfe", id);
+  sbx(&o, (const char *const[]){"cp", "--json", one, remote, NULL});
+  cr_assert_eq(o.status, 0, "cp in one: %s %s", o.out, o.err);
+  json_t *j = json_loads(o.out, 0, NULL);
+  cr_expect_eq(json_integer_value(json_object_get(j, "files")), 1, "%s", o.out);
+  json_decref(j);
+  sbx_run_free(&o);
+  /* Forty copies in a row, in and out: each frees its transfer at once
+   * (sandboxd has 16). */
+  sbx(&o, (const char *const[]){"exec", id, "--", "mkdir", "many", NULL});
+  cr_assert_eq(o.status, 0, "%s", o.err);
+  sbx_run_free(&o);
+  (void)snprintf(p, sizeof(p), "%s/%s", src, cafe);
+  for (int i = 0; i < 40; i++) {
+    (void)snprintf(remote, sizeof(remote), "%s:many/%d", id, i);
+    sbx(&o, (const char *const[]){"cp", p, remote, NULL});
+    cr_assert_eq(o.status, 0, "copy %d in: %s", i, o.err);
+    sbx_run_free(&o);
+  }
+  for (int i = 0; i < 40; i++) {
+    char out[160];
+    (void)snprintf(remote, sizeof(remote), "%s:many", id);
+    (void)snprintf(out, sizeof(out), "%s/many%d", dir, i);
+    sbx(&o, (const char *const[]){"cp", remote, out, NULL});
+    cr_assert_eq(o.status, 0, "copy %d out: %s", i, o.err);
+    sbx_run_free(&o);
+  }
+  (void)snprintf(p, sizeof(p), "%s/many39/39", dir);
+  text = slurp(p);
+  cr_expect_str_eq(text, "utf8\n");
+  free(text);
+}
