@@ -124,8 +124,10 @@ bool model_client_replaying(const struct model_client *m);
  * with jitter. A stream that already delivered deltas is not retried (the
  * text would show twice). Other 4xx fail at once.
  *
- * Errors are for a person and never contain the API key (it is replaced by
- * "[redacted]" should a server echo it):
+ * Errors are for a person and never contain the API key (each whole
+ * occurrence is replaced by "[redacted]" should a server echo it, before a
+ * body is cut to fit; a key shorter than 8 characters is no secret and is
+ * left, so that it cannot mangle the message):
  *   "401 from https://api.openai.com/v1/responses: Incorrect API key ..."
  *   "503 from URL: <message> (after 4 retries)"
  *   "cannot connect to URL: <curl message>"

@@ -456,6 +456,48 @@ Test(model, unauthorized_names_status_url_and_message) {
   model_client_free(m);
 }
 
+Test(model, redaction_takes_whole_keys_of_8_or_more_characters) {
+  /* A 1-character key is no secret to hide: the message stays whole. */
+  test_model_server_start(
+      &srv, "[{\"status\": 400, \"body\": \"The model `m1` does not exist\"}]",
+      NULL);
+  struct model_config cfg = config(MODEL_API_RESPONSES);
+  cfg.api_key = "x";
+  struct model_client *m = client(&cfg);
+  struct sbx_error e = {0};
+  expect_failure(m, EINVAL, "responses", "400 from ",
+                 ": The model `m1` does not exist", false, &e);
+  model_client_free(m);
+  test_model_server_stop(&srv);
+  /* An 8-character key, every whole occurrence. */
+  test_model_server_start(&srv,
+                          "[{\"status\": 400, \"body\": \"key k3y-abcd "
+                          "rejected; k3y-abcd is revoked\"}]",
+                          NULL);
+  cfg.api_key = "k3y-abcd";
+  m = client(&cfg);
+  expect_failure(m, EINVAL, "responses", "400 from ",
+                 ": key [redacted] rejected; [redacted] is revoked", false, &e);
+  model_client_free(m);
+  test_model_server_stop(&srv);
+  /* A key that the body's excerpt (200 bytes) would cut in two. */
+  char script[512], pad[200];
+  memset(pad, 'a', 190);
+  pad[190] = '\0';
+  (void)snprintf(script, sizeof(script),
+                 "[{\"status\": 400, \"body\": \"%s sk-cut-secret-0123456789 "
+                 "end\"}]",
+                 pad);
+  test_model_server_start(&srv, script, NULL);
+  cfg.api_key = "sk-cut-secret-0123456789";
+  m = client(&cfg);
+  struct model_response out = {0};
+  cr_expect_lt(call_simple(m, "hi", &out, &e), 0);
+  cr_expect_null(strstr(e.msg, "sk-cut"), "a start of the key: %s", e.msg);
+  cr_expect(strstr(e.msg, "aaaa [redac"), "%s", e.msg);
+  model_client_free(m);
+}
+
 Test(model, right_key_is_sent_as_bearer) {
   test_model_server_start(&srv, "[{\"text\": \"ok\"}]", "sk-right");
   struct model_config cfg = config(MODEL_API_CHAT);
