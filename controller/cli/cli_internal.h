@@ -89,6 +89,9 @@ int cli_sandbox_stop(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_rm(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_save(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_resume(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_ps(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_kill(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_logs(struct cli_common *c, int argc, char **argv);
 
 /* Prints "PROG: MESSAGE" and where to read the subcommand SUB's usage on
  * stderr; returns 2. */

@@ -38,6 +38,11 @@ static void usage_sandbox(FILE *f) {
       "                                      its exit status is sbx's\n"
       "  shell ID [options]                  an interactive shell on your "
       "terminal\n"
+      "  ps ID                               its processes, running or "
+      "finished\n"
+      "  logs ID [EXEC] [-f]                 the output a process has kept\n"
+      "  kill ID EXEC [-s SIG]               a signal to a process (default "
+      "KILL)\n"
       "  cp SRC DST                          copy files in or out; one side "
       "is ID:PATH\n"
       "  apply-patch ID [--dir D] < PATCH    apply a *** Begin Patch text "
@@ -151,6 +156,39 @@ static const struct subcommand {
      "  -w, --workdir DIR    working directory, relative to the root\n"
      "  -u, --user USER      run as USER\n"
      "  --shell PATH         the shell to run instead\n"},
+    {"ps", cli_sandbox_ps,
+     "usage: sbx sandbox ps [--json] ID\n"
+     "\n"
+     "Lists the processes sandboxd keeps for the sandbox: running ones, "
+     "and finished\n"
+     "ones not yet released (exec and shell release theirs when they end; "
+     "a run's\n"
+     "and the API's stay). EXEC is the id logs and kill take; STATUS is "
+     "running,\n"
+     "exited N or killed (SIG). --json adds pid, tty and the bytes each "
+     "stream wrote.\n"},
+    {"logs", cli_sandbox_logs,
+     "usage: sbx sandbox logs [--json] [-f] ID [EXEC]\n"
+     "\n"
+     "Prints the output sandboxd has kept of process EXEC (default: the one "
+     "started\n"
+     "last): its stdout on stdout, its stderr on stderr. sandboxd keeps the "
+     "start and\n"
+     "the end of a long output; what it dropped between is said on stderr "
+     "(--json:\n"
+     "{exec_id, stdout, stderr, stdout_dropped_bytes, "
+     "stderr_dropped_bytes}).\n"
+     "\n"
+     "  -f, --follow         go on printing until the process has ended\n"},
+    {"kill", cli_sandbox_kill,
+     "usage: sbx sandbox kill [--json] ID EXEC [-s SIG]\n"
+     "\n"
+     "Sends a signal to process EXEC's group (as Ctrl-C on exec does), "
+     "and prints\n"
+     "EXEC. Killing a process that has ended fails.\n"
+     "\n"
+     "  -s, --signal SIG     the signal: a name (TERM, SIGINT) or number "
+     "(default KILL)\n"},
     {"cp", cli_sandbox_cp,
      "usage: sbx sandbox cp [--json] SRC DST\n"
      "\n"

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/cleanup.h"
 #include "tests/support/sbxrun.h"
 
 static char dir[64];
@@ -287,9 +288,10 @@ Test(sandbox_ops, help_lists_every_subcommand) {
   sbx(&o, (const char *const[]){"--help", NULL});
   cr_assert_eq(o.status, 0);
   static const char *const subs[] = {
-      "  create ", "  ls ",     "  info ",       "  exec ", "  shell ",
-      "  cp ",     "  port",    "  stop ",       "  start", "  rm ",
-      "  save ",   "  resume ", "  apply-patch "};
+      "  create ",      "  ls ", "  info ", "  exec ",
+      "  shell ",       "  cp ", "  port",  "  stop ",
+      "  start",        "  rm ", "  save ", "  resume ",
+      "  apply-patch ", "  ps ", "  logs ", "  kill "};
   for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
     cr_expect(strstr(o.out, subs[i]), "\"%s\" missing from: %s", subs[i],
               o.out);
@@ -449,4 +451,137 @@ Test(sandbox_ops, cp_copies_any_name_both_ways_and_many_times) {
   text = slurp(p);
   cr_expect_str_eq(text, "utf8\n");
   free(text);
+}
+
+/* The exec id of the first process "sbx sandbox ps ID --json" lists whose
+ * command holds WHAT, waiting for it at most 10 s; NULL when none. */
+static char *find_exec(const char *id, const char *what) {
+  for (int i = 0; i < 200; i++) {
+    struct sbx_run_out o;
+    sbx(&o, (const char *const[]){"ps", id, "--json", NULL});
+    cr_assert_eq(o.status, 0, "%s", o.err);
+    json_t *arr = json_loads(o.out, 0, NULL);
+    cr_assert(json_is_array(arr), "%s", o.out);
+    size_t k;
+    json_t *x;
+    char *found = NULL;
+    json_array_foreach(arr, k, x) {
+      const char *cmd = json_string_value(json_object_get(x, "command"));
+      if (!found && cmd && strstr(cmd, what))
+        found = strdup(json_string_value(json_object_get(x, "exec_id")));
+    }
+    json_decref(arr);
+    sbx_run_free(&o);
+    if (found)
+      return found;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+Test(sandbox_ops, ps_logs_and_kill) {
+  char id[32];
+  create(id, sizeof(id));
+  struct sbx_run_out o;
+  sbx(&o, (const char *const[]){"ps", id, NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  cr_expect_str_eq(o.out, "EXEC                  PID      STATUS          "
+                          "STARTED               COMMAND\n");
+  sbx_run_free(&o);
+  sbx(&o, (const char *const[]){"logs", id, NULL});
+  cr_expect_eq(o.status, 1);
+  cr_expect(strstr(o.err, "the sandbox keeps no process"), "%s", o.err);
+  sbx_run_free(&o);
+
+  /* A command whose sbx is killed stays in sandboxd, runs to its end and
+   * is kept with its output. */
+  pid_t pid = sbx_spawn(
+      NULL, NULL, 0,
+      (const char *const[]){
+          "sandbox", "--state-dir", state, "exec", id, "--", "sh", "-c",
+          "echo first; sleep 0.5; echo second >&2; exit 3", NULL});
+  _cleanup_free_ char *done = find_exec(id, "echo first");
+  cr_assert_not_null(done, "the command is not listed");
+  cr_assert_eq(kill(pid, SIGKILL), 0);
+  (void)wait_status(pid);
+  /* -f: until it has ended. */
+  sbx(&o, (const char *const[]){"logs", "-f", id, done, NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  cr_expect_str_eq(o.out, "first\n");
+  cr_expect_str_eq(o.err, "second\n");
+  sbx_run_free(&o);
+  sbx(&o, (const char *const[]){"ps", id, NULL});
+  cr_expect(strstr(o.out, "exited 3"), "%s", o.out);
+  sbx_run_free(&o);
+  /* Without EXEC: the one started last; --json. */
+  sbx(&o, (const char *const[]){"logs", id, "--json", NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  json_t *j = json_loads(o.out, 0, NULL);
+  cr_expect_str_eq(json_string_value(json_object_get(j, "exec_id")), done);
+  cr_expect_str_eq(json_string_value(json_object_get(j, "stdout")), "first\n");
+  cr_expect_str_eq(json_string_value(json_object_get(j, "stderr")), "second\n");
+  json_decref(j);
+  sbx_run_free(&o);
+  /* An ended process cannot be killed. */
+  sbx(&o, (const char *const[]){"kill", id, done, NULL});
+  cr_expect_eq(o.status, 1);
+  cr_expect(strstr(o.err, "has exited"), "%s", o.err);
+  sbx_run_free(&o);
+
+  /* kill -s TERM reaches a running one: its attached exec ends with it. */
+  pid = sbx_spawn(NULL, NULL, 0,
+                  (const char *const[]){"sandbox", "--state-dir", state, "exec",
+                                        id, "--", "sleep", "61", NULL});
+  _cleanup_free_ char *running = find_exec(id, "sleep 61");
+  cr_assert_not_null(running);
+  sbx(&o, (const char *const[]){"kill", id, running, "-s", "TERM", NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  cr_expect_eq(strncmp(o.out, running, strlen(running)), 0, "%s", o.out);
+  sbx_run_free(&o);
+  cr_expect_eq(wait_status(pid), 128 + SIGTERM);
+
+  /* Error paths. */
+  static const struct {
+    const char *args[8];
+    int status;
+    const char *want;
+  } bad[] = {
+      {{"ps", NULL}, 2, "expected ID"},
+      {{"ps", "ID", "extra", NULL}, 2, "expected ID"},
+      {{"ps", "abcdef123456", NULL}, 1, "no sandbox"},
+      {{"kill", "ID", NULL}, 2, "expected ID EXEC"},
+      {{"kill", "ID", "x1", NULL}, 2, "EXEC \"x1\": expected an exec id"},
+      {{"kill", "ID", "-5", NULL}, 2, "invalid option"},
+      {{"kill", "ID", "1", "-s", "NOPE", NULL}, 2, "--signal \"NOPE\""},
+      {{"kill", "ID", "1", "-s", "0", NULL}, 2, "--signal \"0\""},
+      {{"kill", "ID", "99999", NULL}, 1, "exec 99999 not found"},
+      {{"kill", "abcdef123456", "1", NULL}, 1, "no sandbox"},
+      {{"logs", NULL}, 2, "expected ID [EXEC]"},
+      {{"logs", "ID", "1", "2", NULL}, 2, "expected ID [EXEC]"},
+      {{"logs", "ID", "one", NULL}, 2, "EXEC \"one\""},
+      {{"logs", "ID", "99999", NULL}, 1, "exec 99999 not found"},
+      {{"logs", "ID", "--bogus", NULL}, 2, "unknown option"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    const char *args[8];
+    size_t n = 0;
+    for (; bad[i].args[n]; n++)
+      args[n] = strcmp(bad[i].args[n], "ID") == 0 ? id : bad[i].args[n];
+    args[n] = NULL;
+    sbx(&o, args);
+    cr_expect_eq(o.status, bad[i].status, "case %zu: status %d: %s", i,
+                 o.status, o.err);
+    cr_expect(strstr(o.err, bad[i].want), "case %zu: want \"%s\" in: %s", i,
+              bad[i].want, o.err);
+    sbx_run_free(&o);
+  }
+  /* Each has its --help. */
+  static const char *const subs[] = {"ps", "logs", "kill"};
+  for (size_t i = 0; i < 3; i++) {
+    sbx(&o, (const char *const[]){subs[i], "--help", NULL});
+    cr_expect_eq(o.status, 0);
+    cr_expect(strstr(o.out, "usage: sbx sandbox "), "%s", o.out);
+    sbx_run_free(&o);
+  }
 }
