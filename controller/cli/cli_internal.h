@@ -89,13 +89,26 @@ int cli_sandbox_stop(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_rm(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_save(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_resume(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_ps(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_kill(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_logs(struct cli_common *c, int argc, char **argv);
 
 /* Prints "PROG: MESSAGE" and where to read the subcommand SUB's usage on
  * stderr; returns 2. */
 int cli_usage_error(const struct cli_common *c, const char *sub,
                     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Under --json, each of these prints {"error": {"code", "message"}} on
+ * stdout instead (code "usage" for usage errors, else the lowercase name of
+ * the sbx_code: "not_found", "unavailable", ...). */
 /* Prints E's message (else R's strerror) after PROG on stderr; returns 1. */
 int cli_fail(const struct cli_common *c, const struct sbx_error *e, int r);
+/* As cli_fail, returning STATUS. */
+int cli_fail_status(const struct cli_common *c, const struct sbx_error *e,
+                    int r, int status);
+/* Prints the message after PROG on stderr as a failure of class CODE;
+ * returns STATUS. */
+int cli_error(const struct cli_common *c, enum sbx_code code, int status,
+              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Prints J (borrowed) indented, keys sorted, on stdout: 0, or 1 after
  * saying so when J is NULL or cannot be printed (out of memory). */
 int cli_print_json(const struct cli_common *c, json_t *j);

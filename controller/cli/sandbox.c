@@ -6,6 +6,7 @@
  * Every subcommand takes --state-dir DIR, --json (for scripts) and --help;
  * usage errors exit 2, failures 1, exec and shell exit with the command's
  * status (128+N when killed by signal N). */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include "controller/cli/cli_internal.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
+#include "shared/json.h"
 
 static void usage_sandbox(FILE *f) {
   fprintf(
@@ -36,6 +38,11 @@ static void usage_sandbox(FILE *f) {
       "                                      its exit status is sbx's\n"
       "  shell ID [options]                  an interactive shell on your "
       "terminal\n"
+      "  ps ID                               its processes, running or "
+      "finished\n"
+      "  logs ID [EXEC] [-f]                 the output a process has kept\n"
+      "  kill ID EXEC [-s SIG]               a signal to a process (default "
+      "KILL)\n"
       "  cp SRC DST                          copy files in or out; one side "
       "is ID:PATH\n"
       "  apply-patch ID [--dir D] < PATCH    apply a *** Begin Patch text "
@@ -47,12 +54,20 @@ static void usage_sandbox(FILE *f) {
       "  start ID                            start a stopped one again\n"
       "  rm ID [ID...]                       stop it and remove its "
       "workspace\n"
+      "  save ID [options]                   snapshot it; prints its session "
+      "state\n"
+      "  resume STATE.json [options]         reconnect to a saved one, or "
+      "restore it\n"
       "\n"
       "Common options: --state-dir DIR (default $XDG_STATE_HOME/sbx or\n"
-      "~/.local/state/sbx), --json (machine-readable output), --help.\n"
-      "IDs may be shortened to a unique prefix. Exit status: 0 done, 1 "
-      "failed,\n"
-      "2 usage error; exec and shell exit with the command's status.\n");
+      "~/.local/state/sbx), --json (machine-readable output; errors too, as\n"
+      "{\"error\": {\"code\", \"message\"}} on stdout), --help. Options go "
+      "before\n"
+      "or after the ID (exec's before its command). IDs may be shortened to "
+      "a\n"
+      "unique prefix. Exit status: 0 done, 1 failed, 2 usage error; exec and "
+      "shell\n"
+      "exit with the command's status.\n");
 }
 
 /* The subcommands: their handlers and the usage --help prints (save and
@@ -101,15 +116,19 @@ static const struct subcommand {
      "token is\n"
      "never shown.\n"},
     {"exec", cli_sandbox_exec,
-     "usage: sbx sandbox exec [options] ID -- CMD [ARG...]\n"
+     "usage: sbx sandbox exec [options] ID [options] -- CMD [ARG...]\n"
      "\n"
      "Runs CMD in the sandbox. Its stdout and stderr stream to ours; sbx "
      "exits with\n"
-     "its status (128+N when killed by signal N). Ctrl-C and SIGTERM are "
-     "passed on\n"
-     "to its process group.\n"
+     "its status (128+N when killed by signal N), as soon as its output has "
+     "ended.\n"
+     "Ctrl-C, SIGTERM and SIGHUP are passed on to its process group. "
+     "Options go\n"
+     "before or after ID; CMD follows \"--\" (or is the first word after ID "
+     "that is\n"
+     "no option).\n"
      "\n"
-     "  -i, --interactive    pass our stdin to it\n"
+     "  -i, --interactive    pass our stdin to it (closed at its end)\n"
      "  -t, --tty            run it on a terminal (stdout and stderr "
      "merged)\n"
      "  -w, --workdir DIR    working directory, relative to the root\n"
@@ -128,10 +147,48 @@ static const struct subcommand {
      "goes\n"
      "to the shell. sbx exits with the shell's status. Not available with "
      "--json.\n"
+     "When stdin is no terminal (echo pwd | sbx sandbox shell ID), the "
+     "shell reads it\n"
+     "as a script without a terminal and ends at its end; its stdout and "
+     "stderr stay\n"
+     "apart.\n"
      "\n"
      "  -w, --workdir DIR    working directory, relative to the root\n"
      "  -u, --user USER      run as USER\n"
      "  --shell PATH         the shell to run instead\n"},
+    {"ps", cli_sandbox_ps,
+     "usage: sbx sandbox ps [--json] ID\n"
+     "\n"
+     "Lists the processes sandboxd keeps for the sandbox: running ones, "
+     "and finished\n"
+     "ones not yet released (exec and shell release theirs when they end; "
+     "a run's\n"
+     "and the API's stay). EXEC is the id logs and kill take; STATUS is "
+     "running,\n"
+     "exited N or killed (SIG). --json adds pid, tty and the bytes each "
+     "stream wrote.\n"},
+    {"logs", cli_sandbox_logs,
+     "usage: sbx sandbox logs [--json] [-f] ID [EXEC]\n"
+     "\n"
+     "Prints the output sandboxd has kept of process EXEC (default: the one "
+     "started\n"
+     "last): its stdout on stdout, its stderr on stderr. sandboxd keeps the "
+     "start and\n"
+     "the end of a long output; what it dropped between is said on stderr "
+     "(--json:\n"
+     "{exec_id, stdout, stderr, stdout_dropped_bytes, "
+     "stderr_dropped_bytes}).\n"
+     "\n"
+     "  -f, --follow         go on printing until the process has ended\n"},
+    {"kill", cli_sandbox_kill,
+     "usage: sbx sandbox kill [--json] ID EXEC [-s SIG]\n"
+     "\n"
+     "Sends a signal to process EXEC's group (as Ctrl-C on exec does), "
+     "and prints\n"
+     "EXEC. Killing a process that has ended fails.\n"
+     "\n"
+     "  -s, --signal SIG     the signal: a name (TERM, SIGINT) or number "
+     "(default KILL)\n"},
     {"cp", cli_sandbox_cp,
      "usage: sbx sandbox cp [--json] SRC DST\n"
      "\n"
@@ -195,22 +252,64 @@ static void usage_sub(FILE *f, const char *name) {
     }
 }
 
+/* Says MSG: on stderr after PROG (with where SUB's usage is, when given),
+ * or under --json as {"error": {"code": CODE, "message": MSG}} on stdout,
+ * where a script reads the answer. */
+static void print_error(const struct cli_common *c, const char *code,
+                        const char *sub, const char *msg) {
+  if (!c->json) {
+    fprintf(stderr, "%s: %s\n", c->prog, msg);
+    if (sub)
+      fprintf(stderr, "(see sbx sandbox %s --help)\n", sub);
+    return;
+  }
+  _cleanup_json_ json_t *j =
+      json_pack("{s:{s:s, s:o}}", "error", "code", code, "message",
+                sbx_json_stringn_utf8(msg, strlen(msg)));
+  _cleanup_free_ char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  if (s)
+    puts(s);
+  else
+    fprintf(stderr, "%s: %s\n", c->prog, msg);
+  (void)fflush(stdout);
+}
+
 int cli_usage_error(const struct cli_common *c, const char *sub,
                     const char *fmt, ...) {
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "%s: ", c->prog);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  fprintf(stderr, "(see sbx sandbox %s --help)\n", sub);
+  print_error(c, "usage", sub, msg);
   return 2;
 }
 
+int cli_error(const struct cli_common *c, enum sbx_code code, int status,
+              const char *fmt, ...) {
+  char msg[1024], name[32];
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  const char *n = sbx_code_name(code == SBX_OK ? SBX_INTERNAL : code);
+  size_t i = 0;
+  for (; n[i] && i + 1 < sizeof(name); i++)
+    name[i] = (char)tolower((unsigned char)n[i]);
+  name[i] = '\0';
+  print_error(c, name, NULL, msg);
+  return status;
+}
+
+int cli_fail_status(const struct cli_common *c, const struct sbx_error *e,
+                    int r, int status) {
+  int err = e->err ? e->err : (r < 0 ? -r : EIO);
+  enum sbx_code code = e->code ? e->code : sbx_code_from_errno(err);
+  return cli_error(c, code, status, "%s", e->msg[0] ? e->msg : strerror(err));
+}
+
 int cli_fail(const struct cli_common *c, const struct sbx_error *e, int r) {
-  fprintf(stderr, "%s: %s\n", c->prog,
-          e->msg[0] ? e->msg : strerror(r < 0 ? -r : EIO));
-  return 1;
+  return cli_fail_status(c, e, r, 1);
 }
 
 int cli_print_json(const struct cli_common *c, json_t *j) {
@@ -329,8 +428,8 @@ int cli_parse_common_only(struct cli_common *c, const char *sub, int argc,
       {0},
   };
   int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "+hf", opts, NULL)) != -1) {
+  optind = 0; /* a fresh scan that permutes: options after the ids too */
+  while ((ch = getopt_long(argc, argv, "hf", opts, NULL)) != -1) {
     switch (ch) {
     case 'f':
       if (!force)
@@ -375,7 +474,7 @@ int cli_sandbox_main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--state-dir") == 0) {
       if (i + 1 >= argc) {
-        fprintf(stderr, "sbx sandbox: --state-dir needs a directory\n");
+        print_error(&c, "usage", NULL, "--state-dir needs a directory");
         return 2;
       }
       c.state_dir = argv[++i];
@@ -388,7 +487,11 @@ int cli_sandbox_main(int argc, char **argv) {
     break;
   }
   if (i >= argc) {
-    usage_sandbox(stderr);
+    if (c.json)
+      print_error(&c, "usage", NULL,
+                  "expected a subcommand (see sbx sandbox --help)");
+    else
+      usage_sandbox(stderr);
     return 2;
   }
   char prog[64];
@@ -397,8 +500,11 @@ int cli_sandbox_main(int argc, char **argv) {
   for (size_t k = 0; k < SBX_ARRAY_SIZE(subcommands); k++)
     if (strcmp(argv[i], subcommands[k].name) == 0)
       return subcommands[k].fn(&c, argc - i, argv + i);
-  fprintf(stderr,
-          "sbx sandbox: unknown subcommand \"%s\" (see sbx sandbox --help)\n",
-          argv[i]);
+  c.prog = "sbx sandbox";
+  char msg[200];
+  (void)snprintf(msg, sizeof(msg),
+                 "unknown subcommand \"%.64s\" (see sbx sandbox --help)",
+                 argv[i]);
+  print_error(&c, "usage", NULL, msg);
   return 2;
 }

@@ -14,6 +14,7 @@
 #include "controller/sandbox/tarball.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
+#include "shared/json.h"
 #include "shared/path.h"
 
 /* Whether cp shows its progress (stderr is a terminal, not --json). */
@@ -334,9 +335,11 @@ int cli_sandbox_cp(struct cli_common *c, int argc, char **argv) {
   if (r < 0)
     code = cli_fail(c, &e, r);
   else if (c->json) {
-    _cleanup_json_ json_t *j =
-        json_pack("{s:s, s:s, s:I}", "source", src, "destination", dst, "files",
-                  (json_int_t)files);
+    /* Paths need not be UTF-8: others bytes show as U+FFFD. */
+    _cleanup_json_ json_t *j = json_pack(
+        "{s:o, s:o, s:I}", "source", sbx_json_stringn_utf8(src, strlen(src)),
+        "destination", sbx_json_stringn_utf8(dst, strlen(dst)), "files",
+        (json_int_t)files);
     code = cli_print_json(c, j);
   }
   return cli_detach_done(sb, &rec, code);

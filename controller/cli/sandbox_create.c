@@ -110,7 +110,7 @@ static int take_option(struct create_cmd *x, int ch, const char *arg) {
 static int parse_args(struct create_cmd *x, int argc, char **argv) {
   cli_backend_flags_init(&x->flags, create_opts);
   int ch;
-  optind = 1;
+  optind = 0; /* a fresh scan */
   while ((ch = getopt_long(argc, argv, "+h", x->flags.opts, NULL)) != -1) {
     int k = take_option(x, ch, optarg);
     if (k >= 0)
@@ -143,10 +143,8 @@ static int choose_backend(struct create_cmd *x) {
  * local sources are relative to. -1, or the exit code after saying why. */
 static int load_manifest(struct create_cmd *x) {
   struct sbx_error e = {0};
-  if (x->agent_path && agent_load(x->agent_path, &x->agents, &e) < 0) {
-    fprintf(stderr, "%s: %s\n", x->c->prog, e.msg);
-    return 2;
-  }
+  if (x->agent_path && agent_load(x->agent_path, &x->agents, &e) < 0)
+    return cli_fail_status(x->c, &e, -EINVAL, 2);
   const struct agent_set *agents = x->agents;
   int r = 0;
   if (x->manifest_path) {
@@ -165,10 +163,8 @@ static int load_manifest(struct create_cmd *x) {
     r = j ? manifest_parse(j, "manifest", &x->m, &e) : -ENOMEM;
     (void)snprintf(x->base, sizeof(x->base), ".");
   }
-  if (r < 0) {
-    fprintf(stderr, "%s: %s\n", x->c->prog, e.msg[0] ? e.msg : strerror(-r));
-    return 2;
-  }
+  if (r < 0)
+    return cli_fail_status(x->c, &e, r, 2);
   if (!x->lo.mo.base_dir)
     x->lo.mo.base_dir = x->base;
   return -1;
@@ -192,9 +188,8 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
     bool config = e.code == SBX_INVALID_ARGUMENT ||
                   e.code == SBX_NOT_SUPPORTED ||
                   e.code == SBX_PERMISSION_DENIED;
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg[0] ? e.msg : strerror(-r));
     state_remove(dir, id);
-    return config ? 2 : 1;
+    return cli_fail_status(c, &e, r, config ? 2 : 1);
   }
   r = lifecycle_save(dir, id, sb, x->m, x->lo.bo.ports, x->lo.bo.nports,
                      created, (long)getpid(), &e);

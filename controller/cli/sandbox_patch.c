@@ -40,8 +40,8 @@ int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
   };
   const char *dir = "";
   int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "+d:h", opts, NULL)) != -1) {
+  optind = 0; /* a fresh scan that permutes: options after the id too */
+  while ((ch = getopt_long(argc, argv, "d:h", opts, NULL)) != -1) {
     switch (ch) {
     case 'd':
       dir = optarg;
@@ -65,8 +65,9 @@ int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      fprintf(stderr, "%s: cannot read stdin: %s\n", c->prog, strerror(errno));
-      return 1;
+      int err = errno;
+      return cli_error(c, sbx_code_from_errno(err), 1, "cannot read stdin: %s",
+                       strerror(err));
     }
     if (n == 0)
       break;

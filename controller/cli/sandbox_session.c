@@ -65,6 +65,22 @@ static int parse_snapshot_opt(const char *opt, const char *val,
   return parse_limit_opt(opt, val, &spec->limits);
 }
 
+/* Takes --json, --state-dir DIR and --state-dir=DIR at ARGV[*I] (the
+ * options every subcommand takes, here parsed by hand): true when it was
+ * one, *I then at its last word. */
+static bool common_arg(struct cli_common *c, int argc, char **argv, int *i) {
+  const char *s = argv[*i];
+  if (strcmp(s, "--json") == 0)
+    c->json = true;
+  else if (strncmp(s, "--state-dir=", 12) == 0)
+    c->state_dir = s + 12;
+  else if (strcmp(s, "--state-dir") == 0 && *i + 1 < argc)
+    c->state_dir = argv[++*i];
+  else
+    return false;
+  return true;
+}
+
 /* The session state of SB (recorded as REC) with snapshot SNAP: the SDK's
  * fields and the backend's. New, or NULL when out of memory. */
 static json_t *session_state(const struct sandbox *sb,
@@ -188,6 +204,8 @@ int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
           "file's holes do not count).\nGive resume the same limits.\n");
       return 0;
     }
+    if (common_arg(c, argc, argv, &i))
+      continue;
     int pr = i + 1 < argc ? parse_snapshot_opt(argv[i], argv[i + 1], &spec)
                           : -ENOENT;
     if (pr != -ENOENT) {
@@ -209,10 +227,8 @@ int cli_sandbox_save(struct cli_common *c, int argc, char **argv) {
   struct sandbox *sb = NULL;
   struct sbx_error e = {0};
   int k = cli_attach(c->state_dir, id, &rec, &sb, &e);
-  if (k != 0) {
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
-    return k;
-  }
+  if (k != 0)
+    return cli_fail_status(c, &e, -EINVAL, k);
   return cli_detach_done(sb, &rec, save_attached(c, &spec, sb, &rec));
 }
 
@@ -355,9 +371,12 @@ int cli_sandbox_resume(struct cli_common *c, int argc, char **argv) {
              "controller's state holds); otherwise creates a\nnew sandbox "
              "from the trusted manifest (--manifest, else the state's) and "
              "restores\nthe snapshot into it, within the limits (as for "
-             "save). Prints the sandbox id.\n");
+             "save). Prints the sandbox id\n(--json: {\"id\", "
+             "\"reconnected\"}).\n");
       return 0;
     }
+    if (common_arg(c, argc, argv, &i))
+      continue;
     if (strcmp(argv[i], "--manifest") == 0 && i + 1 < argc) {
       trusted = argv[++i];
       continue;
@@ -383,11 +402,17 @@ int cli_sandbox_resume(struct cli_common *c, int argc, char **argv) {
   struct sbx_error e = {0};
   int r = cli_session_resume(c->state_dir, path, trusted, &lim,
                              progress_enabled(c->json), id, &reconnected, &e);
-  if (r < 0) {
-    fprintf(stderr, "%s: %s\n", c->prog, e.msg);
-    return e.code == SBX_INVALID_ARGUMENT && r == -EINVAL ? 2 : 1;
+  if (r < 0)
+    return cli_fail_status(
+        c, &e, r, e.code == SBX_INVALID_ARGUMENT && r == -EINVAL ? 2 : 1);
+  if (c->json) {
+    _cleanup_json_ json_t *j =
+        json_pack("{s:s, s:b}", "id", id, "reconnected", reconnected);
+    if (cli_print_json(c, j))
+      return 1;
+  } else {
+    printf("%s\n", id);
   }
-  printf("%s\n", id);
   fprintf(stderr,
           reconnected ? "%s: reconnected to the live sandbox %s\n"
                       : "%s: the saved sandbox is gone; restored its snapshot "

@@ -241,23 +241,70 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
 
 /* ---- errors -------------------------------------------------------- */
 
-/* Replaces every occurrence of the API key in E's message. */
-static void redact(const struct model_client *m, struct sbx_error *e) {
-  if (!e || !m->api_key)
-    return;
-  size_t klen = strlen(m->api_key);
-  static const char mask[] = "[redacted]";
-  char *p;
-  while ((p = strstr(e->msg, m->api_key))) {
-    size_t tail = strlen(p + klen);
-    if (klen >= sizeof(mask) - 1) {
-      memcpy(p, mask, sizeof(mask) - 1);
-      memmove(p + sizeof(mask) - 1, p + klen, tail + 1);
-    } else {
-      /* A key shorter than the mask: blank it where it is. */
-      memset(p, '*', klen);
-    }
+/* Keys shorter than this are not redacted: no real key is that short, and
+ * masking one would mangle the text it occurs in (the key "x" in
+ * "exist"). */
+#define REDACT_MIN_KEY 8
+#define REDACT_MASK "[redacted]"
+
+/* The LEN bytes at S with each whole occurrence of KEY replaced by
+ * "[redacted]" (new, NUL-terminated, its length in *OUT_LEN); a KEY shorter
+ * than REDACT_MIN_KEY is left as it is. NULL when out of memory. */
+static char *redact_dup(const char *key, const char *s, size_t len,
+                        size_t *out_len) {
+  if (!s) {
+    s = "";
+    len = 0;
   }
+  size_t klen = key ? strlen(key) : 0;
+  size_t hits = 0;
+  const char *p = s, *end = s + len, *hit;
+  if (klen >= REDACT_MIN_KEY)
+    for (; (hit = memmem(p, (size_t)(end - p), key, klen)); p = hit + klen)
+      hits++;
+  size_t grow = sizeof(REDACT_MASK) > klen ? sizeof(REDACT_MASK) - klen : 0;
+  char *out = malloc(len + hits * grow + 1);
+  if (!out)
+    return NULL;
+  size_t n = 0;
+  for (p = s; hits && (hit = memmem(p, (size_t)(end - p), key, klen));
+       p = hit + klen) {
+    memcpy(out + n, p, (size_t)(hit - p));
+    n += (size_t)(hit - p);
+    memcpy(out + n, REDACT_MASK, sizeof(REDACT_MASK) - 1);
+    n += sizeof(REDACT_MASK) - 1;
+  }
+  memcpy(out + n, p, (size_t)(end - p));
+  n += (size_t)(end - p);
+  out[n] = '\0';
+  *out_len = n;
+  return out;
+}
+
+/* Replaces each whole occurrence of the API key in E's message by
+ * "[redacted]" (bodies are redacted before they are cut to fit, see
+ * status_error), and a start of the key (4 bytes or more) that the
+ * message's own limit cut off at its end. */
+static void redact(const struct model_client *m, struct sbx_error *e) {
+  if (!e || !m->api_key || strlen(m->api_key) < REDACT_MIN_KEY)
+    return;
+  size_t n = 0;
+  _cleanup_free_ char *r = redact_dup(m->api_key, e->msg, strlen(e->msg), &n);
+  if (!r) {
+    (void)snprintf(e->msg, sizeof(e->msg),
+                   "%s (details withheld: out of "
+                   "memory while hiding the API key)",
+                   sbx_code_name(e->code));
+    return;
+  }
+  (void)snprintf(e->msg, sizeof(e->msg), "%s", r);
+  n = strlen(e->msg);
+  for (size_t k = strlen(m->api_key) - 1; k >= 4; k--)
+    if (n >= k && memcmp(e->msg + n - k, m->api_key, k) == 0) {
+      (void)snprintf(e->msg + n - k, sizeof(e->msg) - (n - k), "%s",
+                     REDACT_MASK);
+      break;
+    }
 }
 
 /* The first bytes of a body as printable ASCII, for a message. */
@@ -326,10 +373,15 @@ static int status_error(const struct model_client *m,
   json_error_t jerr;
   _cleanup_json_ json_t *j = json_loadb(resp->body, resp->body_len, 0, &jerr);
   const char *msg = j ? model_error_message(j) : NULL;
-  if (msg)
-    sanitize(msg, strlen(msg), what, sizeof(what));
+  const char *text = msg ? msg : resp->body;
+  size_t len = msg ? strlen(msg) : resp->body_len;
+  /* The key goes before the text is cut, so no start of it is left. */
+  size_t rlen = 0;
+  _cleanup_free_ char *red = redact_dup(m->api_key, text, len, &rlen);
+  if (red)
+    sanitize(red, rlen, what, sizeof(what));
   else
-    sanitize(resp->body, resp->body_len, what, sizeof(what));
+    (void)snprintf(what, sizeof(what), "(not shown: out of memory)");
   char after[48] = "";
   if (retries)
     (void)snprintf(after, sizeof(after), " (after %u %s)", retries,

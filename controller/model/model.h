@@ -124,8 +124,10 @@ bool model_client_replaying(const struct model_client *m);
  * with jitter. A stream that already delivered deltas is not retried (the
  * text would show twice). Other 4xx fail at once.
  *
- * Errors are for a person and never contain the API key (it is replaced by
- * "[redacted]" should a server echo it):
+ * Errors are for a person and never contain the API key (each whole
+ * occurrence is replaced by "[redacted]" should a server echo it, before a
+ * body is cut to fit; a key shorter than 8 characters is no secret and is
+ * left, so that it cannot mangle the message):
  *   "401 from https://api.openai.com/v1/responses: Incorrect API key ..."
  *   "503 from URL: <message> (after 4 retries)"
  *   "cannot connect to URL: <curl message>"
@@ -136,6 +138,8 @@ bool model_client_replaying(const struct model_client *m);
  *   "replay diverged at model call 3: input item 5 is function_call_output
  *    for call_ab, the recording has message (user)"
  *   "replay has only 4 recorded model calls"
+ *   "replay refused: the instructions differ from the recording's first
+ *    request at byte 120: the run has \"...\", the recording \"...\" (...)"
  *
  * Record and replay: with record_path each successful call appends one line
  * {"version":1, "api":"responses"|"chat", "request":<the body sent>,
@@ -145,7 +149,10 @@ bool model_client_replaying(const struct model_client *m);
  * the network, after checking that the run has not diverged: the same API,
  * model and tool names, the same number of input items (chat: messages),
  * and for each the same type, role, call_id and name (tool output text is
- * not compared: it holds wall times and random chunk ids). When streaming,
+ * not compared: it holds wall times and random chunk ids). The first call
+ * must be the recording's own: the same instructions, system, developer
+ * and user messages (the prompt) and tool definitions, so that a recording
+ * is not replayed for another agent, prompt or tools. When streaming,
  * a replayed reply's text is handed to on_delta.
  *
  * With stream set, text deltas go to on_delta as they arrive; a server

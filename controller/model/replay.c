@@ -200,6 +200,99 @@ static void tool_names(const struct model_api_ops *api, json_t *body, char *out,
   }
 }
 
+/* Up to 48 bytes of TEXT from OFF on, as a message may show them: control
+ * bytes as '?' (the text is the run's or the recording's, not a model's
+ * reply, but a line of it must not break the message). */
+static void excerpt(const char *text, size_t off, char *out, size_t size) {
+  size_t len = strlen(text), n = 0;
+  if (off > len)
+    off = len;
+  for (size_t i = off; i < len && i < off + 48 && n + 4 < size; i++)
+    out[n++] = (unsigned char)text[i] < 0x20 ? '?' : text[i];
+  if (off + 48 < len && n + 4 < size)
+    n += (size_t)snprintf(out + n, size - n, "...");
+  out[n] = '\0';
+}
+
+/* The first byte where A and B differ. */
+static size_t first_difference(const char *a, const char *b) {
+  size_t i = 0;
+  while (a[i] && a[i] == b[i])
+    i++;
+  return i;
+}
+
+/* Refuses a replay at call 1 because WHAT differs (PLURAL: differ): the
+ * run has A, the recording R (both shown from their first difference). */
+static int refuse_first(struct sbx_error *e, const char *what, bool plural,
+                        const char *a, const char *r) {
+  size_t off = first_difference(a, r);
+  char xa[64], xr[64];
+  excerpt(a, off, xa, sizeof(xa));
+  excerpt(r, off, xr, sizeof(xr));
+  return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                       "replay refused: %s differ%s from the recording's "
+                       "first request at byte %zu: the run has \"%s\", the "
+                       "recording \"%s\" (replay the run with the agent, "
+                       "prompt and tools it was recorded with)",
+                       what, plural ? "" : "s", off, xa, xr);
+}
+
+/* A JSON value as text (new; NULL when out of memory): a string as it
+ * is, anything else compact, "" for none. */
+static char *compact(json_t *v) {
+  if (json_is_string(v))
+    return strdup(json_string_value(v));
+  char *s = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY |
+                                  JSON_ENSURE_ASCII)
+              : NULL;
+  return s ? s : strdup("");
+}
+
+/* The first request of a replay is the run's own, not only its shape: the
+ * instructions, every system, developer and user message (the prompt)
+ * and the tools' definitions must be the recording's, so that a recording
+ * is never replayed for another agent, prompt or set of tools. Later calls
+ * hold tool outputs (times, ids) and are checked by shape only. */
+static int replay_check_first(const struct model_api_ops *api, json_t *req,
+                              json_t *body, struct sbx_error *e) {
+  const char *ins = json_string_value(json_object_get(body, "instructions"));
+  const char *rins = json_string_value(json_object_get(req, "instructions"));
+  if (!str_eq(ins, rins))
+    return refuse_first(e, "the instructions", true, ins ? ins : "",
+                        rins ? rins : "");
+  json_t *in = json_object_get(body, api->input_key);
+  json_t *rin = json_object_get(req, api->input_key);
+  for (size_t i = 0; i < json_array_size(in) && i < json_array_size(rin); i++) {
+    json_t *x = json_array_get(in, i), *y = json_array_get(rin, i);
+    const char *role = json_string_value(json_object_get(x, "role"));
+    if (!role ||
+        !(strcmp(role, "user") == 0 || strcmp(role, "system") == 0 ||
+          strcmp(role, "developer") == 0) ||
+        json_equal(x, y))
+      continue;
+    _cleanup_free_ char *a = compact(json_object_get(x, "content"));
+    _cleanup_free_ char *b = compact(json_object_get(y, "content"));
+    char what[96];
+    (void)snprintf(what, sizeof(what), "the %s message (%s %zu)", role,
+                   api->entry_name, i + 1);
+    return refuse_first(e, what, false, a ? a : "", b ? b : "");
+  }
+  json_t *tl = json_object_get(body, "tools");
+  json_t *rtl = json_object_get(req, "tools");
+  for (size_t i = 0; i < json_array_size(tl) && i < json_array_size(rtl); i++)
+    if (!json_equal(json_array_get(tl, i), json_array_get(rtl, i))) {
+      _cleanup_free_ char *a = compact(json_array_get(tl, i));
+      _cleanup_free_ char *b = compact(json_array_get(rtl, i));
+      const char *name = api->tool_name(json_array_get(tl, i));
+      char what[160];
+      (void)snprintf(what, sizeof(what), "the tool %s's definition",
+                     name ? name : "?");
+      return refuse_first(e, what, false, a ? a : "", b ? b : "");
+    }
+  return 0;
+}
+
 /* Checks that BODY, what this run would send, matches the recorded
  * request REC at model call CALL (1-based). */
 static int replay_check(const struct model_api_ops *api, size_t call,
@@ -249,7 +342,7 @@ static int replay_check(const struct model_api_ops *api, size_t call,
                          "replay diverged at model call %zu: the run has %zu "
                          "%s, the recording has %zu",
                          call, n, api->entries_name, rn);
-  return 0;
+  return call == 1 ? replay_check_first(api, req, body, e) : 0;
 }
 
 int model_replay_next(struct model_replay *m, const struct model_api_ops *api,

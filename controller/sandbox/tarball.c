@@ -255,7 +255,11 @@ int tarball_build(const struct host_tree *t, uint32_t uid, uint32_t gid,
     r = -ENOMEM;
     goto out;
   }
+  /* Names and link targets go as the bytes they are (pax hdrcharset
+   * BINARY), never through the locale: a file name need not be UTF-8. */
   if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+      archive_write_set_format_option(a, "pax", "hdrcharset", "BINARY") !=
+          ARCHIVE_OK ||
       archive_write_open_fd(a, fd) != ARCHIVE_OK) {
     r = ar_fail(a, e, what, "cannot start the archive");
     goto out;
@@ -372,11 +376,10 @@ int tarball_push(struct sbx_client *c, int fd, uint64_t size, const char *dest,
       progress_meter_update(progress, size, size, true);
     sbx_client_reply_free(resp);
   }
-out:
-  if (r < 0) {
-    struct sbx_error ignored = {0};
-    (void)sbx_archive_close(c, handle, &ignored);
-  }
+out:;
+  /* Finished or not, the transfer's slot in sandboxd is free at once. */
+  struct sbx_error ignored = {0};
+  (void)sbx_archive_close(c, handle, &ignored);
   return r;
 }
 
@@ -469,7 +472,10 @@ static int extract_member(struct archive *a, struct archive *w,
                           struct archive_entry *ent, const char *host_dest,
                           uint64_t *nfiles, struct sbx_error *e) {
   char rel[SBX_PATH_MAX];
+  /* The bytes of the name (a BINARY header), else its UTF-8. */
   const char *name = archive_entry_pathname(ent);
+  if (!name)
+    name = archive_entry_pathname_utf8(ent);
   if (check_member(name, rel, sizeof(rel)) < 0)
     return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                          "the sandbox sent a member with a bad name");
@@ -479,6 +485,8 @@ static int extract_member(struct archive *a, struct archive *w,
   if (strcmp(rel, ".") == 0 && ft != AE_IFDIR)
     return 0;
   const char *hl = archive_entry_hardlink(ent);
+  if (!hl)
+    hl = archive_entry_hardlink_utf8(ent);
   char hrel[SBX_PATH_MAX], hfull[SBX_PATH_MAX * 2];
   if (hl) {
     if (check_member(hl, hrel, sizeof(hrel)) < 0)
@@ -493,6 +501,12 @@ static int extract_member(struct archive *a, struct archive *w,
     return sbx_error_set(e, SBX_LIMIT_EXCEEDED, ENAMETOOLONG,
                          "path too long under \"%s\"", host_dest);
   archive_entry_set_pathname(ent, full);
+  if (ft == AE_IFLNK && !archive_entry_symlink(ent) &&
+      archive_entry_symlink_utf8(ent)) {
+    /* A UTF-8 target this locale cannot show: its bytes, as they are. */
+    const char *tgt = archive_entry_symlink_utf8(ent);
+    archive_entry_copy_symlink(ent, tgt);
+  }
   archive_entry_set_perm(ent, archive_entry_perm(ent) & 01777);
   if (ft == AE_IFREG && !hl)
     (*nfiles)++;

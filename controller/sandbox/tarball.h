@@ -63,7 +63,9 @@ int tarball_build(const struct host_tree *t, uint32_t uid, uint32_t gid,
                   struct sbx_error *e);
 
 /* Sends the archive in FD (SIZE bytes) to sandboxd and extracts it into the
- * sandbox directory DEST (created if missing). */
+ * sandbox directory DEST (created if missing); the transfer is closed at
+ * the end, done or not. Names are written as their bytes (pax hdrcharset
+ * BINARY), whatever the locale. */
 struct progress_meter;
 /* PROGRESS (may be NULL) hears of the bytes sent or received. */
 int tarball_push(struct sbx_client *c, int fd, uint64_t size, const char *dest,

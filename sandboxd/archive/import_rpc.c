@@ -109,17 +109,28 @@ int rpc_archive_import_start(struct rpc_call *c) {
   return 0;
 }
 
-/* Marks X failed with C's error (kept for a repeated finish). */
-static int xfer_fail(struct rpc_call *c, struct xfer *x, int r) {
-  x->state = XFER_FAILED;
-  x->fail = c->err;
-  if (x->fail.code == SBX_OK)
-    x->fail.code = sbx_code_from_errno(r);
+/* Lets go of what the import X held once it is over (its staging, spool
+ * and destination): only its answer stays, for a repeated finish, and the
+ * table may give its slot to a new transfer (xfer_table_insert). */
+static void import_settle(struct xfer *x, enum xfer_state state) {
+  x->state = state;
   x->stage = stage_free(x->stage);
   if (x->spool_fd >= 0) {
     (void)close(x->spool_fd);
     x->spool_fd = -1;
   }
+  if (x->dest_fd >= 0) {
+    (void)close(x->dest_fd);
+    x->dest_fd = -1;
+  }
+}
+
+/* Marks X failed with C's error (kept for a repeated finish). */
+static int xfer_fail(struct rpc_call *c, struct xfer *x, int r) {
+  x->fail = c->err;
+  if (x->fail.code == SBX_OK)
+    x->fail.code = sbx_code_from_errno(r);
+  import_settle(x, XFER_FAILED);
   return r;
 }
 
@@ -220,19 +231,14 @@ static int import_finish(struct rpc_call *c, struct xfer *x, const void *arg) {
     x->stage = stage_free(x->stage);
     if (r < 0)
       return xfer_fail(c, x, r);
-    if (r > 0) {
-      x->state = XFER_DONE;
-      (void)close(x->spool_fd);
-      x->spool_fd = -1;
-    }
+    if (r > 0)
+      import_settle(x, XFER_DONE);
   }
   if (x->state == XFER_OPEN) {
     int r = finish_two_passes(c, x);
     if (r < 0)
       return xfer_fail(c, x, r);
-    x->state = XFER_DONE;
-    (void)close(x->spool_fd);
-    x->spool_fd = -1;
+    import_settle(x, XFER_DONE);
   }
   sbx__v1__archive_import_finish_reply__init(rep);
   rep->members = x->members;

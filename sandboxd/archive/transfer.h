@@ -68,6 +68,10 @@
  *
  * Transfers live in a table of at most limits.max_archives, under random
  * 64-bit handles; one not used for 10 minutes is dropped (checked lazily).
+ * An import that has finished or failed keeps only its answer (for a
+ * repeated finish; its files are closed then), and its slot goes to a new
+ * transfer when every other slot is taken, the one finished longest ago
+ * first: a client that does not close it keeps no one out.
  * A transfer serves one call at a time: a second one gets CONFLICT.
  * Every handler is thread-safe. */
 #ifndef SANDBOXD_ARCHIVE_H

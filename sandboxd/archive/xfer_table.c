@@ -119,17 +119,38 @@ static struct archive_table *table_of(struct rpc_call *c) {
   return c->d->archives;
 }
 
+/* A slot for a new transfer: a free one, else that of the import finished
+ * (or failed) longest ago, which goes onto DEAD: it holds nothing but its
+ * answer to a repeated finish, and a client that does not close it must
+ * not keep others out. -1 when every slot holds a transfer in progress.
+ * Called with the lock held. */
+static int table_slot_locked(struct archive_table *t, struct xfer **dead) {
+  int oldest = -1;
+  for (uint32_t i = 0; i < t->nslots; i++) {
+    struct xfer *x = t->slots[i];
+    if (!x)
+      return (int)i;
+    if (x->kind == XFER_IMPORT && x->state != XFER_OPEN && !x->busy &&
+        (oldest < 0 || x->last_ms < t->slots[oldest]->last_ms))
+      oldest = (int)i;
+  }
+  if (oldest >= 0) {
+    struct xfer *x = t->slots[oldest];
+    log_debug("archive transfer %016" PRIx64 " finished; its slot is taken",
+              x->handle);
+    t->slots[oldest] = NULL;
+    x->next = *dead;
+    *dead = x;
+  }
+  return oldest;
+}
+
 /* Adds X (busy, owned by the caller's call) under a new random handle. */
 int xfer_table_insert(struct rpc_call *c, struct xfer *x) {
   struct archive_table *t = table_of(c);
   pthread_mutex_lock(&t->mu);
   struct xfer *dead = table_reap_locked(t);
-  int slot = -1;
-  for (uint32_t i = 0; i < t->nslots; i++)
-    if (!t->slots[i]) {
-      slot = (int)i;
-      break;
-    }
+  int slot = table_slot_locked(t, &dead);
   if (slot >= 0) {
     bool unique;
     do {

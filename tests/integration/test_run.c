@@ -469,6 +469,15 @@ Test(run, record_then_replay_without_a_server) {
   cr_expect(strstr(r.err, "replayed 2 recorded model responses") != NULL, "%s",
             r.err);
   sbx_run_free(&r);
+  /* Another prompt is refused at the first call, before any tool runs. */
+  const char *other[] = {"run", "--replay", rec, a, "Do another task.", NULL};
+  sbx_run(&r, "http://127.0.0.1:1/v1", other);
+  cr_expect_eq(r.status, 1, "stderr: %s", r.err);
+  cr_expect(strstr(r.err, "replay refused: the user message (input item 1) "
+                          "differs from the recording's first request"),
+            "%s", r.err);
+  cr_expect_str_eq(r.out, "");
+  sbx_run_free(&r);
 }
 
 Test(run, usage_and_config_errors_exit_2) {

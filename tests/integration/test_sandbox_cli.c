@@ -679,7 +679,6 @@ Test(sandbox_cli, error_paths_of_every_subcommand) {
        2,
        "--timeout \"x\""},
       {{"shell", "abcdef123456", NULL}, 1, "no sandbox"},
-      {{"shell", "--json", "abcdef123456", NULL}, 2, "shell is interactive"},
       {{"cp", "a", "b", NULL}, 2, "exactly one of SRC and DST"},
       {{"cp", "abcdef123456:x", "/tmp/y", NULL}, 1, "no sandbox"},
       {{"cp", "onlyone", NULL}, 2, "expected SRC and DST"},

@@ -456,6 +456,48 @@ Test(model, unauthorized_names_status_url_and_message) {
   model_client_free(m);
 }
 
+Test(model, redaction_takes_whole_keys_of_8_or_more_characters) {
+  /* A 1-character key is no secret to hide: the message stays whole. */
+  test_model_server_start(
+      &srv, "[{\"status\": 400, \"body\": \"The model `m1` does not exist\"}]",
+      NULL);
+  struct model_config cfg = config(MODEL_API_RESPONSES);
+  cfg.api_key = "x";
+  struct model_client *m = client(&cfg);
+  struct sbx_error e = {0};
+  expect_failure(m, EINVAL, "responses", "400 from ",
+                 ": The model `m1` does not exist", false, &e);
+  model_client_free(m);
+  test_model_server_stop(&srv);
+  /* An 8-character key, every whole occurrence. */
+  test_model_server_start(&srv,
+                          "[{\"status\": 400, \"body\": \"key k3y-abcd "
+                          "rejected; k3y-abcd is revoked\"}]",
+                          NULL);
+  cfg.api_key = "k3y-abcd";
+  m = client(&cfg);
+  expect_failure(m, EINVAL, "responses", "400 from ",
+                 ": key [redacted] rejected; [redacted] is revoked", false, &e);
+  model_client_free(m);
+  test_model_server_stop(&srv);
+  /* A key that the body's excerpt (200 bytes) would cut in two. */
+  char script[512], pad[200];
+  memset(pad, 'a', 190);
+  pad[190] = '\0';
+  (void)snprintf(script, sizeof(script),
+                 "[{\"status\": 400, \"body\": \"%s sk-cut-secret-0123456789 "
+                 "end\"}]",
+                 pad);
+  test_model_server_start(&srv, script, NULL);
+  cfg.api_key = "sk-cut-secret-0123456789";
+  m = client(&cfg);
+  struct model_response out = {0};
+  cr_expect_lt(call_simple(m, "hi", &out, &e), 0);
+  cr_expect_null(strstr(e.msg, "sk-cut"), "a start of the key: %s", e.msg);
+  cr_expect(strstr(e.msg, "aaaa [redac"), "%s", e.msg);
+  model_client_free(m);
+}
+
 Test(model, right_key_is_sent_as_bearer) {
   test_model_server_start(&srv, "[{\"text\": \"ok\"}]", "sk-right");
   struct model_config cfg = config(MODEL_API_CHAT);
@@ -951,16 +993,27 @@ Test(model, record_streamed_then_replay_chat) {
   record_then_replay(MODEL_API_CHAT, true, true);
 }
 
-/* Writes a one-call recording: a user message, answered "hi". */
+/* Writes a recording: a user message, answered "hi"; then, with the
+ * second call, a tool's output, answered "done". */
 static void write_recording(void) {
   static const char line[] =
       "{\"version\": 1, \"api\": \"responses\", \"request\": {\"model\": "
-      "\"gpt-test\", \"input\": [{\"role\": \"user\", \"content\": \"x\"}, "
+      "\"gpt-test\", \"instructions\": \"Be brief.\", \"input\": "
+      "[{\"role\": \"user\", \"content\": \"x\"}, "
       "{\"type\": \"message\", \"role\": \"user\", \"content\": \"y\"}], "
       "\"tools\": [{\"type\": \"function\", \"name\": \"exec_command\"}]}, "
       "\"response\": {\"id\": \"r1\", \"status\": \"completed\", \"output\": "
       "[{\"type\": \"message\", \"role\": \"assistant\", \"content\": "
-      "[{\"type\": \"output_text\", \"text\": \"hi\"}]}]}}\n";
+      "[{\"type\": \"output_text\", \"text\": \"hi\"}]}]}}\n"
+      "{\"version\": 1, \"api\": \"responses\", \"request\": {\"model\": "
+      "\"gpt-test\", \"instructions\": \"Be brief.\", \"input\": "
+      "[{\"role\": \"user\", \"content\": \"x\"}, "
+      "{\"type\": \"function_call_output\", \"call_id\": \"c1\", "
+      "\"output\": \"Wall time: 0.01 seconds\"}], "
+      "\"tools\": [{\"type\": \"function\", \"name\": \"exec_command\"}]}, "
+      "\"response\": {\"id\": \"r2\", \"status\": \"completed\", \"output\": "
+      "[{\"type\": \"message\", \"role\": \"assistant\", \"content\": "
+      "[{\"type\": \"output_text\", \"text\": \"done\"}]}]}}\n";
   int fd = open(record_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   cr_assert_geq(fd, 0);
   cr_assert_eq(write(fd, line, sizeof(line) - 1), (ssize_t)sizeof(line) - 1);
@@ -977,23 +1030,97 @@ static json_t *exec_tool(void) {
   return json_pack("[{s:s, s:s}]", "type", "function", "name", "exec_command");
 }
 
-Test(model, replay_checks_items_not_tool_output_text) {
+/* The recording's first request: its instructions, prompt and tools. */
+static json_t *first_input(void) {
+  return json_pack("[{s:s, s:s}, {s:s, s:s, s:s}]", "role", "user", "content",
+                   "x", "type", "message", "role", "user", "content", "y");
+}
+
+Test(model, replay_checks_tool_outputs_by_shape_not_text) {
   write_recording();
   struct model_client *m = replayer();
   _cleanup_json_ json_t *tl = exec_tool();
-  /* Different text, same shape: not a divergence. */
-  _cleanup_json_ json_t *input = json_pack(
-      "[{s:s, s:s}, {s:s, s:s, s:s}]", "role", "user", "content", "other text",
-      "type", "message", "role", "user", "content", "also other");
-  struct model_request req = {.model = "gpt-test", .input = input, .tools = tl};
+  _cleanup_json_ json_t *input = first_input();
+  struct model_request req = {.model = "gpt-test",
+                              .instructions = "Be brief.",
+                              .input = input,
+                              .tools = tl};
   struct model_response out = {0};
   struct sbx_error e = {0};
   cr_assert_eq(model_call(m, &req, &out, &e), 0, "%s", e.msg);
   cr_expect_str_eq(first_text(out.output), "hi");
   model_response_clear(&out);
+  /* A tool's output with other text (its time, its ids), same shape: not
+   * a divergence after the first call. */
+  _cleanup_json_ json_t *second = json_pack(
+      "[{s:s, s:s}, {s:s, s:s, s:s}]", "role", "user", "content", "x", "type",
+      "function_call_output", "call_id", "c1", "output", "Wall time: 0.5 s");
+  req.input = second;
+  cr_assert_eq(model_call(m, &req, &out, &e), 0, "%s", e.msg);
+  cr_expect_str_eq(first_text(out.output), "done");
+  model_response_clear(&out);
 
   cr_expect_eq(model_call(m, &req, &out, &e), -EBUSY);
-  cr_expect_str_eq(e.msg, "replay has only 1 recorded model call");
+  cr_expect_str_eq(e.msg, "replay has only 2 recorded model calls");
+  model_client_free(m);
+}
+
+Test(model, replay_refuses_another_first_request) {
+  write_recording();
+  _cleanup_json_ json_t *tl = exec_tool();
+  _cleanup_json_ json_t *input = first_input();
+  struct model_response out = {0};
+  struct sbx_error e = {0};
+  /* Another prompt, same shape. */
+  _cleanup_json_ json_t *prompt =
+      json_pack("[{s:s, s:s}, {s:s, s:s, s:s}]", "role", "user", "content", "x",
+                "type", "message", "role", "user", "content", "z");
+  struct model_request req = {.model = "gpt-test",
+                              .instructions = "Be brief.",
+                              .input = prompt,
+                              .tools = tl};
+  struct model_client *m = replayer();
+  cr_expect_eq(model_call(m, &req, &out, &e), -EBUSY);
+  cr_expect_str_eq(e.msg,
+                   "replay refused: the user message (input item 2) differs "
+                   "from the recording's first request at byte 0: the run "
+                   "has \"z\", the recording \"y\" (replay the run with the "
+                   "agent, prompt and tools it was recorded with)");
+  cr_expect_eq(e.code, SBX_CONFLICT);
+  model_client_free(m);
+  /* Other instructions (another agent). */
+  req.input = input;
+  req.instructions = "Be thorough.";
+  m = replayer();
+  cr_expect_eq(model_call(m, &req, &out, &e), -EBUSY);
+  cr_expect(strstr(e.msg, "replay refused: the instructions differ from the "
+                          "recording's first request at byte 3: the run has "
+                          "\"thorough.\", the recording \"brief.\""),
+            "%s", e.msg);
+  model_client_free(m);
+  /* No instructions where the recording had some. */
+  req.instructions = NULL;
+  m = replayer();
+  cr_expect_eq(model_call(m, &req, &out, &e), -EBUSY);
+  cr_expect(strstr(e.msg, "the instructions differ"), "%s", e.msg);
+  model_client_free(m);
+  /* The same tool by name, defined otherwise. */
+  req.instructions = "Be brief.";
+  _cleanup_json_ json_t *tl2 =
+      json_pack("[{s:s, s:s, s:s}]", "type", "function", "name", "exec_command",
+                "description", "Runs it.");
+  req.tools = tl2;
+  m = replayer();
+  cr_expect_eq(model_call(m, &req, &out, &e), -EBUSY);
+  cr_expect(strstr(e.msg, "replay refused: the tool exec_command's "
+                          "definition differs"),
+            "%s", e.msg);
+  model_client_free(m);
+  /* The recorded request itself replays. */
+  req.tools = tl;
+  m = replayer();
+  cr_expect_eq(model_call(m, &req, &out, &e), 0, "%s", e.msg);
+  model_response_clear(&out);
   model_client_free(m);
 }
 

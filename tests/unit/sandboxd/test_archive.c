@@ -2059,6 +2059,63 @@ Test(archive, handles_are_bounded_and_expire) {
   cr_expect_lt(import_write(c, 0, "x", 1, NULL, &o), 0);
 }
 
+/* Imports a one-file tar into DST to its finish, without closing it. */
+static uint64_t import_unclosed(const char *dst) {
+  struct tar t;
+  tar_begin(&t);
+  tar_file(&t, "f.txt", "x\n");
+  tar_end(&t);
+  uint64_t handle = 0;
+  struct outcome o = {0};
+  cr_assert_eq(import_start(dst, NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO,
+                            &handle, &o),
+               0, "%s: %s", dst, o.msg);
+  cr_assert_eq(import_write(handle, 0, t.buf.data, t.buf.len, NULL, &o), 0,
+               "%s", o.msg);
+  cr_assert_eq(import_finish(handle, NULL, NULL, &o), 0, "%s", o.msg);
+  free(t.buf.data);
+  return handle;
+}
+
+Test(archive, finished_imports_give_their_slots_up) {
+  h.d.limits.max_archives = 2;
+  archive_table_free(h.d.archives);
+  cr_assert_eq(archive_table_new(&h.d, &h.d.archives), 0);
+  /* Many more finished imports than slots, none closed. */
+  uint64_t first = import_unclosed("i0");
+  usleep(2000);
+  uint64_t last = 0;
+  for (int i = 1; i < 40; i++) {
+    char dst[16];
+    (void)snprintf(dst, sizeof(dst), "i%d", i);
+    last = import_unclosed(dst);
+    usleep(1000);
+  }
+  char p39[512];
+  pathf(p39, sizeof(p39), "i39/f.txt");
+  cr_expect(exists_abs(p39), "%s", p39);
+  struct outcome o = {0};
+  /* The latest still answers a repeated finish; the first gave its slot. */
+  cr_expect_eq(import_finish(last, NULL, NULL, &o), 0, "%s", o.msg);
+  cr_expect_lt(import_finish(first, NULL, NULL, &o), 0);
+  cr_expect_eq(o.code, SBX_NOT_FOUND, "%s", o.msg);
+  /* Transfers in progress are never pushed out. */
+  uint64_t a = 0, b = 0, c = 0;
+  cr_assert_eq(
+      import_start("o1", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO, &a, &o),
+      0, "%s", o.msg);
+  cr_assert_eq(
+      import_start("o2", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO, &b, &o),
+      0, "%s", o.msg);
+  cr_expect_lt(
+      import_start("o3", NULL, SBX__V1__COMPRESSION__COMPRESSION_AUTO, &c, &o),
+      0);
+  cr_expect_eq(o.code, SBX_LIMIT_EXCEEDED, "%s", o.msg);
+  cr_expect_eq(import_write(a, 0, "x", 1, NULL, &o), 0, "%s", o.msg);
+  cr_assert_eq(archive_close(a, NULL), 0);
+  cr_assert_eq(archive_close(b, NULL), 0);
+}
+
 struct finisher {
   uint64_t handle;
   int rc;
