@@ -117,6 +117,10 @@ int cli_print_json(const struct cli_common *c, json_t *j);
 int cli_detach_done(struct sandbox *sb, struct lifecycle_record *rec, int code);
 /* Reads the JSON file PATH (at most 64 MiB) into *OUT (new). */
 int cli_load_json_file(const char *path, json_t **out, struct sbx_error *e);
+/* Appends all of stdin to B (whose maximum bounds it): 0, -E2BIG past
+ * the maximum, or the negative errno of a failed read. */
+struct sbx_buf;
+int cli_read_stdin(struct sbx_buf *b);
 /* The directory part of PATH ("." for none) into OUT. */
 void cli_dir_of(const char *path, char *out, size_t n);
 /* Attaches to the recorded sandbox ID for SUB: 0, or the exit status after

@@ -331,21 +331,14 @@ int remote_apply_patch(struct remote *rm, int argc, char **argv) {
                         "PATCH (no --dir through a server)");
   _cleanup_buf_ struct sbx_buf b;
   sbx_buf_init(&b, PATCH_MAX);
-  char chunk[65536];
-  for (;;) {
-    ssize_t n = read(0, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      fprintf(stderr, "sbx sandbox apply-patch: cannot read stdin: %s\n",
-              strerror(errno));
-      return 1;
-    }
-    if (n == 0)
-      break;
-    if (sbx_buf_append(&b, chunk, (size_t)n) < 0)
-      return remote_usage("sbx sandbox apply-patch: the patch is larger than "
-                          "64 MiB");
+  int rr = cli_read_stdin(&b);
+  if (rr == -E2BIG)
+    return remote_usage("sbx sandbox apply-patch: the patch is larger than "
+                        "64 MiB");
+  if (rr < 0) {
+    fprintf(stderr, "sbx sandbox apply-patch: cannot read stdin: %s\n",
+            strerror(-rr));
+    return 1;
   }
   if (b.len == 0)
     return remote_usage("sbx sandbox apply-patch: no patch on stdin");

@@ -13,9 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "controller/cli/backend_flags.h"
 #include "controller/cli/cli_internal.h"
+#include "shared/buf.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
 #include "shared/json.h"
@@ -376,6 +378,22 @@ int cli_load_json_file(const char *path, json_t **out, struct sbx_error *e) {
                          "%s:%d:%d: invalid JSON: %s", path, je.line, je.column,
                          je.text);
   return 0;
+}
+
+int cli_read_stdin(struct sbx_buf *b) {
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = read(0, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return -errno;
+    if (n == 0)
+      return 0;
+    int r = sbx_buf_append(b, chunk, (size_t)n);
+    if (r < 0)
+      return r;
+  }
 }
 
 void cli_dir_of(const char *path, char *out, size_t n) {

@@ -59,23 +59,13 @@ int cli_sandbox_apply_patch(struct cli_common *c, int argc, char **argv) {
                            "stdin)");
   _cleanup_buf_ struct sbx_buf b = {0};
   sbx_buf_init(&b, CLI_PATCH_MAX);
-  char chunk[65536];
-  for (;;) {
-    ssize_t n = read(0, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      int err = errno;
-      return cli_error(c, sbx_code_from_errno(err), 1, "cannot read stdin: %s",
-                       strerror(err));
-    }
-    if (n == 0)
-      break;
-    if (sbx_buf_append(&b, chunk, (size_t)n) < 0)
-      return cli_usage_error(c, "apply-patch",
-                             "the patch is larger than %u MiB",
-                             CLI_PATCH_MAX >> 20);
-  }
+  int rr = cli_read_stdin(&b);
+  if (rr == -E2BIG)
+    return cli_usage_error(c, "apply-patch", "the patch is larger than %u MiB",
+                           CLI_PATCH_MAX >> 20);
+  if (rr < 0)
+    return cli_error(c, sbx_code_from_errno(-rr), 1, "cannot read stdin: %s",
+                     strerror(-rr));
   if (b.len == 0 || sbx_buf_append(&b, "", 1) < 0)
     return cli_usage_error(c, "apply-patch", "no patch on stdin");
   struct lifecycle_record rec;
