@@ -66,12 +66,12 @@ static const struct tool_param exec_command_params[] = {
      "cwd."},
     {"shell", "string", true,
      "Shell binary to launch. Defaults to the user's default shell."},
-    {"login", "boolean", true,
+    {"login", "boolean", false,
      "Whether to run the shell with -l/-i semantics. Defaults to true."},
-    {"tty", "boolean", true,
+    {"tty", "boolean", false,
      "Whether to allocate a TTY for the command. Defaults to false (plain "
      "pipes); set to true to open a PTY and access TTY process."},
-    {"yield_time_ms", "number", true,
+    {"yield_time_ms", "number", false,
      "How long to wait (in milliseconds) for output before yielding."},
     {"max_output_tokens", "number", true,
      "Maximum number of tokens to return. Excess output will be truncated."},
@@ -81,9 +81,9 @@ static const struct tool_param exec_command_params[] = {
 static const struct tool_param write_stdin_params[] = {
     {"session_id", "number", false,
      "Identifier of the running unified exec session."},
-    {"chars", "string", true,
+    {"chars", "string", false,
      "Bytes to write to stdin (may be empty to poll)."},
-    {"yield_time_ms", "number", true,
+    {"yield_time_ms", "number", false,
      "How long to wait (in milliseconds) for output before yielding."},
     {"max_output_tokens", "number", true,
      "Maximum number of tokens to return. Excess output will be truncated."},
@@ -122,7 +122,7 @@ static const struct tool tool_table[] = {
         .cap = TOOL_CAP_FILESYSTEM,
         .description = "Applies a create, update, move, or delete file patch "
                        "in the sandbox workspace. Accepts a freeform "
-                       "apply_patch payload or structured apply_patch "
+                       "patch string or structured apply_patch "
                        "operations.",
         .loose_schema = apply_patch_schema,
         .hosted = "apply_patch",
@@ -160,11 +160,14 @@ static const struct tool *tool_find(const char *name) {
 /* ---- definitions ------------------------------------------------------- */
 
 /* P's schema (new, or NULL): {"type", "description"}, or for a nullable
- * property {"description", "anyOf": [{"type"}, {"type": "null"}]}. */
+ * property {"description", "anyOf": [{"type", "description"}, {"type":
+ * "null"}]}, the description kept in the branch as the SDK's zod schemas
+ * render it. */
 static json_t *param_schema(const struct tool_param *p) {
   if (p->nullable)
-    return json_pack("{s:s, s:[{s:s}, {s:s}]}", "description", p->description,
-                     "anyOf", "type", p->type, "type", "null");
+    return json_pack("{s:s, s:[{s:s, s:s}, {s:s}]}", "description",
+                     p->description, "anyOf", "type", p->type, "description",
+                     p->description, "type", "null");
   return json_pack("{s:s, s:s}", "type", p->type, "description",
                    p->description);
 }
