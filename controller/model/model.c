@@ -518,17 +518,34 @@ static unsigned long long backoff_ms(const struct model_client *m,
   return d / 2 + sbx_random_u64() % (d / 2 + 1);
 }
 
+/* What a call adds to the client's URL and headers: the model settings'
+ * extra_query and extra_headers. */
+struct call_extras {
+  char *url; /* the URL with the query, or NULL for the client's */
+  char *headers[MODEL_MAX_EXTRA_HEADERS];
+  size_t nheaders;
+};
+
+static void call_extras_clear(struct call_extras *x) {
+  free(x->url);
+  for (size_t i = 0; i < x->nheaders; i++)
+    free(x->headers[i]);
+  memset(x, 0, sizeof(*x));
+}
+
 /* One HTTP exchange. 0 with *REPLY (new); or an error, with *RETRY telling
- * whether trying again may help, and *RETRY_AFTER_MS the server's wish. */
-static int attempt_call(struct model_client *m, const char *body,
-                        size_t body_len, unsigned retries, json_t **reply,
-                        bool *streamed, bool *retry, long long *retry_after_ms,
-                        struct sbx_error *e) {
+ * whether trying again may help, and *RETRY_AFTER_MS the server's wish.
+ * The settings' headers come after sbx's own, so they win where libcurl
+ * keeps the last of a name. */
+static int attempt_call(struct model_client *m, const struct call_extras *x,
+                        const char *body, size_t body_len, unsigned retries,
+                        json_t **reply, bool *streamed, bool *retry,
+                        long long *retry_after_ms, struct sbx_error *e) {
   *reply = NULL;
   *streamed = false;
   *retry = false;
   *retry_after_ms = -1;
-  const char *headers[6];
+  const char *headers[6 + MODEL_MAX_EXTRA_HEADERS];
   size_t nh = 0;
   headers[nh++] = "Content-Type: application/json";
   headers[nh++] =
@@ -536,6 +553,8 @@ static int attempt_call(struct model_client *m, const char *body,
   headers[nh++] = "User-Agent: sbx/" SBX_VERSION;
   if (m->auth_header)
     headers[nh++] = m->auth_header;
+  for (size_t i = 0; i < x->nheaders; i++)
+    headers[nh++] = x->headers[i];
   headers[nh] = NULL;
 
   struct stream_ctx sc;
@@ -544,7 +563,7 @@ static int attempt_call(struct model_client *m, const char *body,
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
   }
   struct http_request hr = {
-      .url = m->url,
+      .url = x->url ? x->url : m->url,
       .url_display = m->url_display,
       .body = body,
       .body_len = body_len,
@@ -658,16 +677,31 @@ static char *body_text(struct model_client *m, json_t *body, size_t *len) {
   return sbx_buf_steal(&b, NULL);
 }
 
-static int live_call(struct model_client *m, json_t *body, json_t **reply,
-                     bool *streamed, struct sbx_error *e) {
+static void call_extras_clearp(struct call_extras *x) {
+  call_extras_clear(x);
+}
+
+static int live_call(struct model_client *m, json_t *body, json_t *settings,
+                     json_t **reply, bool *streamed, struct sbx_error *e) {
   size_t len = 0;
   _cleanup_free_ char *text = body_text(m, body, &len);
+  _cleanup_(call_extras_clearp) struct call_extras x = {0};
   if (!text)
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  if (json_object_get(settings, "extra_query") &&
+      !(x.url = model_settings_url(m->url, settings)))
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  int hr = model_settings_headers(settings, x.headers, MODEL_MAX_EXTRA_HEADERS,
+                                  &x.nheaders);
+  if (hr == -E2BIG)
+    return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "more than %d extra_headers", MODEL_MAX_EXTRA_HEADERS);
+  if (hr < 0)
+    return sbx_error_set(e, SBX_OK, -hr, "out of memory");
   for (unsigned attempt = 0;; attempt++) {
     bool retry;
     long long retry_after;
-    int r = attempt_call(m, text, len, attempt, reply, streamed, &retry,
+    int r = attempt_call(m, &x, text, len, attempt, reply, streamed, &retry,
                          &retry_after, e);
     if (r == 0)
       return 0;
@@ -705,7 +739,7 @@ static int call_locked(struct model_client *m, const struct model_request *req,
   bool streamed = false;
   int r = m->replay.path
               ? model_replay_next(&m->replay, m->ops, body, &reply, e)
-              : live_call(m, body, &reply, &streamed, e);
+              : live_call(m, body, req->model_settings, &reply, &streamed, e);
   if (r < 0)
     return r;
   const char *where = m->replay.path ? m->replay.path : m->url_display;

@@ -11,51 +11,6 @@
 #include "controller/sandbox/lifecycle.h"
 #include "shared/cleanup.h"
 
-/* The agent's model settings in model_request.model_settings' shape (new;
- * NULL on OOM): only those the agent file sets. */
-static json_t *settings_json(const struct agent_model_settings *m) {
-  static const char *const efforts[] = {
-      [AGENT_EFFORT_MINIMAL] = "minimal",
-      [AGENT_EFFORT_LOW] = "low",
-      [AGENT_EFFORT_MEDIUM] = "medium",
-      [AGENT_EFFORT_HIGH] = "high",
-  };
-  static const char *const choices[] = {
-      [AGENT_TOOL_CHOICE_AUTO] = "auto",
-      [AGENT_TOOL_CHOICE_REQUIRED] = "required",
-      [AGENT_TOOL_CHOICE_NONE] = "none",
-  };
-  const char *effort = (size_t)m->reasoning_effort < SBX_ARRAY_SIZE(efforts)
-                           ? efforts[m->reasoning_effort]
-                           : NULL;
-  const char *choice = (size_t)m->tool_choice < SBX_ARRAY_SIZE(choices)
-                           ? choices[m->tool_choice]
-                           : NULL;
-  _cleanup_json_ json_t *s = json_object();
-  if (!s)
-    return NULL;
-  /* A value that cannot be made makes its set fail. */
-  int r = 0;
-  if (m->has_temperature)
-    r |= json_object_set_new(s, "temperature", json_real(m->temperature));
-  if (effort)
-    r |= json_object_set_new(s, "reasoning",
-                             json_pack("{s:s}", "effort", effort));
-  if (choice)
-    r |= json_object_set_new(s, "tool_choice", json_string(choice));
-  else if (m->tool_choice == AGENT_TOOL_CHOICE_NAMED)
-    r |= json_object_set_new(s, "tool_choice",
-                             json_pack("{s:s, s:s}", "type", "function", "name",
-                                       m->tool_choice_name));
-  if (m->parallel_tool_calls >= 0)
-    r |= json_object_set_new(s, "parallel_tool_calls",
-                             json_boolean(m->parallel_tool_calls));
-  if (m->max_output_tokens > 0)
-    r |= json_object_set_new(s, "max_output_tokens",
-                             json_integer(m->max_output_tokens));
-  return r ? NULL : TAKE_PTR(s);
-}
-
 /* A function name from an agent name: lowercase, [a-z0-9_]. */
 static void snake(const char *in, char *out, size_t cap) {
   size_t o = 0;
@@ -214,7 +169,10 @@ int run_request_build(struct run *run, const struct agent *a,
     if (!st->tools)
       return -ENOMEM;
   }
-  tr->settings = settings_json(&a->model_settings);
+  /* The agent's settings, or the SDK's defaults for the model when the
+   * agent gives none (settings given replace them whole, as in the SDK). */
+  tr->settings = a->model_settings ? json_incref(a->model_settings)
+                                   : model_default_settings(model);
   tr->input = turn_input(run->items);
   if (!tr->settings || !tr->input)
     return -ENOMEM;
