@@ -8,6 +8,7 @@
 
 #include "controller/run/instructions.h"
 #include "controller/run/run_internal.h"
+#include "controller/run/schema.h"
 #include "controller/sandbox/lifecycle.h"
 #include "shared/cleanup.h"
 
@@ -182,13 +183,15 @@ int run_request_build(struct run *run, const struct agent *a,
                               "compaction", "compact_threshold",
                               (json_int_t)model_compaction_threshold(model))))
     return -ENOMEM;
+  if (a->output_type && !(tr->schema = schema_output_for_model(a->output_type)))
+    return -ENOMEM;
   tr->req = (struct model_request){
       .model = model,
       .instructions = st->instr,
       .input = tr->input,
       .tools = st->tools,
       .model_settings = tr->settings,
-      .output_schema = a->output_type,
+      .output_schema = tr->schema,
       .extra = tr->extra,
   };
   return 0;
@@ -228,5 +231,6 @@ void run_request_clear(struct turn_request *tr) {
   json_decref(tr->settings);
   json_decref(tr->input);
   json_decref(tr->extra);
+  json_decref(tr->schema);
   memset(tr, 0, sizeof(*tr));
 }

@@ -172,6 +172,7 @@ struct turn_request {
   json_t *settings; /* new */
   json_t *input;    /* new */
   json_t *extra;    /* new, or NULL */
+  json_t *schema;   /* new, or NULL: the output schema sent */
 };
 
 /* The request of agent A's turn in RUN to API for MODEL. The agent's
