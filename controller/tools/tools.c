@@ -39,6 +39,9 @@ struct tool {
   const char *name;
   enum tool_cap cap;
   const char *description;
+  /* Said instead where the API takes no structured tool output (the
+   * SDK's text transport, Chat Completions), when it differs. */
+  const char *text_description;
   /* The parameters: a strict schema of PARAMS (ended by an empty entry),
    * or else LOOSE_SCHEMA's, and the tool is not strict. */
   const struct tool_param *params;
@@ -113,6 +116,9 @@ static const struct tool tool_table[] = {
         .cap = TOOL_CAP_FILESYSTEM,
         .description = "Returns an image output from a path in the sandbox "
                        "workspace or an explicitly granted sandbox path.",
+        .text_description = "Returns an image from a path in the sandbox "
+                            "workspace or an explicitly granted sandbox path "
+                            "as a data URL or reference string.",
         .params = view_image_params,
         .span = TRACE_SANDBOX_VIEW_IMAGE,
         .call = tools_view_image,
@@ -189,8 +195,12 @@ static json_t *strict_schema(const struct tool_param *params) {
 }
 
 /* TOOL's definition, Responses format (new, or NULL): the hosted tool when
- * HOSTED_PATCH and it has one, else the function tool. */
+ * HOSTED_PATCH (the API takes hosted tools and structured output, as the
+ * SDK's structured transport) and it has one, else the function tool. */
 static json_t *definition(const struct tool *tool, bool hosted_patch) {
+  const char *desc = !hosted_patch && tool->text_description
+                         ? tool->text_description
+                         : tool->description;
   if (hosted_patch && tool->hosted)
     return json_pack("{s:s}", "type", tool->hosted);
   _cleanup_json_ json_t *params =
@@ -198,8 +208,8 @@ static json_t *definition(const struct tool *tool, bool hosted_patch) {
   if (!params)
     return NULL;
   return json_pack("{s:s, s:s, s:s, s:O, s:b}", "type", "function", "name",
-                   tool->name, "description", tool->description, "parameters",
-                   params, "strict", tool->params != NULL);
+                   tool->name, "description", desc, "parameters", params,
+                   "strict", tool->params != NULL);
 }
 
 json_t *tools_definitions(bool filesystem, bool shell, bool hosted_patch) {

@@ -375,6 +375,20 @@ Test(run_sdk, begin_patch_text_has_codexs_line_ends) {
       "   \"u.txt\": {\"type\": \"file\", \"content\": "
       "\"foo\\u2028\\nbar\\n\"}}}}");
   cr_assert_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  /* The SDK's text transport's tools. */
+  json_t *tools = json_object_get(body(&f, 0), "tools");
+  cr_assert_eq(json_array_size(tools), 4);
+  json_t *vi = json_object_get(json_array_get(tools, 0), "function");
+  cr_expect_str_eq(json_string_value(json_object_get(vi, "description")),
+                   "Returns an image from a path in the sandbox workspace or "
+                   "an explicitly granted sandbox path as a data URL or "
+                   "reference string.");
+  json_t *ap = json_object_get(json_array_get(tools, 1), "function");
+  cr_expect_str_eq(json_string_value(json_object_get(ap, "description")),
+                   "Applies a create, update, move, or delete file patch in "
+                   "the sandbox workspace. Accepts a freeform patch string or "
+                   "structured apply_patch operations.");
+  cr_expect(json_is_false(json_object_get(ap, "strict")));
   const char *p = chat_output(&f, 1, "p1");
   cr_assert_not_null(p);
   cr_expect_str_eq(p, "Updated a.txt\nUpdated u.txt");
