@@ -47,6 +47,8 @@ struct model_client {
   char *url_display; /* the endpoint without user:password@ */
   char *auth_header; /* "Authorization: Bearer KEY", NULL without a key */
   char *api_key;
+  char *org_header;     /* "OpenAI-Organization: ...", or NULL */
+  char *project_header; /* "OpenAI-Project: ...", or NULL */
   unsigned timeout_ms;
   unsigned connect_timeout_ms;
   unsigned first_byte_timeout_ms;
@@ -105,6 +107,8 @@ struct model_client *model_client_free(struct model_client *m) {
   free(m->url_display);
   erase_free(m->auth_header);
   erase_free(m->api_key);
+  free(m->org_header);
+  free(m->project_header);
   model_record_close(&m->record);
   model_replay_clear(&m->replay);
   for (size_t i = 0; i < m->in.n; i++)
@@ -177,6 +181,41 @@ static int set_key(struct model_client *m, const char *key,
   return 0;
 }
 
+/* *OUT = "NAME: VALUE" (new) for VALUE from the environment variable ENV,
+ * as the openai client sends OPENAI_ORG_ID and OPENAI_PROJECT_ID; nothing
+ * when it is unset or empty. */
+static int set_env_header(char **out, const char *name, const char *env,
+                          struct sbx_error *e) {
+  const char *v = getenv(env);
+  if (!v || !v[0])
+    return 0;
+  for (const char *p = v; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "%s contains a control character", env);
+  size_t n = strlen(name) + strlen(v) + 3;
+  if (!(*out = malloc(n)))
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  (void)snprintf(*out, n, "%s: %s", name, v);
+  return 0;
+}
+
+/* Whether URL is OpenAI's own API, which answers nothing without a key
+ * (a local or other OpenAI-compatible server may need none). */
+static bool needs_key(const char *url) {
+  const char *host = strstr(url, "://");
+  host = host ? host + 3 : url;
+  const char *at = strchr(host, '@');
+  const char *slash = strchr(host, '/');
+  if (at && (!slash || at < slash))
+    host = at + 1;
+  size_t n = strcspn(host, ":/");
+  static const char suffix[] = ".openai.com";
+  size_t sn = sizeof(suffix) - 1;
+  return (n == sn - 1 && strncasecmp(host, suffix + 1, n) == 0) ||
+         (n > sn && strncasecmp(host + n - sn, suffix, sn) == 0);
+}
+
 int model_client_new(const struct model_config *cfg, struct model_client **out,
                      struct sbx_error *e) {
   *out = NULL;
@@ -225,6 +264,17 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
   int r = set_url(m, base, e);
   if (r == 0)
     r = set_key(m, key, e);
+  if (r == 0 && !m->api_key && !cfg->replay_path && needs_key(m->url))
+    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                      "no API key for %s: set OPENAI_API_KEY (or the "
+                      "agent's api_key_env)",
+                      m->url_display);
+  if (r == 0)
+    r = set_env_header(&m->org_header, "OpenAI-Organization", "OPENAI_ORG_ID",
+                       e);
+  if (r == 0)
+    r = set_env_header(&m->project_header, "OpenAI-Project",
+                       "OPENAI_PROJECT_ID", e);
   if (r == 0)
     r = http_client_new(&m->http, e);
   if (r == 0 && cfg->replay_path)
@@ -545,7 +595,7 @@ static int attempt_call(struct model_client *m, const struct call_extras *x,
   *streamed = false;
   *retry = false;
   *retry_after_ms = -1;
-  const char *headers[6 + MODEL_MAX_EXTRA_HEADERS];
+  const char *headers[8 + MODEL_MAX_EXTRA_HEADERS];
   size_t nh = 0;
   headers[nh++] = "Content-Type: application/json";
   headers[nh++] =
@@ -553,6 +603,10 @@ static int attempt_call(struct model_client *m, const struct call_extras *x,
   headers[nh++] = "User-Agent: sbx/" SBX_VERSION;
   if (m->auth_header)
     headers[nh++] = m->auth_header;
+  if (m->org_header)
+    headers[nh++] = m->org_header;
+  if (m->project_header)
+    headers[nh++] = m->project_header;
   for (size_t i = 0; i < x->nheaders; i++)
     headers[nh++] = x->headers[i];
   headers[nh] = NULL;

@@ -45,7 +45,13 @@ struct model_config {
                                   https://api.openai.com/v1; http:// or https://,
                                   "/responses" or "/chat/completions" is added */
   const char *api_key;         /* default $OPENAI_API_KEY (when NULL); "" or no
-                                  key: no Authorization header (local servers) */
+                                  key: no Authorization header (local servers);
+                                  refused for OpenAI's own API (*.openai.com)
+                                  unless replaying: "no API key for URL: ..."
+                                  $OPENAI_ORG_ID and $OPENAI_PROJECT_ID, when
+                                  set, go as OpenAI-Organization and
+                                  OpenAI-Project headers, as the openai
+                                  client sends them */
   unsigned timeout_ms;         /* whole request; 0 means 600000 */
   unsigned connect_timeout_ms; /* 0 means 10000 */
   unsigned first_byte_timeout_ms; /* nothing of the response this long after

@@ -1356,3 +1356,50 @@ Test(model, compaction_threshold_is_nine_tenths_of_the_window) {
   cr_expect_eq(model_compaction_threshold("-2024-08-06"), 240000);
   cr_expect_eq(model_compaction_threshold(NULL), 240000);
 }
+
+/* OpenAI's own API answers nothing without a key: said at once, not by a
+ * 401 after the request. Other servers may need none. */
+Test(model, no_key_for_openai_is_refused_at_once) {
+  struct model_config cfg = {.api = MODEL_API_RESPONSES,
+                             .base_url = "https://api.openai.com/v1",
+                             .api_key = ""};
+  struct model_client *m = NULL;
+  struct sbx_error e = {0};
+  cr_expect_eq(model_client_new(&cfg, &m, &e), -EINVAL);
+  cr_expect_null(m);
+  cr_expect_str_eq(e.msg, "no API key for https://api.openai.com/v1/responses: "
+                          "set OPENAI_API_KEY (or the agent's api_key_env)");
+  cfg.base_url = "https://eu.api.openai.com/v1";
+  cr_expect_eq(model_client_new(&cfg, &m, &e), -EINVAL);
+  cfg.base_url = "http://127.0.0.1:1/v1";
+  cr_expect_eq(model_client_new(&cfg, &m, &e), 0, "%s", e.msg);
+  model_client_free(m);
+  m = NULL;
+  cfg.base_url = "https://notopenai.com/v1";
+  cr_expect_eq(model_client_new(&cfg, &m, &e), 0, "%s", e.msg);
+  model_client_free(m);
+}
+
+/* OPENAI_ORG_ID and OPENAI_PROJECT_ID go as the openai client sends them. */
+Test(model, organization_and_project_headers) {
+  test_model_server_start(&srv, "[{\"text\": \"ok\"}]", NULL);
+  setenv("OPENAI_ORG_ID", "org-123", 1);
+  setenv("OPENAI_PROJECT_ID", "proj_456", 1);
+  struct model_config cfg = config(MODEL_API_RESPONSES);
+  struct model_client *m = client(&cfg);
+  unsetenv("OPENAI_ORG_ID");
+  unsetenv("OPENAI_PROJECT_ID");
+  _cleanup_json_ json_t *input = user_input("hi");
+  struct model_request req = {.model = "m", .input = input};
+  struct model_response out = {0};
+  struct sbx_error e = {0};
+  cr_assert_eq(model_call(m, &req, &out, &e), 0, "%s", e.msg);
+  _cleanup_json_ json_t *reqs = test_model_server_requests(&srv);
+  json_t *h = json_object_get(json_array_get(reqs, 0), "headers");
+  cr_expect_str_eq(json_string_value(json_object_get(h, "openai-organization")),
+                   "org-123");
+  cr_expect_str_eq(json_string_value(json_object_get(h, "openai-project")),
+                   "proj_456");
+  model_response_clear(&out);
+  model_client_free(m);
+}
