@@ -39,6 +39,8 @@
  *                       "use_structured_content"? (agent_tools.c)
  *   api                "responses" (default) | "chat_completions"
  *   base_url           "http://..." or "https://..."
+ *   api_key_env        the name of the environment variable that holds this
+ *                      agent's API key (default OPENAI_API_KEY)
  *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
  *   run_config         {"backend": name, ...that backend's options}: the
  *                      defaults of `sbx run`, checked by the backend
@@ -192,6 +194,7 @@ struct agent {
   size_t nmcp_servers;
   enum agent_api api;
   char *base_url;
+  char *api_key_env; /* an environment variable's name, or NULL */
   /* "run_config": defaults for `sbx run` that its flags replace. */
   char *run_backend;   /* the backend's name, or NULL */
   json_t *run_options; /* the backend's options (an object, owned), or

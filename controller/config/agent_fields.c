@@ -419,6 +419,27 @@ static int parse_base_url(const struct agent_ctx *c, struct agent *a,
   return 0;
 }
 
+/* The name of the environment variable holding the agent's key: a
+ * portable name, [A-Za-z_][A-Za-z0-9_]*, at most 128 bytes. */
+static int parse_api_key_env(const struct agent_ctx *c, struct agent *a,
+                             const char *key, json_t *v) {
+  int r = get_string(c, key, v, true, &a->api_key_env);
+  if (r < 0)
+    return r;
+  const char *s = a->api_key_env;
+  bool ok = strlen(s) <= 128 && !(s[0] >= '0' && s[0] <= '9');
+  for (const char *p = s; ok && *p; p++)
+    ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+         (*p >= '0' && *p <= '9') || *p == '_';
+  if (!ok)
+    return agent_invalid(c,
+                         "\"%s\" must be an environment variable name: "
+                         "letters, digits and \"_\", not starting with a "
+                         "digit (got \"%.64s\")",
+                         key, s);
+  return 0;
+}
+
 /* "run_config": the run defaults the SDK keeps in RunConfig.sandbox, which
  * `sbx run`'s flags replace: "backend" (a name) and the backend's own
  * options, kept as JSON for the backend to check (backend.h): this module
@@ -542,6 +563,7 @@ static const struct field {
     {"mcp_servers", agent_parse_mcp_servers},
     {"api", parse_api},
     {"base_url", parse_base_url},
+    {"api_key_env", parse_api_key_env},
     {"approvals", parse_approvals},
     {"run_config", parse_run_config},
     {"version", parse_version},

@@ -38,6 +38,7 @@ struct shared;
 struct client_slot {
   enum model_api api;
   char *base_url; /* NULL: the default */
+  char *key_env;  /* the agent's api_key_env, or NULL for OPENAI_API_KEY */
   struct model_client *client;
   struct shared *sh;
   pthread_mutex_t call_mu;   /* one call at a time, as in model.c; guards: */

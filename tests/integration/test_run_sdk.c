@@ -417,3 +417,32 @@ Test(run_sdk, output_type_not_an_object_is_wrapped) {
               "text.format");
   fixture_free(&f);
 }
+
+/* An agent's own key, by the name of its variable: sent as its bearer
+ * token; unset, the run fails before any request, saying which. */
+Test(run_sdk, api_key_env_names_the_agents_key) {
+  static const char a[] = "{\"name\": \"T\", \"model\": \"m\", "
+                          "\"api_key_env\": \"SBX_SDK_TEST_KEY\"}";
+  struct fixture f = {0};
+  unsetenv("SBX_SDK_TEST_KEY");
+  run_script(&f, "[{\"text\": \"done\"}]", a);
+  cr_expect_eq(f.out.status, 2, "a configuration error: %s", f.out.err);
+  cr_expect(strstr(f.out.err, "agent \"T\": its api_key_env SBX_SDK_TEST_KEY "
+                              "is not set") != NULL,
+            "%s", f.out.err);
+  cr_expect_eq(json_array_size(f.reqs), 0, "nothing was sent");
+  fixture_free(&f);
+
+  /* The server answers 401 to any other key than the agent's. */
+  struct fixture g = {0};
+  setenv("SBX_SDK_TEST_KEY", "key-of-t", 1);
+  test_model_server_start(&g.srv, "[{\"text\": \"done\"}]", "key-of-t");
+  const char *argv[] = {"run", agent(a), "Do the task.", NULL};
+  sbx_run(&g.out, g.srv.base_url, argv);
+  unsetenv("SBX_SDK_TEST_KEY");
+  g.reqs = test_model_server_requests(&g.srv);
+  test_model_server_stop(&g.srv);
+  cr_expect_eq(g.out.status, 0, "stderr: %s", g.out.err);
+  cr_expect_str_eq(g.out.out, "done\n");
+  fixture_free(&g);
+}

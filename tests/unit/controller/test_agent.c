@@ -743,3 +743,20 @@ Test(agent, command_tools_and_mcp_servers) {
                "agents/a.json: \"mcp_servers[1].name\" repeats \"w\" of "
                "\"mcp_servers[0]\"");
 }
+
+Test(agent, api_key_env_is_a_variable_name) {
+  write_file("agents/a.json", "{\"name\": \"a\", \"api_key_env\": "
+                              "\"GROQ_API_KEY\"}");
+  struct agent_set *s = NULL;
+  cr_assert_eq(agent_load("agents/a.json", &s, NULL), 0);
+  cr_expect_str_eq(s->agents[0]->api_key_env, "GROQ_API_KEY");
+  agent_set_free(s);
+  expect_error("{\"name\": \"a\", \"api_key_env\": \"1KEY\"}", -EINVAL,
+               "agents/a.json: \"api_key_env\" must be an environment "
+               "variable name: letters, digits and \"_\", not starting with "
+               "a digit (got \"1KEY\")");
+  expect_error("{\"name\": \"a\", \"api_key_env\": \"A-B\"}", -EINVAL,
+               "agents/a.json: \"api_key_env\" must be an environment "
+               "variable name: letters, digits and \"_\", not starting with "
+               "a digit (got \"A-B\")");
+}
