@@ -1,0 +1,57 @@
+// Runs one scenario with the real Agents SDK (@openai/agents, a SandboxAgent
+// on the UnixLocalSandboxClient) against OPENAI_BASE_URL: the SDK's half of
+// sdk_diff.py. The scenario's agent is an sbx agent file; its keys are
+// given to the SDK under the JS SDK's names.
+import fs from 'node:fs';
+import { run, setTracingDisabled, setOpenAIAPI } from '@openai/agents';
+import { SandboxAgent, Manifest } from '@openai/agents/sandbox';
+import { UnixLocalSandboxClient } from '@openai/agents/sandbox/local';
+
+setTracingDisabled(true);
+const scenario = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+const a = scenario.agent;
+if (a.api === 'chat_completions') setOpenAIAPI('chat_completions');
+
+// The Python SDK's model_settings names as the JS SDK spells them.
+function modelSettings(s) {
+  if (!s) return undefined;
+  const names = {
+    temperature: 'temperature', top_p: 'topP', max_tokens: 'maxTokens',
+    truncation: 'truncation', store: 'store', reasoning: 'reasoning',
+    tool_choice: 'toolChoice', parallel_tool_calls: 'parallelToolCalls',
+    frequency_penalty: 'frequencyPenalty', presence_penalty: 'presencePenalty',
+  };
+  const out = {};
+  for (const [k, v] of Object.entries(s)) {
+    if (k === 'verbosity') out.text = { verbosity: v };
+    else if (k === 'metadata') out.providerData = { ...(out.providerData ?? {}), metadata: v };
+    else if (names[k]) out[names[k]] = v;
+    else throw new Error(`sdk_diff: no JS name for model_settings.${k}`);
+  }
+  return out;
+}
+
+// sbx manifest entries (file and dir) as the SDK's.
+function entries(e) {
+  const out = {};
+  for (const [k, v] of Object.entries(e ?? {})) {
+    out[k] = v.type === 'dir'
+      ? { type: 'dir', ...(v.children ? { children: entries(v.children) } : {}) }
+      : { type: 'file', content: v.content };
+  }
+  return out;
+}
+
+const agent = new SandboxAgent({
+  name: a.name,
+  ...(a.instructions ? { instructions: a.instructions } : {}),
+  ...(a.model ? { model: a.model } : {}),
+  ...(a.model_settings ? { modelSettings: modelSettings(a.model_settings) } : {}),
+  defaultManifest: new Manifest({ entries: entries(a.default_manifest?.entries) }),
+});
+const result = await run(agent, scenario.prompt, {
+  sandbox: { client: new UnixLocalSandboxClient() },
+  maxTurns: 30,
+});
+console.log(typeof result.finalOutput === 'string'
+  ? result.finalOutput : JSON.stringify(result.finalOutput));
