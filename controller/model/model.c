@@ -583,10 +583,20 @@ static void call_extras_clear(struct call_extras *x) {
   memset(x, 0, sizeof(*x));
 }
 
+/* Appends the header line H to HEADERS (*NH of them) unless one of X's
+ * names the same header: the settings' extra_headers replace sbx's own, as
+ * the SDK's replace the openai client's. */
+static void add_header(const char **headers, size_t *nh,
+                       const struct call_extras *x, const char *h) {
+  size_t n = strcspn(h, ":");
+  for (size_t i = 0; i < x->nheaders; i++)
+    if (strncasecmp(x->headers[i], h, n) == 0 && x->headers[i][n] == ':')
+      return;
+  headers[(*nh)++] = h;
+}
+
 /* One HTTP exchange. 0 with *REPLY (new); or an error, with *RETRY telling
- * whether trying again may help, and *RETRY_AFTER_MS the server's wish.
- * The settings' headers come after sbx's own, so they win where libcurl
- * keeps the last of a name. */
+ * whether trying again may help, and *RETRY_AFTER_MS the server's wish. */
 static int attempt_call(struct model_client *m, const struct call_extras *x,
                         const char *body, size_t body_len, unsigned retries,
                         json_t **reply, bool *streamed, bool *retry,
@@ -597,16 +607,17 @@ static int attempt_call(struct model_client *m, const struct call_extras *x,
   *retry_after_ms = -1;
   const char *headers[8 + MODEL_MAX_EXTRA_HEADERS];
   size_t nh = 0;
-  headers[nh++] = "Content-Type: application/json";
-  headers[nh++] =
-      m->stream ? "Accept: text/event-stream" : "Accept: application/json";
-  headers[nh++] = "User-Agent: sbx/" SBX_VERSION;
+  add_header(headers, &nh, x, "Content-Type: application/json");
+  add_header(headers, &nh, x,
+             m->stream ? "Accept: text/event-stream"
+                       : "Accept: application/json");
+  add_header(headers, &nh, x, "User-Agent: sbx/" SBX_VERSION);
   if (m->auth_header)
-    headers[nh++] = m->auth_header;
+    add_header(headers, &nh, x, m->auth_header);
   if (m->org_header)
-    headers[nh++] = m->org_header;
+    add_header(headers, &nh, x, m->org_header);
   if (m->project_header)
-    headers[nh++] = m->project_header;
+    add_header(headers, &nh, x, m->project_header);
   for (size_t i = 0; i < x->nheaders; i++)
     headers[nh++] = x->headers[i];
   headers[nh] = NULL;

@@ -65,8 +65,10 @@ static json_t *include_list(json_t *st) {
     bool have = false;
     size_t i;
     json_t *x;
-    json_array_foreach(out, i, x) have |=
-        json_is_string(x) && strcmp(json_string_value(x), logprobs) == 0;
+    json_array_foreach(out, i, x) {
+      if (json_is_string(x) && strcmp(json_string_value(x), logprobs) == 0)
+        have = true;
+    }
     if (!have && json_array_append_new(out, json_string(logprobs)) < 0)
       return NULL;
   }
