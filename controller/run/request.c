@@ -172,8 +172,14 @@ int run_request_build(struct run *run, const struct agent *a,
   }
   /* The agent's settings, or the SDK's defaults for the model when the
    * agent gives none (settings given replace them whole, as in the SDK). */
-  tr->settings = a->model_settings ? json_incref(a->model_settings)
+  tr->settings = a->model_settings ? json_deep_copy(a->model_settings)
                                    : model_default_settings(model);
+  /* Once the agent has called tools, its tool_choice goes (but "none"), so
+   * that a forced call is not forced again: the SDK's reset_tool_choice. */
+  const char *choice =
+      json_string_value(json_object_get(tr->settings, "tool_choice"));
+  if (st->used_tools && choice && strcmp(choice, "none") != 0)
+    (void)json_object_del(tr->settings, "tool_choice");
   tr->input = turn_input(run->items);
   if (!tr->settings || !tr->input)
     return -ENOMEM;

@@ -85,6 +85,9 @@ struct agent_state {
   char *instr;
   json_t *tools; /* for tools_api */
   enum model_api tools_api;
+  /* It has called tools in this run: its tool_choice is no longer sent
+   * (the SDK's reset_tool_choice). */
+  bool used_tools;
 };
 
 struct run {

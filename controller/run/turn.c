@@ -372,6 +372,8 @@ int run_loop(struct run *run, const struct agent *start, int64_t max_turns,
         t.ncalls++;
     }
     trace_set_int(run->turn_span, "sbx.tool_calls", (int64_t)t.ncalls);
+    if (t.ncalls > 0)
+      run->states[a->index].used_tools = true;
     r = t.ncalls == 0 ? turn_finish(&t, e) : turn_run_calls(&t, e);
     if (r != 0 || t.ncalls == 0) {
       scope.done = r >= 0;

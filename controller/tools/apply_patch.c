@@ -60,7 +60,8 @@ static int operation_to_patch(json_t *op, struct sbx_buf *b, const char **why) {
 
 /* Applies PATCH atomically, with the SDK's line ends when it was made from
  * SDK operations (SDK_OPS), Codex's for a "*** Begin Patch" text; fills
- * OUT with the per-file results or the error. Returns 0 when applied. */
+ * OUT with the SDK's "Patch applied." for each file operation, joined by
+ * newlines, or the error. Returns 0 when applied. */
 static int apply_patch_text(struct toolbox *t, const char *patch, bool sdk_ops,
                             struct sbx_buf *out, struct tool_op *op) {
   struct sbx_error e = {0};
@@ -78,7 +79,7 @@ static int apply_patch_text(struct toolbox *t, const char *patch, bool sdk_ops,
   for (size_t i = 0; i < x->n_results; i++) {
     if (i)
       (void)sbx_buf_append_str(out, "\n");
-    (void)sbx_buf_append_str(out, x->results[i]->summary);
+    (void)sbx_buf_append_str(out, "Patch applied.");
   }
   sbx_client_reply_free(r);
   return 0;

@@ -94,18 +94,40 @@ static const struct tool_param write_stdin_params[] = {
 };
 
 /* The function-tool fallback's parameters for apply_patch: each shape of
- * input the handler accepts, none required. New, or NULL. */
+ * input the handler accepts, none required, described in the SDK's words.
+ * New, or NULL. */
 static json_t *apply_patch_schema(void) {
   return json_pack(
-      "{s:s, s:{s:{s:s, s:s}, s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s}, s:{s:s, "
-      "s:[s,s,s]}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[], s:b}",
-      "type", "object", "properties", "patch", "type", "string", "description",
+      "{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:{s:s}, s:s}, "
+      "s:{s:s, s:s}, s:{s:s, s:[s,s,s], s:s}, s:{s:s, s:s}, s:{s:s, s:s}, "
+      "s:{s:s, s:s}}, s:[], s:b}",
+      "type", "object", "properties",
+      /* */
+      "patch", "type", "string", "description",
       "A freeform apply_patch payload wrapped in *** Begin Patch and *** End "
       "Patch.",
-      "operation", "type", "object", "operations", "type", "array", "items",
-      "type", "object", "command", "type", "array", "type", "type", "string",
-      "enum", "create_file", "update_file", "delete_file", "path", "type",
-      "string", "diff", "type", "string", "moveTo", "type", "string",
+      /* */
+      "operation", "type", "object", "description",
+      "A single structured apply_patch operation.",
+      /* */
+      "operations", "type", "array", "items", "type", "object", "description",
+      "Structured apply_patch operations to apply in order.",
+      /* */
+      "command", "type", "array", "description",
+      "Optional [\"apply_patch\", patch] command tuple form.",
+      /* */
+      "type", "type", "string", "enum", "create_file", "update_file",
+      "delete_file", "description", "The patch operation to apply.",
+      /* */
+      "path", "type", "string", "description",
+      "The sandbox file path to patch.",
+      /* */
+      "diff", "type", "string", "description",
+      "The V4A patch diff for create_file and update_file operations.",
+      /* */
+      "moveTo", "type", "string", "description",
+      "Optional destination path for update_file move operations.",
+      /* */
       "required", "additionalProperties", 1);
 }
 

@@ -657,7 +657,7 @@ Test(run, chat_completions_uses_the_function_apply_patch) {
     found |= n && strcmp(n, "apply_patch") == 0;
   }
   cr_expect(found, "apply_patch function tool is offered");
-  cr_expect_str_eq(chat_tool_output(f.reqs, 1, "p1"), "Updated notes.txt");
+  cr_expect_str_eq(chat_tool_output(f.reqs, 1, "p1"), "Patch applied.");
   const char *p2 = chat_tool_output(f.reqs, 1, "p2");
   cr_assert_not_null(p2);
   cr_expect(strncmp(p2, "Failed to apply patch: ", 23) == 0, "%s", p2);

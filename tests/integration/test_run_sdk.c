@@ -391,7 +391,8 @@ Test(run_sdk, begin_patch_text_has_codexs_line_ends) {
   cr_expect(json_is_false(json_object_get(ap, "strict")));
   const char *p = chat_output(&f, 1, "p1");
   cr_assert_not_null(p);
-  cr_expect_str_eq(p, "Updated a.txt\nUpdated u.txt");
+  cr_expect_str_eq(p, "Patch applied.\nPatch applied.",
+                   "the SDK's, one a file");
   const char *o = chat_output(&f, 2, "c2");
   cr_assert_not_null(o);
   cr_expect(strstr(o, "a  \\n  \\n\n") != NULL, "a, an empty line: %s", o);
@@ -445,4 +446,24 @@ Test(run_sdk, api_key_env_names_the_agents_key) {
   cr_expect_eq(g.out.status, 0, "stderr: %s", g.out.err);
   cr_expect_str_eq(g.out.out, "done\n");
   fixture_free(&g);
+}
+
+/* Once the agent has called a tool its tool_choice is not sent again (but
+ * "none"), as the SDK's reset_tool_choice does: a forced call is not forced
+ * for ever. */
+Test(run_sdk, tool_choice_is_reset_after_a_tool_call) {
+  struct fixture f = {0};
+  run_script(&f,
+             "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": "
+             "\"c1\", \"arguments\": {\"cmd\": \"true\"}}]},"
+             " {\"text\": \"done\"}]",
+             "{\"name\": \"T\", \"model\": \"m\", \"model_settings\": "
+             "{\"tool_choice\": \"required\"}}");
+  cr_assert_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  cr_assert_eq(json_array_size(f.reqs), 2);
+  cr_expect_str_eq(
+      json_string_value(json_object_get(body(&f, 0), "tool_choice")),
+      "required");
+  cr_expect_null(json_object_get(body(&f, 1), "tool_choice"));
+  fixture_free(&f);
 }
