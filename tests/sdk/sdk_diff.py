@@ -27,7 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "..", "support", "model_server.py")
 FIELDS = ("model", "include", "store", "reasoning", "text", "tool_choice",
           "parallel_tool_calls", "temperature", "top_p", "max_output_tokens",
-          "truncation", "metadata", "context_management")
+          "truncation", "metadata", "context_management",
+          # Chat Completions
+          "max_tokens", "reasoning_effort", "verbosity", "frequency_penalty",
+          "presence_penalty", "response_format", "stream_options")
 
 
 def serve_and_run(script, cmd, env, tmp, tag):
@@ -75,11 +78,15 @@ def items(n, sdk, sbx):
     """The compared items of request N: (name, SDK's, sbx's)."""
     out = [("request %d: %s" % (n, k), sdk.get(k), sbx.get(k))
            for k in FIELDS]
-    tools_sdk = {t.get("name", t.get("type")): t for t in sdk.get("tools", [])}
-    tools_sbx = {t.get("name", t.get("type")): t for t in sbx.get("tools", [])}
+
+    def name(t):
+        return t.get("name") or (t.get("function") or {}).get("name") or \
+            t.get("type")
+    tools_sdk = {name(t): t for t in sdk.get("tools", [])}
+    tools_sbx = {name(t): t for t in sbx.get("tools", [])}
     out.append(("request %d: tool names in order" % n,
-                [t.get("name", t.get("type")) for t in sdk.get("tools", [])],
-                [t.get("name", t.get("type")) for t in sbx.get("tools", [])]))
+                [name(t) for t in sdk.get("tools", [])],
+                [name(t) for t in sbx.get("tools", [])]))
     for name in sorted(set(tools_sdk) | set(tools_sbx)):
         out.append(("request %d: tool %s" % (n, name), tools_sdk.get(name),
                     tools_sbx.get(name)))
@@ -93,11 +100,19 @@ def items(n, sdk, sbx):
             if i >= 0:
                 return s[i + 2:]
         return s
+    def instructions(body):
+        if "messages" in body:  # Chat: the system message
+            m = body["messages"][0] if body["messages"] else {}
+            return m.get("content") if m.get("role") == "system" else None
+        return body.get("instructions")
     out.append(("request %d: instructions after the base ones" % n,
-                tail(sdk.get("instructions")), tail(sbx.get("instructions"))))
-    a, b = sdk.get("input", []), sbx.get("input", [])
+                tail(instructions(sdk)), tail(instructions(sbx))))
+    if "messages" in sdk or "messages" in sbx:
+        a, b = sdk.get("messages", [])[1:], sbx.get("messages", [])[1:]
+    else:
+        a, b = sdk.get("input", []), sbx.get("input", [])
     for i in range(max(len(a), len(b))):
-        out.append(("request %d: input[%d]" % (n, i),
+        out.append(("request %d: item %d" % (n, i),
                     mask(a[i]) if i < len(a) else None,
                     mask(b[i]) if i < len(b) else None))
     return out
