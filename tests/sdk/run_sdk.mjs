@@ -37,7 +37,8 @@ function entries(e) {
   for (const [k, v] of Object.entries(e ?? {})) {
     out[k] = v.type === 'dir'
       ? { type: 'dir', ...(v.children ? { children: entries(v.children) } : {}) }
-      : { type: 'file', content: v.content };
+      : { type: 'file', content: v.content_base64 !== undefined
+          ? new Uint8Array(Buffer.from(v.content_base64, 'base64')) : v.content };
   }
   return out;
 }
