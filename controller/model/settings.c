@@ -103,8 +103,10 @@ static int append_encoded(struct sbx_buf *b, const char *s) {
 
 char *model_settings_url(const char *url, json_t *settings) {
   json_t *q = json_object_get(settings, "extra_query");
+  /* An agent file allows 256 members of 256-byte names and 4096-byte
+   * values, three bytes each when encoded: well under 8 MiB. */
   _cleanup_buf_ struct sbx_buf b;
-  sbx_buf_init(&b, 1u << 20);
+  sbx_buf_init(&b, 8u << 20);
   if (sbx_buf_append_str(&b, url) < 0)
     return NULL;
   bool first = !strchr(url, '?');
