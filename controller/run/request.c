@@ -86,18 +86,19 @@ static json_t *handoff_json(const struct agent *h) {
   char name[160];
   handoff_name(h, name, sizeof(name));
   char desc[512];
+  /* The SDKs' text, whose handoff description (none here) follows a
+   * space. */
   (void)snprintf(desc, sizeof(desc),
-                 "Handoff to the %s agent to handle the request.", h->name);
+                 "Handoff to the %s agent to handle the request. ", h->name);
   return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:[], s:b}, s:b}", "type",
                    "function", "name", name, "description", desc, "parameters",
                    "type", "object", "properties", "required",
                    "additionalProperties", 0, "strict", 1);
 }
 
-/* A's tools for API (new; NULL on OOM): the tools of its MCP servers
- * (MCP, first, as the SDK lists them), its agents used as tools, its
- * command tools, its handoffs, then the sandbox tools of its
- * capabilities. */
+/* A's tools for API (new; NULL on OOM) in the SDKs' order: the tools of
+ * its MCP servers, its own tools (agents used as tools, command tools,
+ * then the sandbox tools of its capabilities), then its handoffs. */
 static json_t *build_tools(const struct agent *a, struct mcp_set *mcp,
                            enum model_api api) {
   _cleanup_json_ json_t *tools = json_array();
@@ -109,14 +110,14 @@ static json_t *build_tools(const struct agent *a, struct mcp_set *mcp,
   for (size_t i = 0; i < a->ncommands; i++)
     if (json_array_append_new(tools, command_json(&a->commands[i])) < 0)
       return NULL;
-  for (size_t i = 0; i < a->nhandoffs; i++)
-    if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
-      return NULL;
   _cleanup_json_ json_t *caps = tools_definitions(
       run_has_cap(a, AGENT_CAP_FILESYSTEM), run_has_cap(a, AGENT_CAP_SHELL),
       model_api_features(api)->hosted_tools);
   if (!caps || json_array_extend(tools, caps) < 0)
     return NULL;
+  for (size_t i = 0; i < a->nhandoffs; i++)
+    if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
+      return NULL;
   return TAKE_PTR(tools);
 }
 

@@ -467,3 +467,22 @@ Test(run_sdk, tool_choice_is_reset_after_a_tool_call) {
   cr_expect_null(json_object_get(body(&f, 1), "tool_choice"));
   fixture_free(&f);
 }
+
+/* A handoff is offered after the agent's other tools, with the SDKs'
+ * description, trailing space included. */
+Test(run_sdk, handoffs_come_last_with_the_sdks_description) {
+  (void)test_write_file(dir, "helper.json", "{\"name\": \"helper\"}");
+  struct fixture f = {0};
+  run_script(&f, "[{\"text\": \"done\"}]",
+             "{\"name\": \"T\", \"model\": \"m\", \"handoffs\": "
+             "[\"helper.json\"]}");
+  cr_assert_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  json_t *tools = json_object_get(body(&f, 0), "tools");
+  cr_assert_eq(json_array_size(tools), 5);
+  json_t *h = json_array_get(tools, 4);
+  cr_expect_str_eq(json_string_value(json_object_get(h, "name")),
+                   "transfer_to_helper");
+  cr_expect_str_eq(json_string_value(json_object_get(h, "description")),
+                   "Handoff to the helper agent to handle the request. ");
+  fixture_free(&f);
+}

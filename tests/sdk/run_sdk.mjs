@@ -43,13 +43,23 @@ function entries(e) {
   return out;
 }
 
-const agent = new SandboxAgent({
-  name: a.name,
-  ...(a.instructions ? { instructions: a.instructions } : {}),
-  ...(a.model ? { model: a.model } : {}),
-  ...(a.model_settings ? { modelSettings: modelSettings(a.model_settings) } : {}),
-  defaultManifest: new Manifest({ entries: entries(a.default_manifest?.entries) }),
-});
+// An sbx agent file as a SandboxAgent; its handoffs name other agents of
+// the scenario ("others": {file name: agent}), made once each.
+const made = new Map();
+function makeAgent(def) {
+  if (made.has(def.name)) return made.get(def.name);
+  const agent = new SandboxAgent({
+    name: def.name,
+    ...(def.instructions ? { instructions: def.instructions } : {}),
+    ...(def.model ? { model: def.model } : {}),
+    ...(def.model_settings ? { modelSettings: modelSettings(def.model_settings) } : {}),
+    defaultManifest: new Manifest({ entries: entries(def.default_manifest?.entries) }),
+  });
+  made.set(def.name, agent);
+  agent.handoffs = (def.handoffs ?? []).map((f) => makeAgent(scenario.others[f]));
+  return agent;
+}
+const agent = makeAgent(a);
 const result = await run(agent, scenario.prompt, {
   sandbox: { client: new UnixLocalSandboxClient() },
   maxTurns: 30,

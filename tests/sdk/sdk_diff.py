@@ -7,7 +7,8 @@ request the two sent, field by field.
 
     sdk_diff.py SBX NODE_MODULES_DIR [SCENARIO.json ...]
 
-A scenario is {"agent": <an sbx agent file>, "prompt": "...", "script":
+A scenario is {"agent": <an sbx agent file>, "others": {<file name>: <the
+agent files its handoffs name>}, "prompt": "...", "script":
 [<model_server.py steps>]}. Compared, per request: the request fields both
 SDK and sbx set (model, include, store, reasoning, text, tool_choice,
 parallel_tool_calls, temperature, top_p, max_output_tokens, truncation,
@@ -135,6 +136,9 @@ def main(argv):
             agent = os.path.join(tmp, "agent.json")
             with open(agent, "w") as f:
                 json.dump(sc["agent"], f)
+            for other, text in sc.get("others", {}).items():
+                with open(os.path.join(tmp, other), "w") as f:
+                    json.dump(text, f)
             # The .mjs is copied beside node_modules: ESM resolves from there.
             runner = os.path.join(os.path.dirname(modules), "run_sdk.mjs")
             with open(os.path.join(HERE, "run_sdk.mjs")) as src, \
