@@ -59,18 +59,15 @@ const struct agent *run_find_handoff(const struct agent *a, const char *name) {
 static json_t *agent_tool_json(const struct agent_tool *t) {
   char name[128];
   run_tool_agent_name(t, name, sizeof(name));
-  char desc[512];
-  (void)snprintf(desc, sizeof(desc), "%s",
-                 t->description ? t->description
-                                : (t->agent->instructions
-                                       ? "Runs the agent on the given input "
-                                         "and returns its answer."
-                                       : "Runs the agent on the given input."));
-  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}",
-                   "type", "function", "name", name, "description", desc,
-                   "parameters", "type", "object", "properties", "input",
-                   "type", "string", "required", "input",
-                   "additionalProperties", 0, "strict", 1);
+  /* The SDKs' as_tool: the description given, else none; the input
+   * schema as zod renders {input: string}. */
+  return json_pack(
+      "{s:s, s:s, s:s, s:{s:s, s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}", "type",
+      "function", "name", name, "description",
+      t->description ? t->description : "", "parameters", "$schema",
+      "http://json-schema.org/draft-07/schema#", "type", "object", "properties",
+      "input", "type", "string", "required", "input", "additionalProperties", 0,
+      "strict", 1);
 }
 
 /* The function tool of the command tool T (new; NULL on OOM): not strict,

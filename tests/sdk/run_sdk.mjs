@@ -57,6 +57,10 @@ function makeAgent(def) {
   });
   made.set(def.name, agent);
   agent.handoffs = (def.handoffs ?? []).map((f) => makeAgent(scenario.others[f]));
+  // Agents as tools, in the SDK's asTool.
+  agent.tools = (def.tools ?? []).map((t) => makeAgent(scenario.others[t.agent])
+    .asTool({ ...(t.name ? { toolName: t.name } : {}),
+              ...(t.description ? { toolDescription: t.description } : {}) }));
   return agent;
 }
 const agent = makeAgent(a);

@@ -8,7 +8,7 @@ request the two sent, field by field.
     sdk_diff.py SBX NODE_MODULES_DIR [SCENARIO.json ...]
 
 A scenario is {"agent": <an sbx agent file>, "others": {<file name>: <the
-agent files its handoffs name>}, "prompt": "...", "script":
+agent files its handoffs and agent tools name>}, "prompt": "...", "script":
 [<model_server.py steps>]}. Compared, per request: the request fields both
 SDK and sbx set (model, include, store, reasoning, text, tool_choice,
 parallel_tool_calls, temperature, top_p, max_output_tokens, truncation,
