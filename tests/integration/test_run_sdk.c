@@ -486,3 +486,24 @@ Test(run_sdk, handoffs_come_last_with_the_sdks_description) {
                    "Handoff to the helper agent to handle the request. ");
   fixture_free(&f);
 }
+
+/* An agent used as a tool is offered as the SDKs' as_tool offers it: no
+ * description unless given, the input schema as zod renders it. */
+Test(run_sdk, agent_as_tool_is_the_sdks) {
+  (void)test_write_file(dir, "helper.json", "{\"name\": \"helper\"}");
+  struct fixture f = {0};
+  run_script(&f, "[{\"text\": \"done\"}]",
+             "{\"name\": \"T\", \"model\": \"m\", \"tools\": [{\"type\": "
+             "\"agent_as_tool\", \"agent\": \"helper.json\"}]}");
+  cr_assert_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  json_t *t = tool(&f, 0, "helper");
+  cr_assert_not_null(t);
+  cr_expect_str_eq(json_string_value(json_object_get(t, "description")), "");
+  _cleanup_free_ char *p =
+      json_dumps(json_object_get(t, "parameters"), JSON_COMPACT);
+  cr_expect_str_eq(p, "{\"$schema\":\"http://json-schema.org/draft-07/"
+                      "schema#\",\"type\":\"object\",\"properties\":{\"input\":"
+                      "{\"type\":\"string\"}},\"required\":[\"input\"],"
+                      "\"additionalProperties\":false}");
+  fixture_free(&f);
+}
