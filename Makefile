@@ -13,7 +13,7 @@ configure = cmake -S . -B $(BUILD) -DCMAKE_RULE_MESSAGES=OFF \
 compile = cmake --build $(1) -j $(JOBS) $(2) -- --no-print-directory -s
 
 .PHONY: all deps build check demo install asan static fuzz format \
-	format-check bench clean
+	format-check bench sdk-diff clean
 
 all: build
 
@@ -72,6 +72,10 @@ format-check:
 
 bench: build
 	@bash scripts/bench.sh $(BUILD)
+
+# The requests of sbx run against the real Agents SDK's (node and npm).
+sdk-diff: build
+	@bash scripts/sdk-diff.sh $(BUILD)
 
 clean:
 	@rm -rf $(BUILD) build-asan build-static build-fuzz build-release-gcc \

@@ -722,6 +722,16 @@ int sbx_patch_apply(struct sbx_client *c, const char *patch, const char *dir,
   return call_body(c, SBX__V1__REQUEST__BODY_PATCH_APPLY, &p, 0, out, e);
 }
 
+int sbx_patch_apply_sdk(struct sbx_client *c, const char *patch,
+                        const char *dir, Sbx__V1__Response **out,
+                        struct sbx_error *e) {
+  Sbx__V1__PatchApply p = SBX__V1__PATCH_APPLY__INIT;
+  p.patch = (char *)patch;
+  p.dir = (char *)(dir ? dir : "");
+  p.sdk_line_ends = true;
+  return call_body(c, SBX__V1__REQUEST__BODY_PATCH_APPLY, &p, 0, out, e);
+}
+
 int sbx_archive_export_start(struct sbx_client *c,
                              Sbx__V1__ArchiveExportStart *a,
                              Sbx__V1__Response **out, struct sbx_error *e) {

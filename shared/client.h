@@ -143,8 +143,14 @@ int sbx_file_chown(struct sbx_client *c, const char *path, const char *user,
 int sbx_file_exists(struct sbx_client *c, const char *path, bool *exists,
                     Sbx__V1__FileType *type, struct sbx_error *e);
 
+/* Codex's line ends (PatchApply.sdk_line_ends false). */
 int sbx_patch_apply(struct sbx_client *c, const char *patch, const char *dir,
                     bool dry_run, Sbx__V1__Response **out, struct sbx_error *e);
+/* As sbx_patch_apply, with the Agents SDK's line ends, for its
+ * create_file/update_file operations (PatchApply.sdk_line_ends). */
+int sbx_patch_apply_sdk(struct sbx_client *c, const char *patch,
+                        const char *dir, Sbx__V1__Response **out,
+                        struct sbx_error *e);
 
 int sbx_archive_export_start(struct sbx_client *c,
                              Sbx__V1__ArchiveExportStart *a,

@@ -13,10 +13,13 @@
  *   *** End Patch
  *
  * Matching of context lines tries, in order: exact; ignoring trailing
- * whitespace; ignoring surrounding whitespace; then with Unicode dashes,
- * quotes and spaces folded to ASCII (as Codex does). CRLF files stay CRLF.
- * Where the SDKs disagree, Codex's behaviour is followed: Add File replaces
- * an existing file and writes each '+' line followed by "\n".
+ * whitespace; ignoring surrounding whitespace (Unicode's White_Space
+ * included, as Rust's trim() in Codex); then with Unicode dashes, quotes
+ * and spaces folded to ASCII (as Codex does). CRLF files stay CRLF. Where
+ * the SDKs disagree, Codex's behaviour is followed: Add File replaces an
+ * existing file and writes each '+' line followed by "\n"; an updated file
+ * ends with a newline. The Agents SDK's own operations (create_file,
+ * update_file) ask for its line ends instead (SBX_PATCH_EOL_SDK).
  *
  * Thread-safe: no global state. */
 #ifndef SBX_PATCH_H
@@ -33,6 +36,13 @@ enum sbx_patch_kind {
 };
 
 struct sbx_patch_hunk; /* private to the engine: patch_internal.h */
+
+/* Whose line ends a patch gets. */
+enum sbx_patch_eol {
+  SBX_PATCH_EOL_CODEX = 0, /* every line of the result ends with "\n" */
+  SBX_PATCH_EOL_SDK = 1,   /* applyDiff's: an added file has no final
+                              newline, an updated one keeps its lack of one */
+};
 
 struct sbx_patch_op {
   enum sbx_patch_kind kind;
@@ -74,12 +84,13 @@ struct sbx_patch *sbx_patch_free(struct sbx_patch *p);
 /* Applies the UPDATE op OP to the file contents IN (INLEN bytes) and returns
  * the new contents in *OUT (new, malloc'd, NUL-terminated; *OUTLEN bytes).
  * A file whose first line ends in "\r\n" is written back with "\r\n" on
- * every line; a file without a final newline stays without one. An op with
- * no hunks (a pure rename) returns IN unchanged. On a mismatch E names the
+ * every line; with EOL SBX_PATCH_EOL_SDK a file without a final newline
+ * stays without one, with SBX_PATCH_EOL_CODEX it gets one. An op with no
+ * hunks (a pure rename) returns IN unchanged. On a mismatch E names the
  * file (op->path), the hunk (1-based) and the patch line it could not
  * match, and the code is INVALID_ARGUMENT. */
 int sbx_patch_apply_update(const struct sbx_patch_op *op, const char *in,
-                           size_t inlen, char **out, size_t *outlen,
-                           struct sbx_error *e);
+                           size_t inlen, enum sbx_patch_eol eol, char **out,
+                           size_t *outlen, struct sbx_error *e);
 
 #endif

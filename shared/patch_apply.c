@@ -186,9 +186,11 @@ static int emit_new(struct sbx_buf *out, const struct repl *r,
 
 /* Writes the file with the located hunks applied. Hunks that end up at the
  * end of the file (unanchored insertions) come last, in patch order; the
- * others were located in increasing order. */
+ * others were located in increasing order. Every line ends with the file's
+ * line ending, but with EOL SBX_PATCH_EOL_SDK the last keeps the file's
+ * lack of one. */
 static int build(const struct file *f, const struct repl *repls, size_t nr,
-                 struct sbx_buf *out) {
+                 enum sbx_patch_eol eol, struct sbx_buf *out) {
   size_t pos = 0, count = 0;
   int r;
 
@@ -215,7 +217,7 @@ static int build(const struct file *f, const struct repl *repls, size_t nr,
     if (r < 0)
       return r;
   }
-  if (count > 0 && !f->final_nl) {
+  if (count > 0 && !f->final_nl && eol == SBX_PATCH_EOL_SDK) {
     out->len -= f->crlf ? 2 : 1;
     out->data[out->len] = '\0';
   }
@@ -223,8 +225,8 @@ static int build(const struct file *f, const struct repl *repls, size_t nr,
 }
 
 int sbx_patch_apply_update(const struct sbx_patch_op *op, const char *in,
-                           size_t inlen, char **out, size_t *outlen,
-                           struct sbx_error *e) {
+                           size_t inlen, enum sbx_patch_eol eol, char **out,
+                           size_t *outlen, struct sbx_error *e) {
   _cleanup_buf_ struct sbx_buf b;
   struct file f = {0};
   struct work w = {0};
@@ -285,7 +287,7 @@ int sbx_patch_apply_update(const struct sbx_patch_op *op, const char *in,
     if (r < 0)
       goto done;
   }
-  r = build(&f, w.repls, op->nhunks, &b);
+  r = build(&f, w.repls, op->nhunks, eol, &b);
   if (r < 0) {
     r = r == -ENOMEM
             ? oom(e)

@@ -59,24 +59,52 @@ struct sbx_patch_hunk {
 
 /* ---- small text helpers ------------------------------------------------ */
 
-/* ASCII whitespace, what trimming removes (Unicode spaces are folded to ' '
- * by the last matching tier and trimmed there). */
+/* ASCII whitespace; trimming also removes Unicode's (ws_len). */
 static inline bool is_ws(unsigned char c) {
   return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
-/* S without trailing whitespace. */
+/* The length of the UTF-8 encoded Unicode White_Space character (what
+ * Rust's trim() removes, so Codex's) at the start of the N bytes at P, or
+ * 0: ASCII whitespace, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028,
+ * U+2029, U+202F, U+205F, U+3000. */
+static inline size_t ws_len(const unsigned char *p, size_t n) {
+  if (n >= 1 && is_ws(p[0]))
+    return 1;
+  if (n >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0))
+    return 2;
+  if (n < 3)
+    return 0;
+  if ((p[0] == 0xE1 && p[1] == 0x9A && p[2] == 0x80) ||
+      (p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80))
+    return 3;
+  if (p[0] == 0xE2 && p[1] == 0x80 &&
+      (p[2] <= 0x8A || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
+    return 3;
+  return p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0x9F ? 3 : 0;
+}
+
+/* The length of the White_Space character that ends S, or 0. */
+static inline size_t ws_len_end(struct span s) {
+  const unsigned char *u = (const unsigned char *)s.s;
+  for (size_t k = 1; k <= 3 && k <= s.n; k++)
+    if (ws_len(u + s.n - k, k) == k)
+      return k;
+  return 0;
+}
+
+/* S without trailing whitespace, Unicode's included. */
 static inline struct span span_rtrim(struct span s) {
-  while (s.n > 0 && is_ws((unsigned char)s.s[s.n - 1]))
-    s.n--;
+  for (size_t k; (k = ws_len_end(s)) > 0;)
+    s.n -= k;
   return s;
 }
 
-/* S without leading and trailing whitespace. */
+/* S without leading and trailing whitespace, Unicode's included. */
 static inline struct span span_trim(struct span s) {
-  while (s.n > 0 && is_ws((unsigned char)s.s[0])) {
-    s.s++;
-    s.n--;
+  for (size_t k; (k = ws_len((const unsigned char *)s.s, s.n)) > 0;) {
+    s.s += k;
+    s.n -= k;
   }
   return span_rtrim(s);
 }

@@ -76,6 +76,7 @@ static int fold_next(struct span s, size_t *i) {
 
 /* S without the leading and trailing characters that fold to whitespace. */
 static struct span fold_trim(struct span s) {
+  s = span_trim(s);
   size_t i = 0, start, last_end;
   while (i < s.n) {
     size_t j = i;

@@ -70,7 +70,8 @@ static void agent_free(struct agent *a) {
   free(a->base_instructions);
   json_decref(a->default_manifest);
   free(a->run_as);
-  free(a->model_settings.tool_choice_name);
+  json_decref(a->model_settings);
+  free(a->api_key_env);
   json_decref(a->output_type);
   for (size_t i = 0; i < a->nhandoffs; i++)
     free(a->handoff_paths[i]);

@@ -11,12 +11,16 @@
  *                      "skills" | "memory", in order, no repeats;
  *                      default ["filesystem", "shell", "compaction"]
  *   run_as             string, or {"name": string}: a user name
- *   model_settings     {temperature: number 0..2,
- *                       reasoning: {effort: "minimal"|"low"|"medium"|"high"}
- *                       or reasoning_effort: the same strings,
- *                       tool_choice: "auto"|"required"|"none"|<tool name>,
- *                       parallel_tool_calls: boolean,
- *                       max_output_tokens: integer >= 1}
+ *   model_settings     the Python SDK's ModelSettings (docs/
+ *                      sdk-compatibility.md): temperature, top_p,
+ *                      frequency_penalty, presence_penalty, tool_choice,
+ *                      parallel_tool_calls, truncation, max_tokens,
+ *                      reasoning {effort, summary}, verbosity, metadata,
+ *                      store, prompt_cache_retention, include_usage,
+ *                      response_include, top_logprobs, extra_query,
+ *                      extra_body, extra_headers; a key the agent's "api"
+ *                      cannot carry is refused. Absent: the SDK's defaults
+ *                      for the model (model_default_settings)
  *   output_type        object (a JSON schema for the final output)
  *   max_turns          integer >= 1
  *   handoffs           array of paths to agent files
@@ -35,6 +39,8 @@
  *                       "use_structured_content"? (agent_tools.c)
  *   api                "responses" (default) | "chat_completions"
  *   base_url           "http://..." or "https://..."
+ *   api_key_env        the name of the environment variable that holds this
+ *                      agent's API key (default OPENAI_API_KEY)
  *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
  *   run_config         {"backend": name, ...that backend's options}: the
  *                      defaults of `sbx run`, checked by the backend
@@ -84,34 +90,6 @@ enum agent_capability {
 enum agent_api {
   AGENT_API_RESPONSES,
   AGENT_API_CHAT_COMPLETIONS,
-};
-
-enum agent_effort {
-  AGENT_EFFORT_UNSET,
-  AGENT_EFFORT_MINIMAL,
-  AGENT_EFFORT_LOW,
-  AGENT_EFFORT_MEDIUM,
-  AGENT_EFFORT_HIGH,
-};
-
-enum agent_tool_choice {
-  AGENT_TOOL_CHOICE_UNSET,
-  AGENT_TOOL_CHOICE_AUTO,
-  AGENT_TOOL_CHOICE_REQUIRED,
-  AGENT_TOOL_CHOICE_NONE,
-  AGENT_TOOL_CHOICE_NAMED, /* tool_choice_name */
-};
-
-/* Unset fields are: has_temperature false, *_UNSET, parallel_tool_calls -1,
- * max_output_tokens 0. */
-struct agent_model_settings {
-  bool has_temperature;
-  double temperature;
-  enum agent_effort reasoning_effort;
-  enum agent_tool_choice tool_choice;
-  char *tool_choice_name;
-  int parallel_tool_calls; /* -1 unset, 0 false, 1 true */
-  int64_t max_output_tokens;
 };
 
 enum agent_approval_mode {
@@ -200,8 +178,9 @@ struct agent {
   json_t *default_manifest; /* object, owned reference, or NULL */
   enum agent_capability capabilities[AGENT_CAP_COUNT];
   size_t ncapabilities;
-  char *run_as; /* trimmed */
-  struct agent_model_settings model_settings;
+  char *run_as;            /* trimmed */
+  json_t *model_settings;  /* the checked object without nulls (owned), or
+                              NULL when the file gives none */
   json_t *output_type;     /* object, owned reference, or NULL */
   int64_t max_turns;       /* 0 when not given: the runner's default applies */
   char **handoff_paths;    /* as written, parallel to handoffs */
@@ -215,6 +194,7 @@ struct agent {
   size_t nmcp_servers;
   enum agent_api api;
   char *base_url;
+  char *api_key_env; /* an environment variable's name, or NULL */
   /* "run_config": defaults for `sbx run` that its flags replace. */
   char *run_backend;   /* the backend's name, or NULL */
   json_t *run_options; /* the backend's options (an object, owned), or

@@ -27,14 +27,6 @@ static const char *const capability_names[AGENT_CAP_COUNT] = {
 static const enum agent_capability default_capabilities[] = {
     AGENT_CAP_FILESYSTEM, AGENT_CAP_SHELL, AGENT_CAP_COMPACTION};
 
-static const char *const effort_names[] = {
-    [AGENT_EFFORT_UNSET] = NULL,  [AGENT_EFFORT_MINIMAL] = "minimal",
-    [AGENT_EFFORT_LOW] = "low",   [AGENT_EFFORT_MEDIUM] = "medium",
-    [AGENT_EFFORT_HIGH] = "high",
-};
-
-#define EFFORT_CHOICES "\"minimal\", \"low\", \"medium\" or \"high\""
-
 static const char *const api_names[] = {
     [AGENT_API_RESPONSES] = "responses",
     [AGENT_API_CHAT_COMPLETIONS] = "chat_completions",
@@ -266,125 +258,6 @@ static int parse_run_as(const struct agent_ctx *c, struct agent *a,
   return a->run_as ? 0 : agent_nomem(c);
 }
 
-static int parse_reasoning(const struct agent_ctx *c,
-                           struct agent_model_settings *m, const char *key,
-                           json_t *v) {
-  char k[KEY_MAX];
-  const char *sub;
-  json_t *item;
-
-  if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
-  json_object_foreach(v, sub, item) {
-    key_path(k, "%s.%.64s", key, sub);
-    if (strcmp(sub, "effort") != 0)
-      return unknown_key(c, k);
-    if (json_is_null(item))
-      continue;
-    int effort = get_enum(c, k, item, effort_names,
-                          SBX_ARRAY_SIZE(effort_names), EFFORT_CHOICES);
-    if (effort < 0)
-      return effort;
-    m->reasoning_effort = (enum agent_effort)effort;
-  }
-  return 0;
-}
-
-static int parse_tool_choice(const struct agent_ctx *c,
-                             struct agent_model_settings *m, const char *key,
-                             json_t *v) {
-  if (!json_is_string(v))
-    return wrong_type(c, key, "\"auto\", \"required\", \"none\" or a tool name",
-                      v);
-  const char *s = json_string_value(v);
-  if (strcmp(s, "auto") == 0) {
-    m->tool_choice = AGENT_TOOL_CHOICE_AUTO;
-  } else if (strcmp(s, "required") == 0) {
-    m->tool_choice = AGENT_TOOL_CHOICE_REQUIRED;
-  } else if (strcmp(s, "none") == 0) {
-    m->tool_choice = AGENT_TOOL_CHOICE_NONE;
-  } else {
-    if (!agent_valid_tool_name(s))
-      return agent_invalid(
-          c,
-          "\"%s\" must be \"auto\", \"required\", \"none\" or a "
-          "tool name of at most %d letters, digits, \"_\" or \"-\" "
-          "(got \"%.64s\")",
-          key, TOOL_NAME_MAX, s);
-    free(m->tool_choice_name);
-    m->tool_choice_name = strdup(s);
-    if (!m->tool_choice_name)
-      return agent_nomem(c);
-    m->tool_choice = AGENT_TOOL_CHOICE_NAMED;
-  }
-  return 0;
-}
-
-static const char *const model_settings_keys[] = {
-    "temperature", "reasoning",           "reasoning_effort",
-    "tool_choice", "parallel_tool_calls", "max_output_tokens",
-};
-
-static int parse_model_settings(const struct agent_ctx *c, struct agent *a,
-                                const char *key, json_t *v) {
-  struct agent_model_settings *m = &a->model_settings;
-  char k[KEY_MAX];
-  const char *sub;
-  json_t *item;
-  bool reasoning = false, reasoning_effort = false;
-  int r = 0;
-
-  if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
-  json_object_foreach(v, sub, item) {
-    bool known = false;
-    key_path(k, "%s.%.64s", key, sub);
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(model_settings_keys) && !known; i++)
-      known = strcmp(sub, model_settings_keys[i]) == 0;
-    if (!known)
-      return unknown_key(c, k);
-    if (json_is_null(item))
-      continue;
-    if (strcmp(sub, "temperature") == 0) {
-      if (!json_is_number(item))
-        return wrong_type(c, k, "a number", item);
-      double t = json_number_value(item);
-      if (!(t >= 0 && t <= 2))
-        return agent_invalid(c, "\"%s\" must be between 0 and 2 (got %g)", k,
-                             t);
-      m->has_temperature = true;
-      m->temperature = t;
-    } else if (strcmp(sub, "reasoning") == 0) {
-      reasoning = true;
-      r = parse_reasoning(c, m, k, item);
-    } else if (strcmp(sub, "reasoning_effort") == 0) {
-      reasoning_effort = true;
-      int effort = get_enum(c, k, item, effort_names,
-                            SBX_ARRAY_SIZE(effort_names), EFFORT_CHOICES);
-      r = effort < 0 ? effort : 0;
-      if (r == 0)
-        m->reasoning_effort = (enum agent_effort)effort;
-    } else if (strcmp(sub, "tool_choice") == 0) {
-      r = parse_tool_choice(c, m, k, item);
-    } else if (strcmp(sub, "parallel_tool_calls") == 0) {
-      if (!json_is_boolean(item))
-        return wrong_type(c, k, "a boolean", item);
-      m->parallel_tool_calls = json_is_true(item);
-    } else {
-      r = get_count(c, k, item, &m->max_output_tokens);
-    }
-    if (r < 0)
-      return r;
-  }
-  if (reasoning && reasoning_effort)
-    return agent_invalid(
-        c,
-        "\"%s.reasoning\" and \"%s.reasoning_effort\" may not both "
-        "be given",
-        key, key);
-  return 0;
-}
-
 static int parse_handoffs(const struct agent_ctx *c, struct agent *a,
                           const char *key, json_t *v) {
   char k[KEY_MAX];
@@ -546,6 +419,27 @@ static int parse_base_url(const struct agent_ctx *c, struct agent *a,
   return 0;
 }
 
+/* The name of the environment variable holding the agent's key: a
+ * portable name, [A-Za-z_][A-Za-z0-9_]*, at most 128 bytes. */
+static int parse_api_key_env(const struct agent_ctx *c, struct agent *a,
+                             const char *key, json_t *v) {
+  int r = get_string(c, key, v, true, &a->api_key_env);
+  if (r < 0)
+    return r;
+  const char *s = a->api_key_env;
+  bool ok = strlen(s) <= 128 && !(s[0] >= '0' && s[0] <= '9');
+  for (const char *p = s; ok && *p; p++)
+    ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+         (*p >= '0' && *p <= '9') || *p == '_';
+  if (!ok)
+    return agent_invalid(c,
+                         "\"%s\" must be an environment variable name: "
+                         "letters, digits and \"_\", not starting with a "
+                         "digit (got \"%.64s\")",
+                         key, s);
+  return 0;
+}
+
 /* "run_config": the run defaults the SDK keeps in RunConfig.sandbox, which
  * `sbx run`'s flags replace: "backend" (a name) and the backend's own
  * options, kept as JSON for the backend to check (backend.h): this module
@@ -661,7 +555,7 @@ static const struct field {
     {"default_manifest", parse_default_manifest},
     {"capabilities", parse_capabilities},
     {"run_as", parse_run_as},
-    {"model_settings", parse_model_settings},
+    {"model_settings", agent_parse_model_settings},
     {"output_type", parse_output_type},
     {"max_turns", parse_max_turns},
     {"handoffs", parse_handoffs},
@@ -669,6 +563,7 @@ static const struct field {
     {"mcp_servers", agent_parse_mcp_servers},
     {"api", parse_api},
     {"base_url", parse_base_url},
+    {"api_key_env", parse_api_key_env},
     {"approvals", parse_approvals},
     {"run_config", parse_run_config},
     {"version", parse_version},
@@ -677,7 +572,6 @@ static const struct field {
 /* Fills A from the parsed file ROOT. null is the same as a key left out,
  * except for "name". */
 int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root) {
-  a->model_settings.parallel_tool_calls = -1;
   a->ncapabilities = SBX_ARRAY_SIZE(default_capabilities);
   memcpy(a->capabilities, default_capabilities, sizeof(default_capabilities));
   const char *key;
@@ -702,5 +596,5 @@ int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root) {
   }
   if (!a->name)
     return agent_invalid(c, "missing required key \"name\"");
-  return 0;
+  return agent_check_model_settings(c, a);
 }

@@ -46,4 +46,12 @@ void agent_host_tools_free(struct agent *a);
 /* The OpenAI function name rule: [A-Za-z0-9_-]{1,64}. */
 bool agent_valid_tool_name(const char *s);
 
+/* "model_settings" (agent_settings.c): checks V and keeps it in A. */
+int agent_parse_model_settings(const struct agent_ctx *c, struct agent *a,
+                               const char *key, json_t *v);
+/* Refuses a setting of A that A's API cannot carry; after the whole file
+ * is read, since "api" may come after "model_settings". */
+int agent_check_model_settings(const struct agent_ctx *c,
+                               const struct agent *a);
+
 #endif

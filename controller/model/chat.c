@@ -258,30 +258,39 @@ static json_t *tool_choice(json_t *choice) {
   return json_deep_copy(choice);
 }
 
-static int add_settings(json_t *b, json_t *st, bool have_tools) {
+/* Settings copied under the same name. */
+static const char *const same_name[] = {
+    "temperature",       "top_p",
+    "frequency_penalty", "presence_penalty",
+    "max_tokens",        "verbosity",
+    "metadata",          "store",
+    "top_logprobs",      "prompt_cache_retention",
+};
+
+/* Adds the model settings ST (the Python SDK's names) as Chat
+ * Completions' fields. -ENOMEM. */
+static int add_settings(json_t *b, json_t *st, bool have_tools, bool stream) {
   json_t *v;
   int r = 0;
-  if (!json_is_object(st))
-    return 0;
-  if ((v = json_object_get(st, "temperature")) && json_is_number(v))
-    r |= json_object_set(b, "temperature", v);
-  if ((v = json_object_get(st, "top_p")) && json_is_number(v))
-    r |= json_object_set(b, "top_p", v);
-  if (have_tools && (v = json_object_get(st, "tool_choice")) &&
-      !json_is_null(v))
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(same_name); i++)
+    if ((v = json_object_get(st, same_name[i])))
+      r |= json_object_set(b, same_name[i], v);
+  if (have_tools && (v = json_object_get(st, "tool_choice")))
     r |= json_object_set_new(b, "tool_choice", tool_choice(v));
-  if (have_tools && (v = json_object_get(st, "parallel_tool_calls")) &&
-      json_is_boolean(v))
+  if (have_tools && (v = json_object_get(st, "parallel_tool_calls")))
     r |= json_object_set(b, "parallel_tool_calls", v);
   v = json_object_get(json_object_get(st, "reasoning"), "effort");
-  if (!json_is_string(v))
-    v = json_object_get(st, "reasoning_effort");
   if (json_is_string(v))
     r |= json_object_set(b, "reasoning_effort", v);
-  if ((v = json_object_get(st, "max_completion_tokens")) && json_is_integer(v))
-    r |= json_object_set(b, "max_completion_tokens", v);
-  else if ((v = json_object_get(st, "max_output_tokens")) && json_is_integer(v))
-    r |= json_object_set(b, "max_tokens", v);
+  /* The API wants logprobs on whenever top_logprobs is given. */
+  if (json_object_get(st, "top_logprobs"))
+    r |= json_object_set_new(b, "logprobs", json_true());
+  if (stream) {
+    v = json_object_get(st, "include_usage");
+    r |= json_object_set_new(
+        b, "stream_options",
+        json_pack("{sb}", "include_usage", v ? json_is_true(v) : 1));
+  }
   return r ? -ENOMEM : 0;
 }
 
@@ -292,6 +301,7 @@ static json_t *build_body(const struct model_request *req, bool stream) {
   _cleanup_json_ json_t *tools = build_tools(req->tools);
   if (!b || !tools)
     return NULL;
+  json_t *st = json_is_object(req->model_settings) ? req->model_settings : NULL;
   bool have_tools = json_array_size(tools) > 0;
   int r = 0;
   r |= json_object_set_new(b, "model",
@@ -299,7 +309,7 @@ static json_t *build_body(const struct model_request *req, bool stream) {
   r |= json_object_set_new(b, "messages", build_messages(req));
   if (have_tools)
     r |= json_object_set(b, "tools", tools);
-  if (r || add_settings(b, req->model_settings, have_tools) < 0)
+  if (r || add_settings(b, st, have_tools, stream) < 0)
     return NULL;
   if (req->output_schema) {
     const char *name =
@@ -309,12 +319,12 @@ static json_t *build_body(const struct model_request *req, bool stream) {
                                        "json_schema", "name", name, "schema",
                                        req->output_schema, "strict", 1));
   }
-  r |= json_object_set_new(b, "stream", json_boolean(stream));
-  if (stream)
-    r |= json_object_set_new(b, "stream_options",
-                             json_pack("{sb}", "include_usage", 1));
   if (json_is_object(req->extra))
     r |= json_object_update(b, req->extra);
+  json_t *extra_body = json_object_get(st, "extra_body");
+  if (json_is_object(extra_body))
+    r |= json_object_update(b, extra_body);
+  r |= json_object_set_new(b, "stream", json_boolean(stream));
   if (r)
     return NULL;
   return TAKE_PTR(b);

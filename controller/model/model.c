@@ -47,6 +47,8 @@ struct model_client {
   char *url_display; /* the endpoint without user:password@ */
   char *auth_header; /* "Authorization: Bearer KEY", NULL without a key */
   char *api_key;
+  char *org_header;     /* "OpenAI-Organization: ...", or NULL */
+  char *project_header; /* "OpenAI-Project: ...", or NULL */
   unsigned timeout_ms;
   unsigned connect_timeout_ms;
   unsigned first_byte_timeout_ms;
@@ -105,6 +107,8 @@ struct model_client *model_client_free(struct model_client *m) {
   free(m->url_display);
   erase_free(m->auth_header);
   erase_free(m->api_key);
+  free(m->org_header);
+  free(m->project_header);
   model_record_close(&m->record);
   model_replay_clear(&m->replay);
   for (size_t i = 0; i < m->in.n; i++)
@@ -177,6 +181,41 @@ static int set_key(struct model_client *m, const char *key,
   return 0;
 }
 
+/* *OUT = "NAME: VALUE" (new) for VALUE from the environment variable ENV,
+ * as the openai client sends OPENAI_ORG_ID and OPENAI_PROJECT_ID; nothing
+ * when it is unset or empty. */
+static int set_env_header(char **out, const char *name, const char *env,
+                          struct sbx_error *e) {
+  const char *v = getenv(env);
+  if (!v || !v[0])
+    return 0;
+  for (const char *p = v; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "%s contains a control character", env);
+  size_t n = strlen(name) + strlen(v) + 3;
+  if (!(*out = malloc(n)))
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  (void)snprintf(*out, n, "%s: %s", name, v);
+  return 0;
+}
+
+/* Whether URL is OpenAI's own API, which answers nothing without a key
+ * (a local or other OpenAI-compatible server may need none). */
+static bool needs_key(const char *url) {
+  const char *host = strstr(url, "://");
+  host = host ? host + 3 : url;
+  const char *at = strchr(host, '@');
+  const char *slash = strchr(host, '/');
+  if (at && (!slash || at < slash))
+    host = at + 1;
+  size_t n = strcspn(host, ":/");
+  static const char suffix[] = ".openai.com";
+  size_t sn = sizeof(suffix) - 1;
+  return (n == sn - 1 && strncasecmp(host, suffix + 1, n) == 0) ||
+         (n > sn && strncasecmp(host + n - sn, suffix, sn) == 0);
+}
+
 int model_client_new(const struct model_config *cfg, struct model_client **out,
                      struct sbx_error *e) {
   *out = NULL;
@@ -225,6 +264,17 @@ int model_client_new(const struct model_config *cfg, struct model_client **out,
   int r = set_url(m, base, e);
   if (r == 0)
     r = set_key(m, key, e);
+  if (r == 0 && !m->api_key && !cfg->replay_path && needs_key(m->url))
+    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                      "no API key for %s: set OPENAI_API_KEY (or the "
+                      "agent's api_key_env)",
+                      m->url_display);
+  if (r == 0)
+    r = set_env_header(&m->org_header, "OpenAI-Organization", "OPENAI_ORG_ID",
+                       e);
+  if (r == 0)
+    r = set_env_header(&m->project_header, "OpenAI-Project",
+                       "OPENAI_PROJECT_ID", e);
   if (r == 0)
     r = http_client_new(&m->http, e);
   if (r == 0 && cfg->replay_path)
@@ -518,24 +568,58 @@ static unsigned long long backoff_ms(const struct model_client *m,
   return d / 2 + sbx_random_u64() % (d / 2 + 1);
 }
 
+/* What a call adds to the client's URL and headers: the model settings'
+ * extra_query and extra_headers. */
+struct call_extras {
+  char *url; /* the URL with the query, or NULL for the client's */
+  char *headers[MODEL_MAX_EXTRA_HEADERS];
+  size_t nheaders;
+};
+
+static void call_extras_clear(struct call_extras *x) {
+  free(x->url);
+  for (size_t i = 0; i < x->nheaders; i++)
+    free(x->headers[i]);
+  memset(x, 0, sizeof(*x));
+}
+
+/* Appends the header line H to HEADERS (*NH of them) unless one of X's
+ * names the same header: the settings' extra_headers replace sbx's own, as
+ * the SDK's replace the openai client's. */
+static void add_header(const char **headers, size_t *nh,
+                       const struct call_extras *x, const char *h) {
+  size_t n = strcspn(h, ":");
+  for (size_t i = 0; i < x->nheaders; i++)
+    if (strncasecmp(x->headers[i], h, n) == 0 && x->headers[i][n] == ':')
+      return;
+  headers[(*nh)++] = h;
+}
+
 /* One HTTP exchange. 0 with *REPLY (new); or an error, with *RETRY telling
  * whether trying again may help, and *RETRY_AFTER_MS the server's wish. */
-static int attempt_call(struct model_client *m, const char *body,
-                        size_t body_len, unsigned retries, json_t **reply,
-                        bool *streamed, bool *retry, long long *retry_after_ms,
-                        struct sbx_error *e) {
+static int attempt_call(struct model_client *m, const struct call_extras *x,
+                        const char *body, size_t body_len, unsigned retries,
+                        json_t **reply, bool *streamed, bool *retry,
+                        long long *retry_after_ms, struct sbx_error *e) {
   *reply = NULL;
   *streamed = false;
   *retry = false;
   *retry_after_ms = -1;
-  const char *headers[6];
+  const char *headers[8 + MODEL_MAX_EXTRA_HEADERS];
   size_t nh = 0;
-  headers[nh++] = "Content-Type: application/json";
-  headers[nh++] =
-      m->stream ? "Accept: text/event-stream" : "Accept: application/json";
-  headers[nh++] = "User-Agent: sbx/" SBX_VERSION;
+  add_header(headers, &nh, x, "Content-Type: application/json");
+  add_header(headers, &nh, x,
+             m->stream ? "Accept: text/event-stream"
+                       : "Accept: application/json");
+  add_header(headers, &nh, x, "User-Agent: sbx/" SBX_VERSION);
   if (m->auth_header)
-    headers[nh++] = m->auth_header;
+    add_header(headers, &nh, x, m->auth_header);
+  if (m->org_header)
+    add_header(headers, &nh, x, m->org_header);
+  if (m->project_header)
+    add_header(headers, &nh, x, m->project_header);
+  for (size_t i = 0; i < x->nheaders; i++)
+    headers[nh++] = x->headers[i];
   headers[nh] = NULL;
 
   struct stream_ctx sc;
@@ -544,7 +628,7 @@ static int attempt_call(struct model_client *m, const char *body,
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
   }
   struct http_request hr = {
-      .url = m->url,
+      .url = x->url ? x->url : m->url,
       .url_display = m->url_display,
       .body = body,
       .body_len = body_len,
@@ -658,16 +742,31 @@ static char *body_text(struct model_client *m, json_t *body, size_t *len) {
   return sbx_buf_steal(&b, NULL);
 }
 
-static int live_call(struct model_client *m, json_t *body, json_t **reply,
-                     bool *streamed, struct sbx_error *e) {
+static void call_extras_clearp(struct call_extras *x) {
+  call_extras_clear(x);
+}
+
+static int live_call(struct model_client *m, json_t *body, json_t *settings,
+                     json_t **reply, bool *streamed, struct sbx_error *e) {
   size_t len = 0;
   _cleanup_free_ char *text = body_text(m, body, &len);
+  _cleanup_(call_extras_clearp) struct call_extras x = {0};
   if (!text)
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  if (json_object_get(settings, "extra_query") &&
+      !(x.url = model_settings_url(m->url, settings)))
+    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  int hr = model_settings_headers(settings, x.headers, MODEL_MAX_EXTRA_HEADERS,
+                                  &x.nheaders);
+  if (hr == -E2BIG)
+    return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
+                         "more than %d extra_headers", MODEL_MAX_EXTRA_HEADERS);
+  if (hr < 0)
+    return sbx_error_set(e, SBX_OK, -hr, "out of memory");
   for (unsigned attempt = 0;; attempt++) {
     bool retry;
     long long retry_after;
-    int r = attempt_call(m, text, len, attempt, reply, streamed, &retry,
+    int r = attempt_call(m, &x, text, len, attempt, reply, streamed, &retry,
                          &retry_after, e);
     if (r == 0)
       return 0;
@@ -705,7 +804,7 @@ static int call_locked(struct model_client *m, const struct model_request *req,
   bool streamed = false;
   int r = m->replay.path
               ? model_replay_next(&m->replay, m->ops, body, &reply, e)
-              : live_call(m, body, &reply, &streamed, e);
+              : live_call(m, body, req->model_settings, &reply, &streamed, e);
   if (r < 0)
     return r;
   const char *where = m->replay.path ? m->replay.path : m->url_display;

@@ -45,7 +45,13 @@ struct model_config {
                                   https://api.openai.com/v1; http:// or https://,
                                   "/responses" or "/chat/completions" is added */
   const char *api_key;         /* default $OPENAI_API_KEY (when NULL); "" or no
-                                  key: no Authorization header (local servers) */
+                                  key: no Authorization header (local servers);
+                                  refused for OpenAI's own API (*.openai.com)
+                                  unless replaying: "no API key for URL: ..."
+                                  $OPENAI_ORG_ID and $OPENAI_PROJECT_ID, when
+                                  set, go as OpenAI-Organization and
+                                  OpenAI-Project headers, as the openai
+                                  client sends them */
   unsigned timeout_ms;         /* whole request; 0 means 600000 */
   unsigned connect_timeout_ms; /* 0 means 10000 */
   unsigned first_byte_timeout_ms; /* nothing of the response this long after
@@ -80,9 +86,11 @@ struct model_request {
   json_t *tools;            /* borrowed: array of Responses-format tools
                                ({"type":"function",name,description,
                                parameters,strict} or {"type":"apply_patch"}) */
-  json_t *model_settings;   /* borrowed, may be NULL: temperature,
-                               reasoning {effort}, tool_choice,
-                               parallel_tool_calls, max_output_tokens */
+  json_t *model_settings;   /* borrowed, may be NULL: the Python SDK's
+                               ModelSettings as an agent file holds them
+                               (temperature, top_p, max_tokens, reasoning,
+                               verbosity, store, extra_headers, ...),
+                               mapped onto each API's names */
   json_t *output_schema;    /* borrowed, may be NULL: JSON schema of the
                                final output (structured output) */
   const char *output_name;  /* schema name, default "final_output" */
@@ -165,17 +173,24 @@ void model_response_clear(struct model_response *r);
 /* The body model_call would send for REQ (new; it may share REQ's input
  * and tools arrays, so use it before changing them). NULL on OOM.
  *
- * Responses: {model, instructions, input, tools, tool_choice,
- * parallel_tool_calls, temperature, top_p, reasoning, max_output_tokens,
- * truncation, text.format (json_schema, strict) for output_schema, stream,
- * store:false, include:["reasoning.encrypted_content"]} with EXTRA merged
- * last. A tool_choice naming a hosted tool (e.g. "apply_patch") becomes
- * {"type":"apply_patch"}, another name {"type":"function","name":...}.
+ * Responses, as the SDK's OpenAIResponsesModel: {model, instructions,
+ * input, include (response_include, plus message.output_text.logprobs
+ * with top_logprobs; [] when neither), tools, tool_choice and
+ * parallel_tool_calls (with tools), temperature, top_p, truncation,
+ * max_output_tokens (max_tokens), reasoning, text {format (json_schema,
+ * strict) for output_schema, verbosity}, metadata, store (only when set),
+ * prompt_cache_retention, top_logprobs, stream} with EXTRA merged, then
+ * extra_body; stream stays. A tool_choice naming a hosted tool (e.g.
+ * "apply_patch") becomes {"type":"apply_patch"}, another name
+ * {"type":"function","name":...}.
  *
- * Chat: {model, messages, tools (function tools only), tool_choice,
- * parallel_tool_calls, temperature, top_p, reasoning_effort, max_tokens
- * (max_completion_tokens when model_settings names it), response_format,
- * stream, stream_options.include_usage when streaming} with EXTRA merged.
+ * Chat, as OpenAIChatCompletionsModel: {model, messages, tools (function
+ * tools only), tool_choice, parallel_tool_calls, temperature, top_p,
+ * frequency_penalty, presence_penalty, max_tokens, reasoning_effort
+ * (reasoning.effort), verbosity, metadata, store, prompt_cache_retention,
+ * top_logprobs with logprobs:true, response_format, stream,
+ * stream_options.include_usage when streaming (include_usage, default
+ * true)} with EXTRA merged, then extra_body.
  * Instructions become the system message; consecutive function_call items
  * one assistant message with tool_calls; function_call_output a "tool"
  * message whose content is the output text (input_text parts and
@@ -183,6 +198,12 @@ void model_response_clear(struct model_response *r);
  * system; reasoning and other Responses-only items are dropped. */
 json_t *model_build_body(const struct model_client *m,
                          const struct model_request *req);
+
+/* The SDK's model settings for MODEL when an agent gives none (new; NULL
+ * on OOM): for GPT-5 and newer (chat aliases aside) {"verbosity": "low"}
+ * with the model's default {"reasoning": {"effort"}} when one is known
+ * ("none" for gpt-5.6-luna, "low" for gpt-5, ...); {} for other models. */
+json_t *model_default_settings(const char *model);
 
 /* The context length at which to compact MODEL's conversation: 0.9 of
  * its context window; 240000 for unknown models (or NULL). A provider

@@ -18,6 +18,7 @@
 
 #define MODEL_DEFAULT_OUTPUT_NAME "final_output"
 #define MODEL_MAX_STREAM_TOOL_CALLS 256
+#define MODEL_MAX_EXTRA_HEADERS 256 /* an agent file's extra_headers */
 
 /* ---- shared by both APIs (api_common.c) ---------------------------- */
 
@@ -35,6 +36,15 @@ int model_error_from(json_t *j, const char *url, struct sbx_error *e);
 int model_reply_check(json_t *reply, const char *url, struct sbx_error *e);
 /* Reads J[KEY] as an integer (0 when absent or not a number). */
 long long model_json_int(json_t *j, const char *key);
+
+/* ---- beyond the body (settings.c) ---------------------------------- */
+
+/* URL with SETTINGS' extra_query appended, percent-encoded (new; NULL on
+ * OOM). */
+char *model_settings_url(const char *url, json_t *settings);
+/* "Name: value" lines (new, into OUT[0..*N)) for SETTINGS' extra_headers,
+ * at most MAX: -E2BIG beyond, -ENOMEM. */
+int model_settings_headers(json_t *settings, char **out, size_t max, size_t *n);
 
 /* ---- the APIs (responses.c, chat.c) -------------------------------- */
 

@@ -29,31 +29,73 @@ static json_t *tool_choice(json_t *choice, json_t *tools) {
   return json_pack("{ssss}", "type", "function", "name", s);
 }
 
-/* Adds the model_settings fields the Responses API knows. -ENOMEM. */
+/* Settings copied under the same name. */
+static const char *const same_name[] = {
+    "temperature", "top_p", "truncation",   "reasoning",
+    "metadata",    "store", "top_logprobs", "prompt_cache_retention",
+};
+
+/* Adds the model settings ST (the Python SDK's names) as the Responses
+ * API's fields. -ENOMEM. */
 static int add_settings(json_t *b, json_t *st, bool have_tools, json_t *tools) {
   json_t *v;
   int r = 0;
-  if (!json_is_object(st))
-    return 0;
-  if ((v = json_object_get(st, "temperature")) && json_is_number(v))
-    r |= json_object_set(b, "temperature", v);
-  if ((v = json_object_get(st, "top_p")) && json_is_number(v))
-    r |= json_object_set(b, "top_p", v);
-  if (have_tools && (v = json_object_get(st, "tool_choice")) &&
-      !json_is_null(v))
-    r |= json_object_set_new(b, "tool_choice", tool_choice(v, tools));
-  if (have_tools && (v = json_object_get(st, "parallel_tool_calls")) &&
-      json_is_boolean(v))
-    r |= json_object_set(b, "parallel_tool_calls", v);
-  if ((v = json_object_get(st, "reasoning")) && json_is_object(v))
-    r |= json_object_set_new(b, "reasoning", json_deep_copy(v));
-  else if ((v = json_object_get(st, "reasoning_effort")) && json_is_string(v))
-    r |= json_object_set_new(b, "reasoning", json_pack("{sO}", "effort", v));
-  if ((v = json_object_get(st, "max_output_tokens")) && json_is_integer(v))
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(same_name); i++)
+    if ((v = json_object_get(st, same_name[i])))
+      r |= json_object_set(b, same_name[i], v);
+  if ((v = json_object_get(st, "max_tokens")))
     r |= json_object_set(b, "max_output_tokens", v);
-  if ((v = json_object_get(st, "truncation")) && json_is_string(v))
-    r |= json_object_set(b, "truncation", v);
+  if (have_tools && (v = json_object_get(st, "tool_choice")))
+    r |= json_object_set_new(b, "tool_choice", tool_choice(v, tools));
+  if (have_tools && (v = json_object_get(st, "parallel_tool_calls")))
+    r |= json_object_set(b, "parallel_tool_calls", v);
   return r ? -ENOMEM : 0;
+}
+
+/* The include list: response_include, then the logprobs that top_logprobs
+ * asks for (new; [] when neither). */
+static json_t *include_list(json_t *st) {
+  json_t *inc = json_object_get(st, "response_include");
+  _cleanup_json_ json_t *out =
+      json_is_array(inc) ? json_copy(inc) : json_array();
+  if (!out)
+    return NULL;
+  static const char logprobs[] = "message.output_text.logprobs";
+  if (json_object_get(st, "top_logprobs")) {
+    bool have = false;
+    size_t i;
+    json_t *x;
+    json_array_foreach(out, i, x) {
+      if (json_is_string(x) && strcmp(json_string_value(x), logprobs) == 0)
+        have = true;
+    }
+    if (!have && json_array_append_new(out, json_string(logprobs)) < 0)
+      return NULL;
+  }
+  return TAKE_PTR(out);
+}
+
+/* The text member: the output schema's format and the verbosity (new),
+ * or NULL with neither (*OOM tells). */
+static json_t *text_member(const struct model_request *req, bool *oom) {
+  json_t *verbosity = json_object_get(req->model_settings, "verbosity");
+  *oom = false;
+  if (!req->output_schema && !verbosity)
+    return NULL;
+  _cleanup_json_ json_t *t = json_object();
+  int r = t ? 0 : -1;
+  if (r == 0 && verbosity)
+    r = json_object_set(t, "verbosity", verbosity);
+  if (r == 0 && req->output_schema) {
+    const char *name =
+        req->output_name ? req->output_name : MODEL_DEFAULT_OUTPUT_NAME;
+    r = json_object_set_new(t, "format",
+                            json_pack("{sssssOsb}", "type", "json_schema",
+                                      "name", name, "schema",
+                                      req->output_schema, "strict", 1));
+  }
+  *oom = r < 0;
+  return r < 0 ? NULL : TAKE_PTR(t);
 }
 
 /* The body of POST /responses for REQ (new; shares REQ's input array). */
@@ -61,6 +103,7 @@ static json_t *build_body(const struct model_request *req, bool stream) {
   _cleanup_json_ json_t *b = json_object();
   if (!b)
     return NULL;
+  json_t *st = json_is_object(req->model_settings) ? req->model_settings : NULL;
   bool have_tools = json_is_array(req->tools) && json_array_size(req->tools);
   int r = 0;
   r |= json_object_set_new(b, "model",
@@ -70,24 +113,22 @@ static json_t *build_body(const struct model_request *req, bool stream) {
   r |= json_object_set_new(b, "input",
                            json_is_array(req->input) ? json_incref(req->input)
                                                      : json_array());
+  r |= json_object_set_new(b, "include", include_list(st));
   if (have_tools)
     r |= json_object_set(b, "tools", req->tools);
-  if (r || add_settings(b, req->model_settings, have_tools, req->tools) < 0)
+  if (r || add_settings(b, st, have_tools, req->tools) < 0)
     return NULL;
-  if (req->output_schema) {
-    const char *name =
-        req->output_name ? req->output_name : MODEL_DEFAULT_OUTPUT_NAME;
-    r |= json_object_set_new(b, "text",
-                             json_pack("{s{sssssOsb}}", "format", "type",
-                                       "json_schema", "name", name, "schema",
-                                       req->output_schema, "strict", 1));
-  }
-  r |= json_object_set_new(b, "stream", json_boolean(stream));
-  r |= json_object_set_new(b, "store", json_false());
-  r |= json_object_set_new(b, "include",
-                           json_pack("[s]", "reasoning.encrypted_content"));
+  bool oom;
+  json_t *text = text_member(req, &oom);
+  if (oom || (text && json_object_set_new(b, "text", text) < 0))
+    return NULL;
   if (json_is_object(req->extra))
     r |= json_object_update(b, req->extra);
+  json_t *extra_body = json_object_get(st, "extra_body");
+  if (json_is_object(extra_body))
+    r |= json_object_update(b, extra_body);
+  /* The transport stays what the call asks, as the SDK keeps it. */
+  r |= json_object_set_new(b, "stream", json_boolean(stream));
   if (r)
     return NULL;
   return TAKE_PTR(b);

@@ -148,8 +148,10 @@ static void run_call(struct call_job *j) {
       return;
     }
   }
-  j->output = json_pack("{s:s, s:s, s:o}", "type", "function_call_output",
-                        "call_id", call_id, "output", out);
+  /* Every output item says "completed", as the SDK's do. */
+  j->output =
+      json_pack("{s:s, s:s, s:o, s:s}", "type", "function_call_output",
+                "call_id", call_id, "output", out, "status", "completed");
   if (!j->output)
     j->rc = -ENOMEM;
 }

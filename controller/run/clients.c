@@ -32,7 +32,12 @@ const char *run_model_for(const struct run_options *o, const struct agent *a) {
   return model ? model : "gpt-5.6-luna";
 }
 
-/* Makes slot C's client for agent A's API and base URL. */
+/* Whether two optional strings are the same. */
+static bool same_opt(const char *x, const char *y) {
+  return (!x && !y) || (x && y && strcmp(x, y) == 0);
+}
+
+/* Makes slot C's client for agent A's API, base URL and key. */
 static int slot_open(struct shared *sh, struct client_slot *c,
                      const struct agent *a, enum model_api api,
                      struct sbx_error *e) {
@@ -41,16 +46,28 @@ static int slot_open(struct shared *sh, struct client_slot *c,
   cfg.cancel = sh->o->cancel;
   if (a->base_url)
     cfg.base_url = a->base_url;
+  if (a->api_key_env) {
+    /* A key the agent asks for by name must be there, whatever the
+     * endpoint: said before any request, not by the server's 401. */
+    cfg.api_key = getenv(a->api_key_env);
+    if ((!cfg.api_key || !cfg.api_key[0]) && !cfg.replay_path)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "agent \"%s\": its api_key_env %s is not set",
+                           a->name, a->api_key_env);
+    if (!(c->key_env = strdup(a->api_key_env)))
+      return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
+  }
   if (sh->ev) {
     cfg.on_delta = on_delta;
     cfg.delta_arg = c;
   }
-  if (a->base_url && !(c->base_url = strdup(a->base_url)))
-    return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  int r = model_client_new(&cfg, &c->client, e);
+  int r = a->base_url && !(c->base_url = strdup(a->base_url))
+              ? sbx_error_set(e, SBX_OK, ENOMEM, "out of memory")
+              : model_client_new(&cfg, &c->client, e);
   if (r < 0) {
     free(c->base_url);
-    c->base_url = NULL;
+    free(c->key_env);
+    c->base_url = c->key_env = NULL;
     return r;
   }
   c->api = api;
@@ -68,9 +85,8 @@ int run_get_client(struct shared *sh, const struct agent *a,
   pthread_mutex_lock(&sh->mu);
   for (size_t i = 0; i < sh->nclients; i++) {
     struct client_slot *c = &sh->clients[i];
-    if (c->api == api &&
-        ((!c->base_url && !url) ||
-         (c->base_url && url && strcmp(c->base_url, url) == 0))) {
+    if (c->api == api && same_opt(c->base_url, url) &&
+        same_opt(c->key_env, a->api_key_env)) {
       *out = c;
       pthread_mutex_unlock(&sh->mu);
       return 0;
@@ -128,6 +144,7 @@ void run_clients_free(struct shared *sh) {
   for (size_t i = 0; i < sh->nclients; i++) {
     model_client_free(sh->clients[i].client);
     free(sh->clients[i].base_url);
+    free(sh->clients[i].key_env);
     pthread_mutex_destroy(&sh->clients[i].call_mu);
   }
   sh->nclients = 0;

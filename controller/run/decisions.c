@@ -71,8 +71,9 @@ static json_t *rejected_output(json_t *item, const char *reason) {
     return json_pack("{s:s, s:s, s:s, s:s}", "type", "apply_patch_call_output",
                      "call_id", call_id ? call_id : "", "status", "failed",
                      "output", text);
-  return json_pack("{s:s, s:s, s:s}", "type", "function_call_output", "call_id",
-                   call_id ? call_id : "", "output", text);
+  return json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call_output",
+                   "call_id", call_id ? call_id : "", "output", text, "status",
+                   "completed");
 }
 
 /* Decides on the N calls of JOBS that need a person, at W: an approved

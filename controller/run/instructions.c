@@ -43,15 +43,16 @@ const char instructions_default_base[] =
     "touched, what you verified and how, and any risk or limitation that "
     "remains.";
 
+/* The SDK's shell fragment, word for word (sandbox/capabilities/shell.js). */
 const char instructions_shell_fragment[] =
     "When using the shell:\n"
-    "- Use `exec_command` to run shell commands.\n"
-    "- Use `write_stdin`, if available, to interact with or poll a running "
-    "session.\n"
-    "- To interrupt a command, start it with `tty=true` and send Ctrl-C "
-    "(`\\u0003`) with `write_stdin`.\n"
-    "- Prefer `rg` and `rg --files` to find text and files.\n"
-    "- Do not write Python scripts just to print large chunks of a file.";
+    "- Use `exec_command` for shell execution.\n"
+    "- If available, use `write_stdin` to interact with or poll running "
+    "sessions.\n"
+    "- To interrupt a long-running process via `write_stdin`, start it with "
+    "`tty=true` and send Ctrl-C (`\\u0003`).\n"
+    "- Prefer `rg` and `rg --files` for text/file discovery when available.\n"
+    "- Avoid using Python scripts just to print large file chunks.";
 
 /* Appends S with surrounding whitespace removed. */
 static int append_trimmed(struct sbx_buf *b, const char *s) {
@@ -83,18 +84,24 @@ char *instructions_build(const struct instructions_input *in) {
         manifest_describe(in->manifest, in->root, 3, 120, 12000);
     if (!tree)
       return NULL;
+    /* The SDK's section, word for word, with no newline after it. */
     r = sbx_buf_printf(&b,
                        "\n\n# Filesystem\nYou have access to a container with "
-                       "a filesystem. The filesystem layout is:\n\n%s\n",
+                       "a filesystem. The filesystem layout is:\n\n%s",
                        tree);
+    const char *root = strcmp(in->root, "/") == 0 ? "" : in->root;
     if (r == 0 && in->cwd && *in->cwd)
       r = sbx_buf_printf(
           &b,
-          "\nThe working directory of this run is `%s/%s`. Relative paths "
-          "given to `exec_command`, `view_image` and `apply_patch` resolve "
-          "from it. The session root stays `%s`; the working directory does "
-          "not isolate the run.\n",
-          strcmp(in->root, "/") == 0 ? "" : in->root, in->cwd, in->root);
+          "\nFor this run, the working directory is `%s/%s`.\n"
+          "Relative paths passed to the built-in `exec_command`, "
+          "`view_image`, and `apply_patch` tools resolve from this directory. "
+          "Other sandbox tools follow their own path contract.\n"
+          "The session workspace root remains `%s`. The working directory "
+          "changes path resolution; it does not isolate this run from the "
+          "rest of the session workspace. Files outside the working directory "
+          "may be visible to or shared with other runs.",
+          root, in->cwd, in->root);
   }
   if (r < 0)
     return NULL;

@@ -8,53 +8,9 @@
 
 #include "controller/run/instructions.h"
 #include "controller/run/run_internal.h"
+#include "controller/run/schema.h"
 #include "controller/sandbox/lifecycle.h"
 #include "shared/cleanup.h"
-
-/* The agent's model settings in model_request.model_settings' shape (new;
- * NULL on OOM): only those the agent file sets. */
-static json_t *settings_json(const struct agent_model_settings *m) {
-  static const char *const efforts[] = {
-      [AGENT_EFFORT_MINIMAL] = "minimal",
-      [AGENT_EFFORT_LOW] = "low",
-      [AGENT_EFFORT_MEDIUM] = "medium",
-      [AGENT_EFFORT_HIGH] = "high",
-  };
-  static const char *const choices[] = {
-      [AGENT_TOOL_CHOICE_AUTO] = "auto",
-      [AGENT_TOOL_CHOICE_REQUIRED] = "required",
-      [AGENT_TOOL_CHOICE_NONE] = "none",
-  };
-  const char *effort = (size_t)m->reasoning_effort < SBX_ARRAY_SIZE(efforts)
-                           ? efforts[m->reasoning_effort]
-                           : NULL;
-  const char *choice = (size_t)m->tool_choice < SBX_ARRAY_SIZE(choices)
-                           ? choices[m->tool_choice]
-                           : NULL;
-  _cleanup_json_ json_t *s = json_object();
-  if (!s)
-    return NULL;
-  /* A value that cannot be made makes its set fail. */
-  int r = 0;
-  if (m->has_temperature)
-    r |= json_object_set_new(s, "temperature", json_real(m->temperature));
-  if (effort)
-    r |= json_object_set_new(s, "reasoning",
-                             json_pack("{s:s}", "effort", effort));
-  if (choice)
-    r |= json_object_set_new(s, "tool_choice", json_string(choice));
-  else if (m->tool_choice == AGENT_TOOL_CHOICE_NAMED)
-    r |= json_object_set_new(s, "tool_choice",
-                             json_pack("{s:s, s:s}", "type", "function", "name",
-                                       m->tool_choice_name));
-  if (m->parallel_tool_calls >= 0)
-    r |= json_object_set_new(s, "parallel_tool_calls",
-                             json_boolean(m->parallel_tool_calls));
-  if (m->max_output_tokens > 0)
-    r |= json_object_set_new(s, "max_output_tokens",
-                             json_integer(m->max_output_tokens));
-  return r ? NULL : TAKE_PTR(s);
-}
 
 /* A function name from an agent name: lowercase, [a-z0-9_]. */
 static void snake(const char *in, char *out, size_t cap) {
@@ -103,18 +59,15 @@ const struct agent *run_find_handoff(const struct agent *a, const char *name) {
 static json_t *agent_tool_json(const struct agent_tool *t) {
   char name[128];
   run_tool_agent_name(t, name, sizeof(name));
-  char desc[512];
-  (void)snprintf(desc, sizeof(desc), "%s",
-                 t->description ? t->description
-                                : (t->agent->instructions
-                                       ? "Runs the agent on the given input "
-                                         "and returns its answer."
-                                       : "Runs the agent on the given input."));
-  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}",
-                   "type", "function", "name", name, "description", desc,
-                   "parameters", "type", "object", "properties", "input",
-                   "type", "string", "required", "input",
-                   "additionalProperties", 0, "strict", 1);
+  /* The SDKs' as_tool: the description given, else none; the input
+   * schema as zod renders {input: string}. */
+  return json_pack(
+      "{s:s, s:s, s:s, s:{s:s, s:s, s:{s:{s:s}}, s:[s], s:b}, s:b}", "type",
+      "function", "name", name, "description",
+      t->description ? t->description : "", "parameters", "$schema",
+      "http://json-schema.org/draft-07/schema#", "type", "object", "properties",
+      "input", "type", "string", "required", "input", "additionalProperties", 0,
+      "strict", 1);
 }
 
 /* The function tool of the command tool T (new; NULL on OOM): not strict,
@@ -130,18 +83,19 @@ static json_t *handoff_json(const struct agent *h) {
   char name[160];
   handoff_name(h, name, sizeof(name));
   char desc[512];
+  /* The SDKs' text, whose handoff description (none here) follows a
+   * space. */
   (void)snprintf(desc, sizeof(desc),
-                 "Handoff to the %s agent to handle the request.", h->name);
+                 "Handoff to the %s agent to handle the request. ", h->name);
   return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:[], s:b}, s:b}", "type",
                    "function", "name", name, "description", desc, "parameters",
                    "type", "object", "properties", "required",
                    "additionalProperties", 0, "strict", 1);
 }
 
-/* A's tools for API (new; NULL on OOM): the tools of its MCP servers
- * (MCP, first, as the SDK lists them), its agents used as tools, its
- * command tools, its handoffs, then the sandbox tools of its
- * capabilities. */
+/* A's tools for API (new; NULL on OOM) in the SDKs' order: the tools of
+ * its MCP servers, its own tools (agents used as tools, command tools,
+ * then the sandbox tools of its capabilities), then its handoffs. */
 static json_t *build_tools(const struct agent *a, struct mcp_set *mcp,
                            enum model_api api) {
   _cleanup_json_ json_t *tools = json_array();
@@ -153,14 +107,14 @@ static json_t *build_tools(const struct agent *a, struct mcp_set *mcp,
   for (size_t i = 0; i < a->ncommands; i++)
     if (json_array_append_new(tools, command_json(&a->commands[i])) < 0)
       return NULL;
-  for (size_t i = 0; i < a->nhandoffs; i++)
-    if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
-      return NULL;
   _cleanup_json_ json_t *caps = tools_definitions(
       run_has_cap(a, AGENT_CAP_FILESYSTEM), run_has_cap(a, AGENT_CAP_SHELL),
       model_api_features(api)->hosted_tools);
   if (!caps || json_array_extend(tools, caps) < 0)
     return NULL;
+  for (size_t i = 0; i < a->nhandoffs; i++)
+    if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
+      return NULL;
   return TAKE_PTR(tools);
 }
 
@@ -214,7 +168,16 @@ int run_request_build(struct run *run, const struct agent *a,
     if (!st->tools)
       return -ENOMEM;
   }
-  tr->settings = settings_json(&a->model_settings);
+  /* The agent's settings, or the SDK's defaults for the model when the
+   * agent gives none (settings given replace them whole, as in the SDK). */
+  tr->settings = a->model_settings ? json_deep_copy(a->model_settings)
+                                   : model_default_settings(model);
+  /* Once the agent has called tools, its tool_choice goes (but "none"), so
+   * that a forced call is not forced again: the SDK's reset_tool_choice. */
+  const char *choice =
+      json_string_value(json_object_get(tr->settings, "tool_choice"));
+  if (st->used_tools && choice && strcmp(choice, "none") != 0)
+    (void)json_object_del(tr->settings, "tool_choice");
   tr->input = turn_input(run->items);
   if (!tr->settings || !tr->input)
     return -ENOMEM;
@@ -224,13 +187,15 @@ int run_request_build(struct run *run, const struct agent *a,
                               "compaction", "compact_threshold",
                               (json_int_t)model_compaction_threshold(model))))
     return -ENOMEM;
+  if (a->output_type && !(tr->schema = schema_output_for_model(a->output_type)))
+    return -ENOMEM;
   tr->req = (struct model_request){
       .model = model,
       .instructions = st->instr,
       .input = tr->input,
       .tools = st->tools,
       .model_settings = tr->settings,
-      .output_schema = a->output_type,
+      .output_schema = tr->schema,
       .extra = tr->extra,
   };
   return 0;
@@ -270,5 +235,6 @@ void run_request_clear(struct turn_request *tr) {
   json_decref(tr->settings);
   json_decref(tr->input);
   json_decref(tr->extra);
+  json_decref(tr->schema);
   memset(tr, 0, sizeof(*tr));
 }

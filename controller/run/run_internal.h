@@ -38,6 +38,7 @@ struct shared;
 struct client_slot {
   enum model_api api;
   char *base_url; /* NULL: the default */
+  char *key_env;  /* the agent's api_key_env, or NULL for OPENAI_API_KEY */
   struct model_client *client;
   struct shared *sh;
   pthread_mutex_t call_mu;   /* one call at a time, as in model.c; guards: */
@@ -84,6 +85,9 @@ struct agent_state {
   char *instr;
   json_t *tools; /* for tools_api */
   enum model_api tools_api;
+  /* It has called tools in this run: its tool_choice is no longer sent
+   * (the SDK's reset_tool_choice). */
+  bool used_tools;
 };
 
 struct run {
@@ -172,6 +176,7 @@ struct turn_request {
   json_t *settings; /* new */
   json_t *input;    /* new */
   json_t *extra;    /* new, or NULL */
+  json_t *schema;   /* new, or NULL: the output schema sent */
 };
 
 /* The request of agent A's turn in RUN to API for MODEL. The agent's

@@ -38,10 +38,10 @@ static int64_t turns_for(const struct run_options *o, const struct agent *a,
   return RUNNER_DEFAULT_MAX_TURNS;
 }
 
-/* The conversation item of the user's TEXT (new; NULL on OOM). */
+/* The conversation item of the user's TEXT (new; NULL on OOM): a plain
+ * string, as the SDK sends a string input. */
 static json_t *user_message(const char *text) {
-  return json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "type", "message", "role",
-                   "user", "content", "type", "input_text", "text", text);
+  return json_pack("{s:s, s:s}", "role", "user", "content", text);
 }
 
 /* Runs the agent T for the tool call J, as a run nested in J's, under J's

@@ -164,3 +164,16 @@ int schema_validate(json_t *schema, json_t *value, struct sbx_error *e) {
   char ptr[1024] = "";
   return validate(schema, value, ptr, sizeof(ptr), 0, e);
 }
+
+bool schema_output_wrapped(json_t *output_type) {
+  const char *type = json_string_value(json_object_get(output_type, "type"));
+  return !type || strcmp(type, "object") != 0;
+}
+
+json_t *schema_output_for_model(json_t *output_type) {
+  if (!schema_output_wrapped(output_type))
+    return json_incref(output_type);
+  return json_pack("{s:s, s:{s:O}, s:[s], s:b}", "type", "object", "properties",
+                   SCHEMA_OUTPUT_KEY, output_type, "required",
+                   SCHEMA_OUTPUT_KEY, "additionalProperties", 0);
+}

@@ -129,6 +129,30 @@ static char *message_text(json_t *item) {
   return sbx_buf_steal(&b, NULL);
 }
 
+/* The final output of a wrapped output_type: the value of its "response"
+ * key, as the Python SDK's AgentOutputSchema gives it; a string is the
+ * answer's text, anything else its JSON. */
+static int unwrap_output(struct run *run, const struct agent *a,
+                         struct sbx_error *e) {
+  json_t *v = json_object_get(run->res->final_json, SCHEMA_OUTPUT_KEY);
+  if (!v)
+    return sbx_error_set(e, SBX_INTERNAL, EBADMSG,
+                         "agent \"%s\" answered without the \"%s\" key its "
+                         "wrapped output_type asks for",
+                         a->name, SCHEMA_OUTPUT_KEY);
+  json_incref(v);
+  json_decref(run->res->final_json);
+  run->res->final_json = v;
+  char *text = json_is_string(v)
+                   ? strdup(json_string_value(v))
+                   : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!text)
+    return -ENOMEM;
+  free(run->res->final_output);
+  run->res->final_output = text;
+  return 0;
+}
+
 /* Ends the run with the turn's answer, a response without calls: the text
  * of its last message, validated against the agent's output_type. */
 static int turn_finish(struct turn *t, struct sbx_error *e) {
@@ -157,6 +181,11 @@ static int turn_finish(struct turn *t, struct sbx_error *e) {
                            "agent \"%s\" answered with invalid JSON for its "
                            "output_type: %s",
                            a->name, je.text);
+    if (schema_output_wrapped(a->output_type)) {
+      int r = unwrap_output(run, a, e);
+      if (r < 0)
+        return r;
+    }
     struct sbx_error se = {0};
     if (schema_validate(a->output_type, run->res->final_json, &se) < 0)
       return sbx_error_set(e, SBX_INTERNAL, EBADMSG,
@@ -181,8 +210,9 @@ static json_t *handoff_output(struct turn *t, const struct agent *h,
   } else {
     out = json_string("Multiple handoffs detected, ignoring this one.");
   }
-  return json_pack("{s:s, s:s, s:o}", "type", "function_call_output", "call_id",
-                   call_id ? call_id : "", "output", out);
+  return json_pack("{s:s, s:s, s:o, s:s}", "type", "function_call_output",
+                   "call_id", call_id ? call_id : "", "output", out, "status",
+                   "completed");
 }
 
 /* Sorts the response's calls into jobs to run and handoffs, which are
@@ -342,6 +372,8 @@ int run_loop(struct run *run, const struct agent *start, int64_t max_turns,
         t.ncalls++;
     }
     trace_set_int(run->turn_span, "sbx.tool_calls", (int64_t)t.ncalls);
+    if (t.ncalls > 0)
+      run->states[a->index].used_tools = true;
     r = t.ncalls == 0 ? turn_finish(&t, e) : turn_run_calls(&t, e);
     if (r != 0 || t.ncalls == 0) {
       scope.done = r >= 0;

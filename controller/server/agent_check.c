@@ -6,7 +6,8 @@
  * git_repo (cloned by the host), no grants of host paths, no command tools
  * and no stdio MCP servers (programs run on the server's host); and, unless
  * the token is the operator's (admin), no base_url (the server's API key
- * would go there), no streamable_http MCP servers (the server would connect
+ * would go there), no api_key_env (it would read the server's
+ * environment), no streamable_http MCP servers (the server would connect
  * where the request says) and no backend option that reaches the host (the
  * option tables' api rules). */
 #include <errno.h>
@@ -160,6 +161,10 @@ int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
                       "agent: \"mcp_servers\" would have the server connect "
                       "where a request says, with the headers it says; the "
                       "server's operator sets which MCP servers are reached");
+  if (r == 0 && !trusted && set->agents[0]->api_key_env)
+    r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
+                      "agent: \"api_key_env\" would read the server's "
+                      "environment; the server's operator sets the keys");
   const struct backend *b =
       r == 0 && !trusted ? backend_find(set->agents[0]->run_backend) : NULL;
   if (b)

@@ -58,14 +58,17 @@ static int operation_to_patch(json_t *op, struct sbx_buf *b, const char **why) {
   return r;
 }
 
-/* Applies PATCH atomically; fills OUT with the per-file results or the
- * error. Returns 0 when applied. */
-static int apply_patch_text(struct toolbox *t, const char *patch,
+/* Applies PATCH atomically, with the SDK's line ends when it was made from
+ * SDK operations (SDK_OPS), Codex's for a "*** Begin Patch" text; fills
+ * OUT with the SDK's "Patch applied." for each file operation, joined by
+ * newlines, or the error. Returns 0 when applied. */
+static int apply_patch_text(struct toolbox *t, const char *patch, bool sdk_ops,
                             struct sbx_buf *out, struct tool_op *op) {
   struct sbx_error e = {0};
   Sbx__V1__Response *r = NULL;
-  int ret = sbx_patch_apply(t->sb->client, patch, t->cwd ? t->cwd : "", false,
-                            &r, &e);
+  const char *dir = t->cwd ? t->cwd : "";
+  int ret = sdk_ops ? sbx_patch_apply_sdk(t->sb->client, patch, dir, &r, &e)
+                    : sbx_patch_apply(t->sb->client, patch, dir, false, &r, &e);
   if (ret < 0) {
     (void)sbx_buf_append_str(out, e.msg);
     (void)tools_op_fail(op, NULL, "%s", e.msg);
@@ -76,7 +79,7 @@ static int apply_patch_text(struct toolbox *t, const char *patch,
   for (size_t i = 0; i < x->n_results; i++) {
     if (i)
       (void)sbx_buf_append_str(out, "\n");
-    (void)sbx_buf_append_str(out, x->results[i]->summary);
+    (void)sbx_buf_append_str(out, "Patch applied.");
   }
   sbx_client_reply_free(r);
   return 0;
@@ -89,6 +92,7 @@ json_t *tools_apply_patch_call(struct toolbox *t, const char *raw,
   _cleanup_buf_ struct sbx_buf out;
   sbx_buf_init(&out, 1u << 20);
   const char *s = raw;
+  bool sdk_ops = false;
   while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
     s++;
   if (strncmp(s, "*** Begin Patch", 15) == 0) {
@@ -136,6 +140,7 @@ json_t *tools_apply_patch_call(struct toolbox *t, const char *raw,
         return tools_op_fail(
             op, json_string("apply_patch input must include an operation."),
             "apply_patch input must include an operation.");
+      sdk_ops = true;
       (void)sbx_buf_append_str(&patch, "*** Begin Patch\n");
       for (size_t i = 0; i < n; i++) {
         json_t *item = ops ? json_array_get(ops, i) : one;
@@ -152,7 +157,7 @@ json_t *tools_apply_patch_call(struct toolbox *t, const char *raw,
   }
   _cleanup_buf_ struct sbx_buf res;
   sbx_buf_init(&res, 1u << 20);
-  if (apply_patch_text(t, patch.data, &res, op) < 0)
+  if (apply_patch_text(t, patch.data, sdk_ops, &res, op) < 0)
     (void)sbx_buf_printf(&out, "Failed to apply patch: %s",
                          res.data ? res.data : "");
   else
@@ -181,7 +186,7 @@ int tools_apply_patch_operation(struct toolbox *t, json_t *operation,
     (void)tools_op_fail(&op, NULL, "%s", out.data);
   } else {
     (void)sbx_buf_append_str(&patch, "*** End Patch\n");
-    if (apply_patch_text(t, patch.data, &out, &op) == 0)
+    if (apply_patch_text(t, patch.data, true, &out, &op) == 0)
       *status = "completed";
   }
   if (strcmp(*status, "failed") == 0)

@@ -39,6 +39,9 @@ struct tool {
   const char *name;
   enum tool_cap cap;
   const char *description;
+  /* Said instead where the API takes no structured tool output (the
+   * SDK's text transport, Chat Completions), when it differs. */
+  const char *text_description;
   /* The parameters: a strict schema of PARAMS (ended by an empty entry),
    * or else LOOSE_SCHEMA's, and the tool is not strict. */
   const struct tool_param *params;
@@ -66,12 +69,12 @@ static const struct tool_param exec_command_params[] = {
      "cwd."},
     {"shell", "string", true,
      "Shell binary to launch. Defaults to the user's default shell."},
-    {"login", "boolean", true,
+    {"login", "boolean", false,
      "Whether to run the shell with -l/-i semantics. Defaults to true."},
-    {"tty", "boolean", true,
+    {"tty", "boolean", false,
      "Whether to allocate a TTY for the command. Defaults to false (plain "
      "pipes); set to true to open a PTY and access TTY process."},
-    {"yield_time_ms", "number", true,
+    {"yield_time_ms", "number", false,
      "How long to wait (in milliseconds) for output before yielding."},
     {"max_output_tokens", "number", true,
      "Maximum number of tokens to return. Excess output will be truncated."},
@@ -81,9 +84,9 @@ static const struct tool_param exec_command_params[] = {
 static const struct tool_param write_stdin_params[] = {
     {"session_id", "number", false,
      "Identifier of the running unified exec session."},
-    {"chars", "string", true,
+    {"chars", "string", false,
      "Bytes to write to stdin (may be empty to poll)."},
-    {"yield_time_ms", "number", true,
+    {"yield_time_ms", "number", false,
      "How long to wait (in milliseconds) for output before yielding."},
     {"max_output_tokens", "number", true,
      "Maximum number of tokens to return. Excess output will be truncated."},
@@ -91,18 +94,40 @@ static const struct tool_param write_stdin_params[] = {
 };
 
 /* The function-tool fallback's parameters for apply_patch: each shape of
- * input the handler accepts, none required. New, or NULL. */
+ * input the handler accepts, none required, described in the SDK's words.
+ * New, or NULL. */
 static json_t *apply_patch_schema(void) {
   return json_pack(
-      "{s:s, s:{s:{s:s, s:s}, s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s}, s:{s:s, "
-      "s:[s,s,s]}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[], s:b}",
-      "type", "object", "properties", "patch", "type", "string", "description",
+      "{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:{s:s}, s:s}, "
+      "s:{s:s, s:s}, s:{s:s, s:[s,s,s], s:s}, s:{s:s, s:s}, s:{s:s, s:s}, "
+      "s:{s:s, s:s}}, s:[], s:b}",
+      "type", "object", "properties",
+      /* */
+      "patch", "type", "string", "description",
       "A freeform apply_patch payload wrapped in *** Begin Patch and *** End "
       "Patch.",
-      "operation", "type", "object", "operations", "type", "array", "items",
-      "type", "object", "command", "type", "array", "type", "type", "string",
-      "enum", "create_file", "update_file", "delete_file", "path", "type",
-      "string", "diff", "type", "string", "moveTo", "type", "string",
+      /* */
+      "operation", "type", "object", "description",
+      "A single structured apply_patch operation.",
+      /* */
+      "operations", "type", "array", "items", "type", "object", "description",
+      "Structured apply_patch operations to apply in order.",
+      /* */
+      "command", "type", "array", "description",
+      "Optional [\"apply_patch\", patch] command tuple form.",
+      /* */
+      "type", "type", "string", "enum", "create_file", "update_file",
+      "delete_file", "description", "The patch operation to apply.",
+      /* */
+      "path", "type", "string", "description",
+      "The sandbox file path to patch.",
+      /* */
+      "diff", "type", "string", "description",
+      "The V4A patch diff for create_file and update_file operations.",
+      /* */
+      "moveTo", "type", "string", "description",
+      "Optional destination path for update_file move operations.",
+      /* */
       "required", "additionalProperties", 1);
 }
 
@@ -113,6 +138,9 @@ static const struct tool tool_table[] = {
         .cap = TOOL_CAP_FILESYSTEM,
         .description = "Returns an image output from a path in the sandbox "
                        "workspace or an explicitly granted sandbox path.",
+        .text_description = "Returns an image from a path in the sandbox "
+                            "workspace or an explicitly granted sandbox path "
+                            "as a data URL or reference string.",
         .params = view_image_params,
         .span = TRACE_SANDBOX_VIEW_IMAGE,
         .call = tools_view_image,
@@ -122,7 +150,7 @@ static const struct tool tool_table[] = {
         .cap = TOOL_CAP_FILESYSTEM,
         .description = "Applies a create, update, move, or delete file patch "
                        "in the sandbox workspace. Accepts a freeform "
-                       "apply_patch payload or structured apply_patch "
+                       "patch string or structured apply_patch "
                        "operations.",
         .loose_schema = apply_patch_schema,
         .hosted = "apply_patch",
@@ -160,11 +188,14 @@ static const struct tool *tool_find(const char *name) {
 /* ---- definitions ------------------------------------------------------- */
 
 /* P's schema (new, or NULL): {"type", "description"}, or for a nullable
- * property {"description", "anyOf": [{"type"}, {"type": "null"}]}. */
+ * property {"description", "anyOf": [{"type", "description"}, {"type":
+ * "null"}]}, the description kept in the branch as the SDK's zod schemas
+ * render it. */
 static json_t *param_schema(const struct tool_param *p) {
   if (p->nullable)
-    return json_pack("{s:s, s:[{s:s}, {s:s}]}", "description", p->description,
-                     "anyOf", "type", p->type, "type", "null");
+    return json_pack("{s:s, s:[{s:s, s:s}, {s:s}]}", "description",
+                     p->description, "anyOf", "type", p->type, "description",
+                     p->description, "type", "null");
   return json_pack("{s:s, s:s}", "type", p->type, "description",
                    p->description);
 }
@@ -186,8 +217,12 @@ static json_t *strict_schema(const struct tool_param *params) {
 }
 
 /* TOOL's definition, Responses format (new, or NULL): the hosted tool when
- * HOSTED_PATCH and it has one, else the function tool. */
+ * HOSTED_PATCH (the API takes hosted tools and structured output, as the
+ * SDK's structured transport) and it has one, else the function tool. */
 static json_t *definition(const struct tool *tool, bool hosted_patch) {
+  const char *desc = !hosted_patch && tool->text_description
+                         ? tool->text_description
+                         : tool->description;
   if (hosted_patch && tool->hosted)
     return json_pack("{s:s}", "type", tool->hosted);
   _cleanup_json_ json_t *params =
@@ -195,8 +230,8 @@ static json_t *definition(const struct tool *tool, bool hosted_patch) {
   if (!params)
     return NULL;
   return json_pack("{s:s, s:s, s:s, s:O, s:b}", "type", "function", "name",
-                   tool->name, "description", tool->description, "parameters",
-                   params, "strict", tool->params != NULL);
+                   tool->name, "description", desc, "parameters", params,
+                   "strict", tool->params != NULL);
 }
 
 json_t *tools_definitions(bool filesystem, bool shell, bool hosted_patch) {

@@ -60,7 +60,8 @@ void toolbox_load(struct toolbox *t, json_t *j);
  * apply_patch, exec_command, write_stdin), Responses format: FILESYSTEM
  * offers view_image and apply_patch, SHELL exec_command and write_stdin.
  * With HOSTED_PATCH apply_patch is {"type":"apply_patch"}; otherwise the
- * function-tool fallback. New array, or NULL when out of memory. */
+ * function-tool fallback, and view_image is described as the SDK's text
+ * transport describes it (a data URL). New array, or NULL on OOM. */
 json_t *tools_definitions(bool filesystem, bool shell, bool hosted_patch);
 
 /* One tool call's context (may be NULL where nobody asks): the span the

@@ -198,9 +198,9 @@ static Sbx__V1__PatchFileResult *result(struct rpc_call *c, const char *action,
   return r;
 }
 
-/* Applies every op in memory. */
+/* Applies every op in memory, with EOL's line ends. */
 static int plan(struct pstate *s, const struct sbx_patch *p, const char *dir,
-                Sbx__V1__PatchFileResult **results) {
+                enum sbx_patch_eol eol, Sbx__V1__PatchFileResult **results) {
   struct rpc_call *c = s->c;
   for (size_t i = 0; i < p->nops; i++) {
     const struct sbx_patch_op *op = &p->ops[i];
@@ -211,13 +211,18 @@ static int plan(struct pstate *s, const struct sbx_patch *p, const char *dir,
     const char *action;
     const char *to = NULL;
     switch (op->kind) {
-    case SBX_PATCH_ADD:
-      r = set_content(&s->files[fi], op->content, op->content_len);
+    case SBX_PATCH_ADD: {
+      /* The SDK's create_file joins the lines without a final newline. */
+      size_t len = op->content_len;
+      if (eol == SBX_PATCH_EOL_SDK && len > 0 && op->content[len - 1] == '\n')
+        len--;
+      r = set_content(&s->files[fi], op->content, len);
       if (r < 0)
         return r;
       s->files[fi].exists = s->files[fi].changed = true;
       action = "add";
       break;
+    }
     case SBX_PATCH_DELETE:
       if (!s->files[fi].exists)
         return rpc_fail(c, SBX_NOT_FOUND, ENOENT,
@@ -242,8 +247,8 @@ static int plan(struct pstate *s, const struct sbx_patch *p, const char *dir,
       struct pfile *f = &s->files[fi], *dst = &s->files[di];
       char *out = NULL;
       size_t outlen = 0;
-      r = sbx_patch_apply_update(op, f->content ? f->content : "", f->len, &out,
-                                 &outlen, &c->err);
+      r = sbx_patch_apply_update(op, f->content ? f->content : "", f->len, eol,
+                                 &out, &outlen, &c->err);
       if (r < 0)
         return r;
       if (dst != f) {
@@ -359,7 +364,8 @@ int rpc_patch_apply(struct rpc_call *c) {
     sbx_patch_free(p);
     return -ENOMEM;
   }
-  r = plan(&s, p, dir, results);
+  r = plan(&s, p, dir,
+           m->sdk_line_ends ? SBX_PATCH_EOL_SDK : SBX_PATCH_EOL_CODEX, results);
   if (r == 0 && !m->dry_run)
     r = commit(&s);
   size_t nops = p->nops;

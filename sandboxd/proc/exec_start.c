@@ -215,12 +215,12 @@ static int plan_argv(struct rpc_call *c, struct start_plan *sp,
   return 0;
 }
 
-/* The identity: run_as's, or sandboxd's own. */
+/* The identity: run_as's, or sandboxd's own, which USER and LOGNAME call
+ * "sandbox" as the SDK's sandboxes do. */
 static int plan_user(struct rpc_call *c, struct start_plan *sp,
                      const Sbx__V1__ExecStart *st) {
-  struct proc_table *t = c->d->procs;
   sp->home = c->d->root;
-  sp->user_name = t->self_name;
+  sp->user_name = "sandbox";
   if (!st->run_as || !st->run_as[0])
     return 0;
   int r = userdb_user(NULL, st->run_as, &sp->user);
@@ -278,7 +278,7 @@ static int plan_env(struct rpc_call *c, struct start_plan *sp,
     return rpc_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
                     "too many environment variables (%zu, at most %u)",
                     st->n_env, PROC_MAX_ENV);
-  sp->envp = sbx_arena_new_array(&sp->a, char *, st->n_env + 8 + 1);
+  sp->envp = sbx_arena_new_array(&sp->a, char *, st->n_env + 9 + 1);
   if (!sp->envp)
     return rpc_fail(c, SBX_INTERNAL, ENOMEM, "out of memory");
   const char *base[][2] = {
@@ -286,6 +286,7 @@ static int plan_env(struct rpc_call *c, struct start_plan *sp,
       {"LANG", "C.UTF-8"},      {"TERM", st->tty ? "xterm-256color" : "dumb"},
       {"USER", sp->user_name},  {"LOGNAME", sp->user_name},
       {"SHELL", sp->shell},     {"PWD", sp->pwd},
+      {"TMPDIR", "/tmp"},
   };
   int r;
   for (size_t i = 0; i < SBX_ARRAY_SIZE(base); i++)

@@ -19,7 +19,6 @@
 
 #include "sandboxd/proc/proc_internal.h"
 #include "sandboxd/seccomp/seccomp_filter.h"
-#include "sandboxd/users/userdb.h"
 #include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/log.h"
@@ -369,14 +368,6 @@ int proc_table_new(struct sandboxd *d, struct proc_table **out) {
     log_error("processes: cannot build the seccomp filter: %s", strerror(-r));
     goto fail;
   }
-  struct userdb_user self;
-  char uid[24];
-  (void)snprintf(uid, sizeof(uid), "%u", (unsigned)d->uid);
-  if (userdb_user(NULL, uid, &self) == 0 && self.name[0])
-    (void)snprintf(t->self_name, sizeof(t->self_name), "%s", self.name);
-  else
-    (void)snprintf(t->self_name, sizeof(t->self_name), "%s", uid);
-
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

@@ -14,7 +14,8 @@
  * least recently used first, sparing the 8 most recently used if it can.
  *
  * Children (launch.h) get a clean environment (PATH, HOME, LANG, TERM,
- * USER, LOGNAME, SHELL, PWD plus the request's variables), their own
+ * USER and LOGNAME "sandbox" or the run_as user's name, SHELL, PWD,
+ * TMPDIR=/tmp, plus the request's variables), their own
  * process group (a session with a PTY), the seccomp filter of d->seccomp,
  * and the run_as user's identity (when sandboxd is root). A timeout TERMs
  * the whole group, then KILLs it 2 s later; it also ends what a finished

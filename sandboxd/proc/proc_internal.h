@@ -39,7 +39,6 @@
 #include "sandboxd/proc/proc.h"
 #include "sandboxd/rpc/rpc.h"
 #include "sandboxd/seccomp/seccomp_filter.h"
-#include "sandboxd/users/userdb.h"
 #include "shared/buf.h"
 
 #define PROC_MAX_WAITERS 64         /* parked reads per process */
@@ -130,7 +129,6 @@ struct proc_table {
    * sleeps again). Work due earlier must wake it (proc_wake_by). */
   uint64_t sleep_until_ms;
   struct seccomp_prog *seccomp;
-  char self_name[USERDB_NAME_MAX]; /* USER when there is no run_as */
   struct reaped stash[PROC_STASH];
   size_t nstash;
   unsigned char rbuf[PROC_READ_CHUNK]; /* the thread's read buffer */

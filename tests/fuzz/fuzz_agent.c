@@ -90,12 +90,14 @@ static void check_agent(const struct agent_set *s, const struct agent *a,
       abort();
     seen[a->capabilities[k]] = true;
   }
-  const struct agent_model_settings *ms = &a->model_settings;
-  if (ms->has_temperature && !(ms->temperature >= 0 && ms->temperature <= 2))
+  json_t *ms = a->model_settings;
+  json_t *t = json_object_get(ms, "temperature");
+  if (ms && !json_is_object(ms))
     abort();
-  if ((ms->tool_choice == AGENT_TOOL_CHOICE_NAMED) != !!ms->tool_choice_name)
+  if (t && !(json_number_value(t) >= 0 && json_number_value(t) <= 2))
     abort();
-  if (a->max_turns < 0 || ms->max_output_tokens < 0)
+  json_t *mt = json_object_get(ms, "max_tokens");
+  if (a->max_turns < 0 || (mt && json_integer_value(mt) < 1))
     abort();
   for (size_t k = 0; k < a->nhandoffs; k++)
     if (!a->handoff_paths[k] || !in_set(s, a->handoffs[k]))

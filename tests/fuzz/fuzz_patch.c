@@ -29,7 +29,9 @@ static void apply(const struct sbx_patch_op *op, const char *in, size_t len) {
   struct sbx_error e = {0};
   char *out = NULL;
   size_t outlen = 0;
-  int r = sbx_patch_apply_update(op, in, len, &out, &outlen, &e);
+  int r = sbx_patch_apply_update(
+      op, in, len, len % 2 ? SBX_PATCH_EOL_SDK : SBX_PATCH_EOL_CODEX, &out,
+      &outlen, &e);
   if (r == 0) {
     if (!out || out[outlen] != '\0')
       abort();

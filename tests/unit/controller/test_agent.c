@@ -84,7 +84,7 @@ Test(agent, full_definition) {
       "    \"reasoning\": {\"effort\": \"high\"},\n"
       "    \"tool_choice\": \"exec_command\",\n"
       "    \"parallel_tool_calls\": false,\n"
-      "    \"max_output_tokens\": 4096\n"
+      "    \"max_tokens\": 4096\n"
       "  },\n"
       "  \"output_type\": {\"type\": \"object\", \"properties\": {}},\n"
       "  \"max_turns\": 40,\n"
@@ -105,8 +105,9 @@ Test(agent, full_definition) {
                                      "[\"../agents/main.json\"]}");
   write_file("agents/sub/worker.json",
              "{\"name\": \"Worker\", \"model_settings\": "
-             "{\"reasoning_effort\": \"minimal\", \"tool_choice\": "
-             "\"required\"}}");
+             "{\"reasoning\": {\"effort\": \"xhigh\", \"summary\": "
+             "\"auto\"}, \"tool_choice\": \"required\", \"truncation\": "
+             "\"auto\", \"verbosity\": \"high\", \"store\": true}}");
 
   struct agent_set *s = NULL;
   struct sbx_error e = {0};
@@ -129,13 +130,14 @@ Test(agent, full_definition) {
   cr_expect_eq(a->capabilities[2], AGENT_CAP_SKILLS);
   cr_expect_eq(a->capabilities[3], AGENT_CAP_MEMORY);
   cr_expect_str_eq(a->run_as, "builder");
-  cr_expect(a->model_settings.has_temperature);
-  cr_expect_float_eq(a->model_settings.temperature, 0.25, 1e-12);
-  cr_expect_eq(a->model_settings.reasoning_effort, AGENT_EFFORT_HIGH);
-  cr_expect_eq(a->model_settings.tool_choice, AGENT_TOOL_CHOICE_NAMED);
-  cr_expect_str_eq(a->model_settings.tool_choice_name, "exec_command");
-  cr_expect_eq(a->model_settings.parallel_tool_calls, 0);
-  cr_expect_eq(a->model_settings.max_output_tokens, 4096);
+  /* The settings are kept as written, checked. */
+  json_t *want = json_loads(
+      "{\"temperature\": 0.25, \"reasoning\": {\"effort\": \"high\"}, "
+      "\"tool_choice\": \"exec_command\", \"parallel_tool_calls\": false, "
+      "\"max_tokens\": 4096}",
+      0, NULL);
+  cr_expect(json_equal(a->model_settings, want));
+  json_decref(want);
   cr_expect(json_is_object(a->output_type));
   cr_expect_eq(a->max_turns, 40);
   cr_expect_eq(a->api, AGENT_API_CHAT_COMPLETIONS);
@@ -163,9 +165,13 @@ Test(agent, full_definition) {
   cr_assert_not_null(t->agent);
   cr_expect_str_eq(t->agent->name, "Worker");
   cr_expect_str_eq(t->agent->path, "agents/sub/worker.json");
-  cr_expect_eq(t->agent->model_settings.reasoning_effort, AGENT_EFFORT_MINIMAL);
-  cr_expect_eq(t->agent->model_settings.tool_choice,
-               AGENT_TOOL_CHOICE_REQUIRED);
+  cr_expect_str_eq(
+      json_string_value(json_object_get(
+          json_object_get(t->agent->model_settings, "reasoning"), "effort")),
+      "xhigh");
+  cr_expect_str_eq(json_string_value(json_object_get(t->agent->model_settings,
+                                                     "tool_choice")),
+                   "required");
 
   /* Every agent's index is its position. */
   for (size_t i = 0; i < s->n; i++)
@@ -204,11 +210,9 @@ Test(agent, defaults_and_nulls) {
   cr_expect_eq(a->capabilities[0], AGENT_CAP_FILESYSTEM);
   cr_expect_eq(a->capabilities[1], AGENT_CAP_SHELL);
   cr_expect_eq(a->capabilities[2], AGENT_CAP_COMPACTION);
-  cr_expect_not(a->model_settings.has_temperature);
-  cr_expect_eq(a->model_settings.reasoning_effort, AGENT_EFFORT_UNSET);
-  cr_expect_eq(a->model_settings.tool_choice, AGENT_TOOL_CHOICE_UNSET);
-  cr_expect_eq(a->model_settings.parallel_tool_calls, -1);
-  cr_expect_eq(a->model_settings.max_output_tokens, 0);
+  /* Given but empty: no settings, and not the model's defaults. */
+  cr_assert(json_is_object(a->model_settings));
+  cr_expect_eq(json_object_size(a->model_settings), 0);
   cr_expect_eq(a->max_turns, 0);
   cr_expect_eq(a->api, AGENT_API_RESPONSES);
   cr_expect_eq(a->nhandoffs + a->ntools + a->napprovals, 0);
@@ -311,18 +315,19 @@ Test(agent, bad_model_settings) {
                "{\"effort\": \"extreme\"}}}",
                -EINVAL,
                "agents/a.json: \"model_settings.reasoning.effort\" must be "
-               "\"minimal\", \"low\", \"medium\" or \"high\" (got "
-               "\"extreme\")");
+               "\"none\", \"minimal\", \"low\", \"medium\", \"high\" or "
+               "\"xhigh\" (got \"extreme\")");
   expect_error("{\"name\": \"a\", \"model_settings\": {\"reasoning\": "
-               "{\"summary\": \"auto\"}}}",
+               "{\"generate\": \"auto\"}}}",
                -EINVAL,
                "agents/a.json: unknown key "
-               "\"model_settings.reasoning.summary\"");
-  expect_error("{\"name\": \"a\", \"model_settings\": {\"reasoning\": "
-               "{\"effort\": \"low\"}, \"reasoning_effort\": \"high\"}}",
+               "\"model_settings.reasoning.generate\"");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"reasoning_effort\": \"high\"}}",
                -EINVAL,
-               "agents/a.json: \"model_settings.reasoning\" and "
-               "\"model_settings.reasoning_effort\" may not both be given");
+               "agents/a.json: unknown key "
+               "\"model_settings.reasoning_effort\" (the SDK's name is "
+               "\"reasoning\": {\"effort\": ...})");
   expect_error("{\"name\": \"a\", \"model_settings\": {\"tool_choice\": 5}}",
                -EINVAL,
                "agents/a.json: \"model_settings.tool_choice\" must be "
@@ -340,10 +345,64 @@ Test(agent, bad_model_settings) {
                "agents/a.json: \"model_settings.parallel_tool_calls\" must be "
                "a boolean (got string)");
   expect_error("{\"name\": \"a\", \"model_settings\": "
-               "{\"max_output_tokens\": 0}}",
+               "{\"max_tokens\": 0}}",
                -EINVAL,
-               "agents/a.json: \"model_settings.max_output_tokens\" must be "
-               "at least 1 (got 0)");
+               "agents/a.json: \"model_settings.max_tokens\" must be "
+               "between 1 and 2147483647 (got 0)");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"max_output_tokens\": 10}}",
+               -EINVAL,
+               "agents/a.json: unknown key "
+               "\"model_settings.max_output_tokens\" (the SDK's name is "
+               "\"max_tokens\")");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"extra_headers\": {\"X-A\": \"a\\nb\"}}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.extra_headers.X-A\" must not "
+               "hold control characters");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"extra_headers\": {\"X A\": \"b\"}}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.extra_headers.X A\": the name "
+               "must be an HTTP header name");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"top_logprobs\": 21}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.top_logprobs\" must be "
+               "between 0 and 20 (got 21)");
+}
+
+/* A key the agent's API cannot carry is refused, wherever "api" stands. */
+Test(agent, settings_an_api_cannot_carry) {
+  expect_error("{\"name\": \"a\", \"model_settings\": {\"truncation\": "
+               "\"auto\"}, \"api\": \"chat_completions\"}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.truncation\" cannot be sent "
+               "to the chat_completions API (\"api\": \"chat_completions\")");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"response_include\": [\"reasoning.encrypted_content\"]}, "
+               "\"api\": \"chat_completions\"}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.response_include\" cannot be "
+               "sent to the chat_completions API (\"api\": "
+               "\"chat_completions\")");
+  expect_error("{\"name\": \"a\", \"api\": \"chat_completions\", "
+               "\"model_settings\": {\"reasoning\": {\"summary\": "
+               "\"auto\"}}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.reasoning.summary\" cannot be "
+               "sent to the chat_completions API (\"api\": "
+               "\"chat_completions\"): it takes only reasoning.effort");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"frequency_penalty\": 0.5}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.frequency_penalty\" cannot be "
+               "sent to the responses API (\"api\": \"responses\")");
+  expect_error("{\"name\": \"a\", \"model_settings\": "
+               "{\"include_usage\": true}}",
+               -EINVAL,
+               "agents/a.json: \"model_settings.include_usage\" cannot be "
+               "sent to the responses API (\"api\": \"responses\")");
 }
 
 Test(agent, bad_tools_and_approvals) {
@@ -683,4 +742,21 @@ Test(agent, command_tools_and_mcp_servers) {
                -EINVAL,
                "agents/a.json: \"mcp_servers[1].name\" repeats \"w\" of "
                "\"mcp_servers[0]\"");
+}
+
+Test(agent, api_key_env_is_a_variable_name) {
+  write_file("agents/a.json", "{\"name\": \"a\", \"api_key_env\": "
+                              "\"GROQ_API_KEY\"}");
+  struct agent_set *s = NULL;
+  cr_assert_eq(agent_load("agents/a.json", &s, NULL), 0);
+  cr_expect_str_eq(s->agents[0]->api_key_env, "GROQ_API_KEY");
+  agent_set_free(s);
+  expect_error("{\"name\": \"a\", \"api_key_env\": \"1KEY\"}", -EINVAL,
+               "agents/a.json: \"api_key_env\" must be an environment "
+               "variable name: letters, digits and \"_\", not starting with "
+               "a digit (got \"1KEY\")");
+  expect_error("{\"name\": \"a\", \"api_key_env\": \"A-B\"}", -EINVAL,
+               "agents/a.json: \"api_key_env\" must be an environment "
+               "variable name: letters, digits and \"_\", not starting with "
+               "a digit (got \"A-B\")");
 }

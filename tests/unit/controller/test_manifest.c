@@ -378,3 +378,51 @@ Test(manifest, concurrency_option) {
   cr_expect_lt(materialize_parse_limits("local_dir_files=-1", &l, &e), 0);
   cr_expect(strstr(e.msg, "integer >= 0"), "%s", e.msg);
 }
+
+/* The # Filesystem tree as the SDK's renderManifestDescription draws it:
+ * siblings in localeCompare order, entries under the dir that holds them,
+ * a nested key at the top under its last segment, depth 3. */
+Test(manifest, tree_is_drawn_as_the_sdk_draws_it) {
+  struct manifest *m = parse_ok(
+      "{\"entries\": {\"Zeta.txt\": {\"type\": \"file\", \"content\": \"\"},"
+      " \"b.txt\": {\"type\": \"file\", \"content\": \"\"},"
+      " \"README.md\": {\"type\": \"file\", \"content\": \"\"},"
+      " \"_a\": {\"type\": \"file\", \"content\": \"\"},"
+      " \"a1\": {\"type\": \"file\", \"content\": \"\"},"
+      " \"A2\": {\"type\": \"file\", \"content\": \"\", \"description\": "
+      "\"two\"},"
+      " \"img/dot.png\": {\"type\": \"file\", \"content\": \"\"},"
+      " \"src\": {\"type\": \"dir\", \"children\": {"
+      "   \"main.c\": {\"type\": \"file\", \"content\": \"\"},"
+      "   \"lib\": {\"type\": \"dir\", \"children\": {"
+      "     \"deep\": {\"type\": \"dir\", \"children\": {"
+      "       \"x.c\": {\"type\": \"file\", \"content\": \"\"}}},"
+      "     \"a.c\": {\"type\": \"file\", \"content\": \"\"}}}}}}}");
+  char *tree = manifest_describe(m, "/workspace", 3, 120, 12000);
+  cr_assert_not_null(tree);
+  cr_expect_str_eq(tree, "/workspace\n"
+                         "_a # /workspace/_a\n"
+                         "a1 # /workspace/a1\n"
+                         "A2 # /workspace/A2 - two\n"
+                         "b.txt # /workspace/b.txt\n"
+                         "dot.png # /workspace/img/dot.png\n"
+                         "README.md # /workspace/README.md\n"
+                         "src/ # /workspace/src\n"
+                         "  lib/ # /workspace/src/lib\n"
+                         "    a.c # /workspace/src/lib/a.c\n"
+                         "    deep/ # /workspace/src/lib/deep\n"
+                         "  main.c # /workspace/src/main.c\n"
+                         "Zeta.txt # /workspace/Zeta.txt");
+  free(tree);
+  /* Cut at 4 lines: the rest counted (within the depth), the hint after. */
+  tree = manifest_describe(m, "/workspace", 3, 4, 12000);
+  cr_expect_str_eq(tree, "/workspace\n"
+                         "_a # /workspace/_a\n"
+                         "a1 # /workspace/a1\n"
+                         "A2 # /workspace/A2 - two\n"
+                         "... (truncated 9 additional paths)\n"
+                         "Hint: increase depth, maxLines, or maxChars to see "
+                         "more of the manifest layout.");
+  free(tree);
+  manifest_free(m);
+}

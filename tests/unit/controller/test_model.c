@@ -705,10 +705,15 @@ Test(model, responses_request_body) {
   struct model_client *m = client(&cfg);
   _cleanup_json_ json_t *input = conversation();
   _cleanup_json_ json_t *tl = tools();
-  _cleanup_json_ json_t *settings =
-      json_pack("{s:f, s:{s:s}, s:s, s:b, s:i}", "temperature", 0.5,
-                "reasoning", "effort", "low", "tool_choice", "apply_patch",
-                "parallel_tool_calls", 0, "max_output_tokens", 1000);
+  _cleanup_json_ json_t *settings = json_pack(
+      "{s:f, s:{s:s, s:s}, s:s, s:b, s:i, s:s, s:s, s:{s:s}, s:i, "
+      "s:[s], s:{s:s}, s:{s:s, s:i}, s:{s:i}}",
+      "temperature", 0.5, "reasoning", "effort", "low", "summary", "auto",
+      "tool_choice", "apply_patch", "parallel_tool_calls", 0, "max_tokens",
+      1000, "verbosity", "low", "truncation", "auto", "metadata", "k", "v",
+      "top_logprobs", 2, "response_include", "reasoning.encrypted_content",
+      "extra_headers", "X-Extra", "yes", "extra_query", "q", "a b", "n", 3,
+      "extra_body", "seed", 7);
   _cleanup_json_ json_t *schema =
       json_pack("{s:s, s:{s:{s:s}}, s:[s], s:b}", "type", "object",
                 "properties", "answer", "type", "string", "required", "answer",
@@ -747,7 +752,24 @@ Test(model, responses_request_body) {
                        json_object_get(b, "reasoning"), "effort")),
                    "low");
   cr_expect_eq(json_integer_value(json_object_get(b, "max_output_tokens")),
-               1000);
+               1000, "max_tokens goes as max_output_tokens");
+  cr_expect_null(json_object_get(b, "max_tokens"));
+  cr_expect_str_eq(json_string_value(json_object_get(
+                       json_object_get(b, "reasoning"), "summary")),
+                   "auto");
+  cr_expect_str_eq(json_string_value(json_object_get(json_object_get(b, "text"),
+                                                     "verbosity")),
+                   "low");
+  cr_expect_null(json_object_get(b, "verbosity"));
+  cr_expect_str_eq(json_string_value(json_object_get(b, "truncation")), "auto");
+  cr_expect_str_eq(
+      json_string_value(json_object_get(json_object_get(b, "metadata"), "k")),
+      "v");
+  cr_expect_eq(json_integer_value(json_object_get(b, "top_logprobs")), 2);
+  cr_expect_eq(json_integer_value(json_object_get(b, "seed")), 7,
+               "extra_body is merged");
+  cr_expect_null(json_object_get(b, "extra_body"));
+  cr_expect_null(json_object_get(b, "extra_headers"));
   json_t *fmt = json_object_get(json_object_get(b, "text"), "format");
   cr_expect_str_eq(json_string_value(json_object_get(fmt, "type")),
                    "json_schema");
@@ -756,10 +778,11 @@ Test(model, responses_request_body) {
   cr_expect(json_is_true(json_object_get(fmt, "strict")));
   cr_expect(json_equal(json_object_get(fmt, "schema"), schema));
   cr_expect(json_is_false(json_object_get(b, "stream")));
-  cr_expect(json_is_false(json_object_get(b, "store")));
-  _cleanup_json_ json_t *include =
-      json_pack("[s]", "reasoning.encrypted_content");
-  cr_expect(json_equal(json_object_get(b, "include"), include));
+  cr_expect_null(json_object_get(b, "store"), "store is the server's");
+  _cleanup_json_ json_t *include = json_pack(
+      "[s, s]", "reasoning.encrypted_content", "message.output_text.logprobs");
+  cr_expect(json_equal(json_object_get(b, "include"), include),
+            "response_include, then what top_logprobs needs");
   cr_expect(json_equal(json_object_get(b, "context_management"),
                        json_object_get(extra, "context_management")));
 
@@ -769,8 +792,42 @@ Test(model, responses_request_body) {
   cr_expect_str_eq(json_string_value(json_object_get(
                        json_object_get(r0, "headers"), "content-type")),
                    "application/json");
+  cr_expect_str_eq(json_string_value(json_object_get(
+                       json_object_get(r0, "headers"), "x-extra")),
+                   "yes", "extra_headers are sent");
+  cr_expect_str_eq(json_string_value(json_object_get(r0, "path")),
+                   "/v1/responses?q=a%20b&n=3", "extra_query is sent");
   model_response_clear(&out);
   model_client_free(m);
+}
+
+/* The SDK's defaults per model (defaultModel.js). */
+Test(model, default_settings_per_model) {
+  static const struct {
+    const char *model, *want;
+  } cases[] = {
+      {"gpt-5.6-luna",
+       "{\"reasoning\": {\"effort\": \"none\"}, \"verbosity\": \"low\"}"},
+      {"gpt-5",
+       "{\"reasoning\": {\"effort\": \"low\"}, \"verbosity\": \"low\"}"},
+      {"gpt-5-2025-08-07",
+       "{\"reasoning\": {\"effort\": \"low\"}, \"verbosity\": \"low\"}"},
+      {"gpt-5.4-pro",
+       "{\"reasoning\": {\"effort\": \"medium\"}, \"verbosity\": \"low\"}"},
+      {"gpt-5.6-2026-01-01", "{\"verbosity\": \"low\"}"},
+      {"gpt-5-mini", "{\"verbosity\": \"low\"}"},
+      {"gpt-7", "{\"verbosity\": \"low\"}"},
+      {"gpt-5-chat-latest", "{}"},
+      {"gpt-4.1", "{}"},
+      {"gpt-50x", "{}"},
+      {"llama3", "{}"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    _cleanup_json_ json_t *got = model_default_settings(cases[i].model);
+    _cleanup_json_ json_t *want = json_loads(cases[i].want, 0, NULL);
+    _cleanup_free_ char *text = json_dumps(got, JSON_COMPACT);
+    cr_expect(json_equal(got, want), "%s: %s", cases[i].model, text);
+  }
 }
 
 /* The conversation is serialized item by item and kept between calls:
@@ -819,9 +876,11 @@ Test(model, chat_request_body_from_items) {
   _cleanup_json_ json_t *input = conversation();
   _cleanup_json_ json_t *tl = tools();
   _cleanup_json_ json_t *settings =
-      json_pack("{s:{s:s, s:s}, s:i, s:{s:s}, s:b}", "tool_choice", "type",
-                "function", "name", "exec_command", "max_output_tokens", 50,
-                "reasoning", "effort", "high", "parallel_tool_calls", 1);
+      json_pack("{s:s, s:i, s:{s:s}, s:b, s:f, s:f, s:s, s:b, s:i, s:{s:s}}",
+                "tool_choice", "exec_command", "max_tokens", 50, "reasoning",
+                "effort", "high", "parallel_tool_calls", 1, "frequency_penalty",
+                0.5, "presence_penalty", -0.5, "verbosity", "medium", "store",
+                1, "top_logprobs", 3, "metadata", "k", "v");
   _cleanup_json_ json_t *schema = json_pack("{s:s}", "type", "object");
   struct model_request req = {
       .model = "llama3",
@@ -887,8 +946,20 @@ Test(model, chat_request_body_from_items) {
   cr_expect(json_equal(json_object_get(js, "schema"), schema));
   cr_expect(json_is_true(json_object_get(js, "strict")));
   cr_expect(json_is_false(json_object_get(b, "stream")));
-  cr_expect_null(json_object_get(b, "store"), "chat has no store");
+  cr_expect(json_is_true(json_object_get(b, "store")), "store when set");
   cr_expect_null(json_object_get(b, "include"));
+  cr_expect_float_eq(json_number_value(json_object_get(b, "frequency_penalty")),
+                     0.5, 1e-9);
+  cr_expect_float_eq(json_number_value(json_object_get(b, "presence_penalty")),
+                     -0.5, 1e-9);
+  cr_expect_str_eq(json_string_value(json_object_get(b, "verbosity")),
+                   "medium");
+  cr_expect_eq(json_integer_value(json_object_get(b, "top_logprobs")), 3);
+  cr_expect(json_is_true(json_object_get(b, "logprobs")),
+            "top_logprobs needs logprobs");
+  cr_expect_str_eq(
+      json_string_value(json_object_get(json_object_get(b, "metadata"), "k")),
+      "v");
   model_client_free(m);
 }
 
@@ -1284,4 +1355,51 @@ Test(model, compaction_threshold_is_nine_tenths_of_the_window) {
   cr_expect_eq(model_compaction_threshold("gpt-4o-2024-08-0x"), 240000);
   cr_expect_eq(model_compaction_threshold("-2024-08-06"), 240000);
   cr_expect_eq(model_compaction_threshold(NULL), 240000);
+}
+
+/* OpenAI's own API answers nothing without a key: said at once, not by a
+ * 401 after the request. Other servers may need none. */
+Test(model, no_key_for_openai_is_refused_at_once) {
+  struct model_config cfg = {.api = MODEL_API_RESPONSES,
+                             .base_url = "https://api.openai.com/v1",
+                             .api_key = ""};
+  struct model_client *m = NULL;
+  struct sbx_error e = {0};
+  cr_expect_eq(model_client_new(&cfg, &m, &e), -EINVAL);
+  cr_expect_null(m);
+  cr_expect_str_eq(e.msg, "no API key for https://api.openai.com/v1/responses: "
+                          "set OPENAI_API_KEY (or the agent's api_key_env)");
+  cfg.base_url = "https://eu.api.openai.com/v1";
+  cr_expect_eq(model_client_new(&cfg, &m, &e), -EINVAL);
+  cfg.base_url = "http://127.0.0.1:1/v1";
+  cr_expect_eq(model_client_new(&cfg, &m, &e), 0, "%s", e.msg);
+  model_client_free(m);
+  m = NULL;
+  cfg.base_url = "https://notopenai.com/v1";
+  cr_expect_eq(model_client_new(&cfg, &m, &e), 0, "%s", e.msg);
+  model_client_free(m);
+}
+
+/* OPENAI_ORG_ID and OPENAI_PROJECT_ID go as the openai client sends them. */
+Test(model, organization_and_project_headers) {
+  test_model_server_start(&srv, "[{\"text\": \"ok\"}]", NULL);
+  setenv("OPENAI_ORG_ID", "org-123", 1);
+  setenv("OPENAI_PROJECT_ID", "proj_456", 1);
+  struct model_config cfg = config(MODEL_API_RESPONSES);
+  struct model_client *m = client(&cfg);
+  unsetenv("OPENAI_ORG_ID");
+  unsetenv("OPENAI_PROJECT_ID");
+  _cleanup_json_ json_t *input = user_input("hi");
+  struct model_request req = {.model = "m", .input = input};
+  struct model_response out = {0};
+  struct sbx_error e = {0};
+  cr_assert_eq(model_call(m, &req, &out, &e), 0, "%s", e.msg);
+  _cleanup_json_ json_t *reqs = test_model_server_requests(&srv);
+  json_t *h = json_object_get(json_array_get(reqs, 0), "headers");
+  cr_expect_str_eq(json_string_value(json_object_get(h, "openai-organization")),
+                   "org-123");
+  cr_expect_str_eq(json_string_value(json_object_get(h, "openai-project")),
+                   "proj_456");
+  model_response_clear(&out);
+  model_client_free(m);
 }

@@ -18,8 +18,8 @@ static void teardown(void) {
 }
 TestSuite(patch_rpc, .init = setup, .fini = teardown);
 
-static struct harness_call *apply(const char *patch, const char *dir,
-                                  bool dry) {
+static struct harness_call *apply_eol(const char *patch, const char *dir,
+                                      bool dry, bool sdk_line_ends) {
   static Sbx__V1__Request req;
   static Sbx__V1__PatchApply pa;
   sbx__v1__request__init(&req);
@@ -27,9 +27,15 @@ static struct harness_call *apply(const char *patch, const char *dir,
   pa.patch = (char *)patch;
   pa.dir = (char *)(dir ? dir : "");
   pa.dry_run = dry;
+  pa.sdk_line_ends = sdk_line_ends;
   req.body_case = SBX__V1__REQUEST__BODY_PATCH_APPLY;
   req.patch_apply = &pa;
   return harness_call(&h, &req, rpc_patch_apply);
+}
+
+static struct harness_call *apply(const char *patch, const char *dir,
+                                  bool dry) {
+  return apply_eol(patch, dir, dry, false);
 }
 
 static void expect_file(const char *rel, const char *want) {
@@ -186,4 +192,43 @@ Test(patch_rpc, parse_errors_are_reported) {
   cr_expect_eq(hc->call.err.code, SBX_INVALID_ARGUMENT);
   cr_expect_gt(strlen(hc->call.err.msg), 0);
   harness_call_free(hc);
+}
+
+/* Codex's line ends for a patch text, the SDK's for its operations: a
+ * created file without a final newline, an updated one keeping its lack
+ * of one. */
+Test(patch_rpc, line_ends_are_codex_or_the_sdk) {
+  static const char patch[] = "*** Begin Patch\n"
+                              "*** Add File: new.txt\n"
+                              "+alpha\n"
+                              "+beta\n"
+                              "*** Update File: old.txt\n"
+                              "@@\n"
+                              " a\n"
+                              "-b\n"
+                              "+c\n"
+                              "*** End Patch";
+  harness_write(&h, "old.txt", "a\nb");
+  struct harness_call *hc = apply(patch, NULL, false);
+  cr_assert_eq(hc->rc, 0, "%s", hc->call.err.msg);
+  harness_call_free(hc);
+  expect_file("new.txt", "alpha\nbeta\n");
+  expect_file("old.txt", "a\nc\n");
+
+  harness_write(&h, "old.txt", "a\nb");
+  static const char sdk[] = "*** Begin Patch\n"
+                            "*** Add File: sdk.txt\n"
+                            "+alpha\n"
+                            "+beta\n"
+                            "*** Update File: old.txt\n"
+                            "@@\n"
+                            " a\n"
+                            "-b\n"
+                            "+c\n"
+                            "*** End Patch";
+  hc = apply_eol(sdk, NULL, false, true);
+  cr_assert_eq(hc->rc, 0, "%s", hc->call.err.msg);
+  harness_call_free(hc);
+  expect_file("sdk.txt", "alpha\nbeta");
+  expect_file("old.txt", "a\nc");
 }

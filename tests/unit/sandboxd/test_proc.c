@@ -888,12 +888,14 @@ Test(proc, environment_is_clean) {
   cr_expect(strstr(o.data, "FOO=bar baz\n"));
   cr_expect(strstr(o.data, "LANG=fr_FR.UTF-8\n"), "the request overrides");
   cr_expect_null(strstr(o.data, "LANG=C.UTF-8"));
-  cr_expect(strstr(o.data, "USER="));
+  cr_expect(strstr(o.data, "USER=sandbox\n"), "as the SDK's: %s", o.data);
+  cr_expect(strstr(o.data, "LOGNAME=sandbox\n"));
+  cr_expect(strstr(o.data, "TMPDIR=/tmp\n"), "as the SDK's: %s", o.data);
   cr_expect(strstr(o.data, "SHELL=/bin/sh\n"));
   int lines = 0;
   for (const char *p = o.data; *p; p++)
     lines += *p == '\n';
-  cr_expect_eq(lines, 9, "the base (8) plus FOO: %s", o.data);
+  cr_expect_eq(lines, 10, "the base (9) plus FOO: %s", o.data);
   free(o.data);
 }
 

@@ -42,15 +42,16 @@ static void expect_parse_error(const char *text, const char *msg) {
 /* Applies the one Update op of PATCH to IN (INLEN bytes), which must
  * succeed, and compares the result with WANT (WANTLEN bytes) byte for
  * byte. */
-static void expect_update_n(const char *patch, const char *in, size_t inlen,
-                            const char *want, size_t wantlen) {
+static void expect_update_eol(const char *patch, const char *in, size_t inlen,
+                              enum sbx_patch_eol eol, const char *want,
+                              size_t wantlen) {
   _cleanup_patch_ struct sbx_patch *p = parse_ok(patch);
   cr_assert_eq(p->nops, 1);
   cr_assert_eq(p->ops[0].kind, SBX_PATCH_UPDATE);
   struct sbx_error e = {0};
   _cleanup_free_ char *out = NULL;
   size_t outlen = 12345;
-  int r = sbx_patch_apply_update(&p->ops[0], in, inlen, &out, &outlen, &e);
+  int r = sbx_patch_apply_update(&p->ops[0], in, inlen, eol, &out, &outlen, &e);
   cr_assert_eq(r, 0, "apply failed: %s", e.msg);
   cr_assert_not_null(out);
   cr_expect_eq(outlen, wantlen, "length %zu, want %zu: [%s]", outlen, wantlen,
@@ -60,8 +61,21 @@ static void expect_update_n(const char *patch, const char *in, size_t inlen,
   cr_expect_eq(out[outlen], '\0', "result is NUL-terminated");
 }
 
+/* With Codex's line ends, as a "*** Begin Patch" text gets them. */
+static void expect_update_n(const char *patch, const char *in, size_t inlen,
+                            const char *want, size_t wantlen) {
+  expect_update_eol(patch, in, inlen, SBX_PATCH_EOL_CODEX, want, wantlen);
+}
+
 static void expect_update(const char *patch, const char *in, const char *want) {
   expect_update_n(patch, in, strlen(in), want, strlen(want));
+}
+
+/* With the SDK's line ends, as its update_file operations get them. */
+static void expect_update_sdk(const char *patch, const char *in,
+                              const char *want) {
+  expect_update_eol(patch, in, strlen(in), SBX_PATCH_EOL_SDK, want,
+                    strlen(want));
 }
 
 /* Applies the one Update op of PATCH to IN, which must fail with
@@ -73,7 +87,8 @@ static void expect_apply_error(const char *patch, const char *in,
   struct sbx_error e = {0};
   char *out = (char *)1;
   size_t outlen = 7;
-  int r = sbx_patch_apply_update(&p->ops[0], in, strlen(in), &out, &outlen, &e);
+  int r = sbx_patch_apply_update(&p->ops[0], in, strlen(in),
+                                 SBX_PATCH_EOL_CODEX, &out, &outlen, &e);
   cr_assert_eq(r, -EINVAL, "apply returned %d (%s)", r, e.msg);
   cr_expect_null(out);
   cr_expect_eq(outlen, 0);
@@ -424,7 +439,7 @@ Test(patch, end_of_file_pins_the_hunk_to_the_end) {
                 "x\nb\nx\nb\n", "x\nB\nx\nb\n");
   expect_update("*** Begin Patch\n*** Update File: a\n@@\n+z\n"
                 "*** End of File\n*** End Patch",
-                "x\ny", "x\ny\nz");
+                "x\ny", "x\ny\nz\n");
   expect_apply_error(patch, "x\nb\nx\nb\ny\n",
                      "a: hunk 1 (patch line 3): context found at line 1, but "
                      "\"*** End of File\" requires it to end the file (5 "
@@ -441,8 +456,8 @@ Test(patch, move_keeps_hunks_and_a_pure_rename_keeps_bytes) {
   static const char in[] = "a\r\nb\n\0binary";
   _cleanup_free_ char *out = NULL;
   size_t outlen = 0;
-  cr_assert_eq(sbx_patch_apply_update(&p->ops[0], in, sizeof(in) - 1, &out,
-                                      &outlen, NULL),
+  cr_assert_eq(sbx_patch_apply_update(&p->ops[0], in, sizeof(in) - 1,
+                                      SBX_PATCH_EOL_CODEX, &out, &outlen, NULL),
                0);
   cr_expect_eq(outlen, sizeof(in) - 1);
   cr_expect(memcmp(out, in, outlen) == 0);
@@ -501,23 +516,69 @@ Test(patch, crlf_file_stays_crlf) {
                 "a\r\nb\r\nc\r\n", "a\r\nB\r\nB2\r\nc\r\n");
   expect_update("*** Begin Patch\n*** Update File: a\n@@\n+z\n"
                 "*** End Patch",
-                "a\r\nb", "a\r\nb\r\nz");
+                "a\r\nb", "a\r\nb\r\nz\r\n");
   /* Only the first line decides: an LF file keeps a stray '\r'. */
   expect_update("*** Begin Patch\n*** Update File: a\n@@\n-b\n+B\n"
                 "*** End Patch",
                 "a\nb\r\nc\r\n", "a\nB\nc\r\n");
 }
 
-Test(patch, file_without_final_newline_stays_without) {
-  expect_update("*** Begin Patch\n*** Update File: a\n@@\n a\n-b\n+B\n"
+/* The SDK's applyDiff keeps a missing final newline missing. */
+Test(patch, sdk_file_without_final_newline_stays_without) {
+  expect_update_sdk("*** Begin Patch\n*** Update File: a\n@@\n a\n-b\n+B\n"
+                    "*** End Patch",
+                    "a\nb", "a\nB");
+  expect_update_sdk("*** Begin Patch\n*** Update File: a\n@@\n-a\n-b\n"
+                    "*** End Patch",
+                    "a\nb", "");
+  expect_update_sdk("*** Begin Patch\n*** Update File: a\n@@\n+x\n"
+                    "*** End Patch",
+                    "", "x\n");
+  expect_update_sdk("*** Begin Patch\n*** Update File: a\n@@\n a\n-b\n+\n"
+                    "*** End Patch",
+                    "a\nb", "a\n");
+}
+
+/* Codex ends every line of an updated file with a newline (checked
+ * against its apply_patch 0.169.0): a file that had none gets one, and a
+ * last line replaced by an empty one is kept. */
+Test(patch, codex_file_without_final_newline_gets_one) {
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n a\n-b\n+c\n"
                 "*** End Patch",
-                "a\nb", "a\nB");
+                "a\nb", "a\nc\n");
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n a\n-b\n+\n"
+                "*** End Patch",
+                "a\nb", "a\n\n");
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n a\n-b\n+\n"
+                "*** End Patch",
+                "a\nb\n", "a\n\n");
   expect_update("*** Begin Patch\n*** Update File: a\n@@\n-a\n-b\n"
                 "*** End Patch",
                 "a\nb", "");
-  expect_update("*** Begin Patch\n*** Update File: a\n@@\n+x\n"
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n a\n+x\n"
                 "*** End Patch",
-                "", "x\n");
+                "a\n\n", "a\nx\n\n");
+}
+
+/* Context lines ending in Unicode whitespace match as in Codex, whose
+ * trim_end() knows White_Space (checked against its apply_patch). */
+Test(patch, context_matches_across_unicode_whitespace) {
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n foo\n-bar\n+baz\n"
+                "*** End Patch",
+                "foo\xe2\x80\xa8\nbar\n", "foo\xe2\x80\xa8\nbaz\n");
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n foo\n-bar\n+baz\n"
+                "*** End Patch",
+                "foo\xe1\x9a\x80\nbar\n", "foo\xe1\x9a\x80\nbaz\n");
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n foo\n-bar\n+baz\n"
+                "*** End Patch",
+                "foo\xc2\x85\nbar\n", "foo\xc2\x85\nbaz\n");
+  /* Leading ones too, in the tier that trims both ends. */
+  expect_update("*** Begin Patch\n*** Update File: a\n@@\n foo\n-bar\n+baz\n"
+                "*** End Patch",
+                "\xe3\x80\x80"
+                "foo\nbar\n",
+                "\xe3\x80\x80"
+                "foo\nbaz\n");
 }
 
 Test(patch, trailing_empty_context_line_stands_for_the_final_newline) {
@@ -591,7 +652,8 @@ Test(patch, apply_refuses_ops_that_are_not_updates) {
   char *out = NULL;
   size_t outlen = 0;
   struct sbx_error e = {0};
-  cr_expect_eq(sbx_patch_apply_update(&p->ops[0], "x", 1, &out, &outlen, &e),
+  cr_expect_eq(sbx_patch_apply_update(&p->ops[0], "x", 1, SBX_PATCH_EOL_CODEX,
+                                      &out, &outlen, &e),
                -EINVAL);
   cr_expect_eq(e.code, SBX_INVALID_ARGUMENT);
   cr_expect_null(out);
