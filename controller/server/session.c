@@ -37,8 +37,8 @@ static void session_mac(const char *hash, const char *what, const char *id,
   uint8_t key[SBX_HMAC_SHA256_BYTES], mac[SBX_HMAC_SHA256_BYTES];
   sbx_hmac_sha256(hash, strlen(hash), label, sizeof(label) - 1, key);
   char msg[96];
-  int n = snprintf(msg, sizeof(msg), "%s\n%s\n%lld", what, id,
-                   (long long)expires);
+  int n =
+      snprintf(msg, sizeof(msg), "%s\n%s\n%lld", what, id, (long long)expires);
   sbx_hmac_sha256(key, sizeof(key), msg, (size_t)n, mac);
   explicit_bzero(key, sizeof(key));
   sbx_sha256_hex(mac, out);
@@ -149,8 +149,9 @@ static bool same_origin(const struct api *a) {
   if (!o)
     return true;
   char want[300];
-  int n = snprintf(want, sizeof(want), "%s://%s",
-                   httpd_tls(a->srv->http) ? "https" : "http", host ? host : "");
+  int n =
+      snprintf(want, sizeof(want), "%s://%s",
+               httpd_tls(a->srv->http) ? "https" : "http", host ? host : "");
   return host && n > 0 && (size_t)n < sizeof(want) && strcmp(o, want) == 0;
 }
 
@@ -206,9 +207,9 @@ void api_ui_login(struct api *a) {
   size_t len = 0;
   const char *body = http_req_body(a->r, &len);
   const char *ct = http_req_header(a->r, "Content-Type");
-  bool form = ct && strncasecmp(ct, "application/x-www-form-urlencoded",
-                                strlen("application/x-www-form-urlencoded")) ==
-                        0;
+  bool form =
+      ct && strncasecmp(ct, "application/x-www-form-urlencoded",
+                        strlen("application/x-www-form-urlencoded")) == 0;
   char token[TOKEN_TEXT_MAX] = "";
   if (len > LOGIN_BODY_MAX || strlen(body) != len ||
       (form ? form_token(body, token) : json_token(body, len, token)) < 0)
@@ -219,6 +220,10 @@ void api_ui_login(struct api *a) {
   struct sbx_error e = {0};
   int k = auth_token(a->srv, token, &who, &e);
   explicit_bzero(token, sizeof(token));
+  if (k < 0 && e.code == SBX_UNAUTHENTICATED)
+    (void)sbx_error_set(&e, SBX_UNAUTHENTICATED, EACCES,
+                        "the token is not valid (unknown, removed, or not "
+                        "an sbx token)");
   if (k < 0)
     return auth_refuse(a->r, &e);
   who.session = true;

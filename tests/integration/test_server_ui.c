@@ -69,8 +69,8 @@ static void with_cookie(struct test_http *h, const char *method,
 }
 
 /* The status of METHOD PATH with the cookie VALUE and CSRF (or none). */
-static long status_with(const char *method, const char *path,
-                        const char *value, const char *csrf) {
+static long status_with(const char *method, const char *path, const char *value,
+                        const char *csrf) {
   struct test_http h;
   with_cookie(&h, method, path, value, csrf, NULL);
   long s = h.status;
@@ -81,7 +81,8 @@ static long status_with(const char *method, const char *path,
 Test(server_ui, a_login_with_a_bad_token_sets_no_cookie) {
   start(NULL);
   const char *bad[] = {
-      "{\"token\": \"sbx_000000000000_0000000000000000000000000000000000000000\"}",
+      "{\"token\": "
+      "\"sbx_000000000000_0000000000000000000000000000000000000000\"}",
       "{\"token\": \"nope\"}",
   };
   for (size_t i = 0; i < 2; i++) {

@@ -140,8 +140,8 @@ Test(web, the_page_in_a_browser) {
   const char *log = SHOTS "/ui.log";
   rc = run_script(env, extra, log);
   char *said = tail_of(log, 3000);
-  cr_expect_eq(rc, 0, "tests/web/ui.mjs failed (%d; " SHOTS "/ui.log):\n%s",
-               rc, said);
+  cr_expect_eq(rc, 0, "tests/web/ui.mjs failed (%d; " SHOTS "/ui.log):\n%s", rc,
+               said);
   free(said);
 
   /* The reason typed in the page reached the model as the call's output. */

@@ -123,6 +123,9 @@ async function main(browser) {
   await page.waitForSelector('#login-form', {visible: true});
   check(await page.evaluate(() => document.activeElement.id) === 'token',
         'the token field has the focus');
+  check(await page.$$eval('button, nav a', (l) =>
+    l.filter((e) => e.checkVisibility()).map((e) => e.textContent).join()) ===
+        'Log in', 'before a login, the only button is Log in');
   await page.keyboard.type('sbx_000000000000_' + '0'.repeat(40));
   await page.keyboard.press('Enter');
   await page.waitForFunction(() =>
@@ -139,6 +142,8 @@ async function main(browser) {
   log('a run streams to its end');
   const a = await submit(AGENT);
   await page.waitForSelector(`tr[data-run="${a}"]`);
+  check(/^\d+ s ago$/.test(await text(`tr[data-run="${a}"] time`)),
+        'the run\'s age');
   await shot('runs');
   await page.click(`tr[data-run="${a}"] a`);
   await page.waitForSelector('.events li[data-type=tool_call_started]');
@@ -204,6 +209,8 @@ async function main(browser) {
   const sb = await api('POST', '/v1/sandboxes', {});
   await go('#/sandboxes');
   await page.waitForSelector(`tr[data-sandbox="${sb.id}"]`);
+  check(/^\d+ s ago$/.test(await text(`tr[data-sandbox="${sb.id}"] time`)),
+        'the sandbox\'s age');
   await shot('sandboxes');
   await page.click(`tr[data-sandbox="${sb.id}"] button`);
   await page.waitForSelector(`tr[data-sandbox="${sb.id}"]`, {hidden: true});
@@ -245,6 +252,7 @@ async function main(browser) {
   const sb2 = await api('POST', '/v1/sandboxes', {});
   await page.click('#logout');
   await page.waitForSelector('#login-form', {visible: true});
+  await page.waitForSelector('#logout', {hidden: true});
   await loginAs(READER, 'reader');
   for (const [hash, sel] of [['#/runs', `tr[data-run="${f}"]`],
                              [`#/runs/${f}`, '.events li[data-type=run_paused]'],

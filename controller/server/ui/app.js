@@ -56,16 +56,21 @@ function say(text) {
   $('status').textContent = text;
 }
 
-function age(iso) {
-  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+// A time of the API as milliseconds: RFC 3339 text, or (a sandbox's
+// created_at) unix milliseconds.
+const ms = (t) => (typeof t === 'number' ? t : Date.parse(t));
+
+function age(t) {
+  const s = Math.max(0, (Date.now() - ms(t)) / 1000);
   if (s < 60) return `${Math.floor(s)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min`;
   if (s < 86400) return `${Math.floor(s / 3600)} h`;
   return `${Math.floor(s / 86400)} d`;
 }
 
-function timeEl(iso) {
-  return el('time', {datetime: iso, title: iso, text: age(iso) + ' ago'});
+function timeEl(t) {
+  const iso = new Date(ms(t)).toISOString();
+  return el('time', {datetime: iso, title: iso, text: age(t) + ' ago'});
 }
 
 function statusEl(status) {
@@ -226,6 +231,7 @@ function closeView() {
 // Shows VIEW ({name, node, refresh, close}) and polls its refresh.
 function openView(view) {
   closeView();
+  say('');
   S.view = view;
   const v = $('view');
   v.replaceChildren(view.node);
@@ -366,8 +372,10 @@ function runsView() {
 
 // A pending approval of RUN as a card: the tool, its arguments, and (with
 // the approve scope) Approve, and Reject with a reason.
+let cards = 0;
 function approvalCard(run, p) {
-  const reasonId = `reason-${run.id}-${p.call_id}`;
+  const reasonId = `reason-${++cards}`;
+  const what = `${p.tool} call ${p.call_id} of run ${run.id}`;
   const card = el('article', {class: 'approval',
                               'data-approval': `${run.id}/${p.call_id}`},
       el('h3', {}, `${p.tool} `, el('span', {class: 'hint', text: `call ${p.call_id}`})),
@@ -389,11 +397,11 @@ function approvalCard(run, p) {
   };
   card.append(el('div', {class: 'decide'},
       el('button', {type: 'button', class: 'approve', text: 'Approve',
-                    onclick: decide('approve')}),
+                    'aria-label': `Approve ${what}`, onclick: decide('approve')}),
       el('label', {for: reasonId, text: 'Reason for a rejection'}),
       reason,
       el('button', {type: 'button', class: 'danger', text: 'Reject',
-                    onclick: decide('reject')})));
+                    'aria-label': `Reject ${what}`, onclick: decide('reject')})));
   return card;
 }
 
@@ -425,14 +433,13 @@ function sandboxesView() {
       el('p', {class: 'hint', text: 'Sandboxes that outlive a run (POST /v1/sandboxes).'}),
       el('table', {class: 'cards'},
          el('thead', {}, el('tr', {},
-            ...['Sandbox', 'State', 'Backend', 'Owner', 'Age', 'Actions'].map(
+            ...['Sandbox', 'Backend', 'Owner', 'Age', 'Actions'].map(
                 (t) => el('th', {scope: 'col', text: t})))),
          body),
       empty);
   const make = (sb) => {
     const tr = el('tr', {'data-sandbox': sb.id},
         el('td', {'data-label': 'Sandbox', class: 'id', text: sb.id}),
-        el('td', {'data-label': 'State'}, el('span', {class: 'badge', text: 'created'})),
         el('td', {'data-label': 'Backend', text: sb.backend || '—'}),
         el('td', {'data-label': 'Owner', text: sb.owner || '—'}),
         el('td', {'data-label': 'Age'}, timeEl(sb.created_at)),
@@ -455,7 +462,7 @@ function sandboxesView() {
     refresh: async () => {
       const r = await api('GET', '/v1/sandboxes');
       reconcile(body, r.data, (sb) => sb.id, make,
-                (tr, sb) => tr.children[4].replaceChildren(timeEl(sb.created_at)));
+                (tr, sb) => tr.children[3].replaceChildren(timeEl(sb.created_at)));
       empty.hidden = r.data.length > 0;
     },
   };
