@@ -45,7 +45,7 @@ static const char *const script =
     "{\"by_turn\": true, \"steps\": ["
     "{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c1\", "
     "\"arguments\": {\"cmd\": \"echo hi > f; cat f\"}}]},"
-    " {\"delay_ms\": 2000, \"text\": \"done: hi\"}]}";
+    " {\"delay_ms\": 3000, \"text\": \"done: hi\"}]}";
 
 /* Runs node on the script with ENV; restarts the server with EXTRA when it
  * asks. The script's exit status. */

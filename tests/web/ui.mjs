@@ -234,15 +234,18 @@ async function main(browser) {
   await go('#/runs');
   await page.waitForSelector(`tr[data-run="${d}"] .st-completed`);
 
-  log('phone width');
-  await page.setViewport({width: 390, height: 844, isMobile: true});
-  for (const [hash, name] of [['#/runs', 'runs'], [`#/runs/${a}`, 'run'],
-                              ['#/approvals', 'approvals']]) {
-    await go(hash);
-    await sleep(300);
-    await shot(`phone-${name}`);
-    const w = await page.evaluate(() => document.documentElement.scrollWidth);
-    check(w <= 391, `${name} fits a phone's width (${w} px)`);
+  log('1280 px and phone width');
+  const views = [['#/runs', 'runs'], [`#/runs/${a}`, 'run'],
+                 ['#/approvals', 'approvals'], ['#/sandboxes', 'sandboxes']];
+  for (const width of [1280, 390]) {
+    await page.setViewport({width, height: 844, isMobile: width < 500});
+    for (const [hash, name] of views) {
+      await go(hash);
+      await sleep(300);
+      if (width < 500) await shot(`phone-${name}`);
+      const w = await page.evaluate(() => document.documentElement.scrollWidth);
+      check(w <= width, `${name} fits ${width} px (${w} px wide)`);
+    }
   }
   await page.setViewport({width: 1280, height: 800});
 
