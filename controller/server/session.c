@@ -238,9 +238,10 @@ void api_ui_login(struct api *a) {
     /* A page without script: back to it, now with its session. */
     (void)http_add_header(a->r, "Location", "/");
     (void)http_reply(a->r, 303, "text/plain", "", 0);
-    return;
+  } else {
+    (void)http_reply_json(a->r, 200, session_view(&who));
   }
-  (void)http_reply_json(a->r, 200, session_view(&who));
+  explicit_bzero(&who, sizeof(who)); /* its hash keys the sessions */
 }
 
 void api_ui_logout(struct api *a) {
@@ -248,8 +249,9 @@ void api_ui_logout(struct api *a) {
   struct sbx_error e = {0};
   /* A live session logs out only with its CSRF token; any other cookie is
    * dropped as it is. */
-  if (session_check(a->srv, a->r, &who, &e) < 0 &&
-      e.code == SBX_PERMISSION_DENIED)
+  int k = session_check(a->srv, a->r, &who, &e);
+  explicit_bzero(&who, sizeof(who));
+  if (k < 0 && e.code == SBX_PERMISSION_DENIED)
     return auth_refuse(a->r, &e);
   set_cookie(a, "", 0);
   (void)http_reply(a->r, 204, NULL, "", 0);
@@ -265,4 +267,5 @@ void api_ui_session(struct api *a) {
   if (k < 0)
     return auth_refuse(a->r, &e);
   (void)http_reply_json(a->r, 200, session_view(&who));
+  explicit_bzero(&who, sizeof(who));
 }
