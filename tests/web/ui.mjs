@@ -204,6 +204,15 @@ async function main(browser) {
   await retry.click();
   await page.waitForFunction(() =>
     document.getElementById('status').textContent.includes('queued again'));
+  // The page takes the retried run's events up where they stopped.
+  await page.waitForFunction(() =>
+    document.querySelectorAll('.events li[data-type=run_started]').length === 2,
+  {timeout: 60000});
+  await page.waitForFunction(() =>
+    document.querySelectorAll('.events li[data-type=run_failed], ' +
+                              '.events li[data-type=run_finished]').length === 2,
+  {timeout: 60000});
+  await checkSeqs('a retried run');
 
   log('sandboxes');
   const sb = await api('POST', '/v1/sandboxes', {});

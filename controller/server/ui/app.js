@@ -542,12 +542,21 @@ function eventRenderer(list) {
 
 // The events of run ID from the server, each once and in order: the
 // browser resumes a dropped stream with Last-Event-ID; a stream the server
-// refused or ended early is opened again after the last event seen.
+// refused or ended early is opened again after the last event seen. The
+// stream stops at the run's last event; resume() takes it up again (a
+// failed run that was retried goes on), close() ends it for good.
 function eventStream(id, render, onEnd) {
   let last = 0;
   let es = null;
   let timer = null;
-  let over = false;
+  let over = false; // at the run's last event, or closed
+  let closed = false;
+  const stop = () => {
+    over = true;
+    clearTimeout(timer);
+    timer = null;
+    if (es) es.close();
+  };
   const onEvent = (m) => {
     const seq = Number(m.lastEventId);
     if (!(seq > last)) return;
@@ -555,7 +564,7 @@ function eventStream(id, render, onEnd) {
     const ev = JSON.parse(m.data);
     render(ev);
     if (TERMINAL.includes(ev.type)) {
-      close();
+      stop();
       onEnd(ev);
     }
   };
@@ -574,13 +583,18 @@ function eventStream(id, render, onEnd) {
       }
     };
   };
-  const close = () => {
-    over = true;
-    clearTimeout(timer);
-    if (es) es.close();
-  };
   open();
-  return close;
+  return {
+    close: () => {
+      closed = true;
+      stop();
+    },
+    resume: () => {
+      if (!over || closed) return;
+      over = false;
+      open();
+    },
+  };
 }
 
 function runView(id) {
@@ -611,9 +625,11 @@ function runView(id) {
       reconcile(pending, run.pending_approvals, (p) => `${run.id}/${p.call_id}`,
                 (p) => approvalCard(run, p), () => {});
       pendingHead.hidden = run.pending_approvals.length === 0;
+      if (UNFINISHED.includes(run.status)) stream.resume();
     },
   };
-  view.close = eventStream(id, render, () => view.refresh().catch(() => {}));
+  const stream = eventStream(id, render, () => view.refresh().catch(() => {}));
+  view.close = stream.close;
   return view;
 }
 
