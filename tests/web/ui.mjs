@@ -167,8 +167,8 @@ async function main(browser) {
   const card = `[data-approval="${b}/c1"]`;
   await page.waitForSelector(card);
   check((await text(card)).includes('echo hi > f'), 'the arguments are shown');
-  check(Number((await text('#pending-count')).replace(/\D/g, '')) >= 1,
-        'the pending count');
+  await page.waitForFunction(() =>
+    /^\(\d+\)$/.test(document.getElementById('pending-count').textContent));
   await shot('approvals');
   await page.focus(`${card} button.approve`);
   await page.keyboard.press('Enter');
@@ -244,12 +244,15 @@ async function main(browser) {
   await page.waitForSelector(`tr[data-run="${d}"] .st-completed`);
 
   log('1280 px and phone width');
-  const views = [['#/runs', 'runs'], [`#/runs/${a}`, 'run'],
-                 ['#/approvals', 'approvals'], ['#/sandboxes', 'sandboxes']];
+  const views = [['#/runs', 'runs', 'tr[data-run]'],
+                 [`#/runs/${a}`, 'run', '.events li[data-type=run_finished]'],
+                 ['#/approvals', 'approvals', '.approvals'],
+                 ['#/sandboxes', 'sandboxes', 'table']];
   for (const width of [1280, 390]) {
     await page.setViewport({width, height: 844, isMobile: width < 500});
-    for (const [hash, name] of views) {
+    for (const [hash, name, loaded] of views) {
       await go(hash);
+      await page.waitForSelector(loaded);
       await sleep(300);
       if (width < 500) await shot(`phone-${name}`);
       const w = await page.evaluate(() => document.documentElement.scrollWidth);

@@ -20,6 +20,7 @@ const EVENT_TYPES = [
   'run_cancelled',
 ];
 const TERMINAL = ['run_finished', 'run_failed', 'run_cancelled'];
+const INTERRUPTED = 'The event stream was interrupted; resuming…';
 
 const S = {
   session: null, // {name, scopes, csrf, expires_at}
@@ -574,10 +575,12 @@ function eventStream(id, render, onEnd) {
     const q = last ? `?after=${last}` : '';
     es = new EventSource(`/v1/runs/${encodeURIComponent(id)}/events${q}`);
     for (const t of EVENT_TYPES) es.addEventListener(t, onEvent);
-    es.onopen = () => say('');
+    es.onopen = () => {
+      if ($('status').textContent === INTERRUPTED) say('');
+    };
     es.onerror = () => {
       if (over) return;
-      say('The event stream was interrupted; resuming…');
+      say(INTERRUPTED);
       if (es.readyState === EventSource.CLOSED && !timer) {
         timer = setTimeout(open, RECONNECT_MS);
       }
