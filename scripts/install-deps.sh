@@ -12,6 +12,7 @@ pkgs=(
   zstd tar passwd util-linux procps iproute2 python3 tmux openssl nginx
   passt libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql prometheus systemd
   nodejs # the MCP servers the tests run (scripts/mcp-servers.sh)
+  chromium # the web page's browser tests (tests/web/, scripts/web-test-deps.sh)
 )
 # The container backend's tests: the engine (podman serving the Docker API,
 # on runc), bridge networking, and debootstrap for the offline Debian image.

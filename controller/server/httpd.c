@@ -73,6 +73,10 @@ const char *http_req_header(const struct http_req *r, const char *name) {
   return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_req_cookie(const struct http_req *r, const char *name) {
+  return MHD_lookup_connection_value(r->conn, MHD_COOKIE_KIND, name);
+}
+
 const char *http_req_body(const struct http_req *r, size_t *len) {
   if (len)
     *len = r->body.len;

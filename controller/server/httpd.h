@@ -62,6 +62,8 @@ const char *http_req_path(const struct http_req *r);
 /* A query argument or a header (case-insensitive), NULL when absent. */
 const char *http_req_query(const struct http_req *r, const char *name);
 const char *http_req_header(const struct http_req *r, const char *name);
+/* The value of the cookie NAME in the Cookie header, NULL when absent. */
+const char *http_req_cookie(const struct http_req *r, const char *name);
 /* The body (NUL-terminated; "" when none) and its length. */
 const char *http_req_body(const struct http_req *r, size_t *len);
 /* The status replied with, 0 before a reply. */

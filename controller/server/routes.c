@@ -29,6 +29,13 @@ static void api_healthz(struct api *a) {
 
 static const struct route routes[] = {
     {"GET", "/healthz", NULL, api_healthz},
+    /* The web page; the session routes check the cookie themselves. */
+    {"GET", "/", NULL, api_ui_page},
+    {"GET", "/ui/app.js", NULL, api_ui_script},
+    {"GET", "/ui/app.css", NULL, api_ui_style},
+    {"POST", "/ui/login", NULL, api_ui_login},
+    {"POST", "/ui/logout", NULL, api_ui_logout},
+    {"GET", "/ui/session", NULL, api_ui_session},
     {"GET", "/metrics", "read", api_metrics},
     {"GET", "/v1/openapi.json", NULL, api_openapi},
     {"POST", "/v1/runs", "run", api_runs_create},
@@ -300,32 +307,28 @@ void api_dispatch(void *arg, struct http_req *r) {
     return;
   }
   const struct route *rt = &routes[i];
-  char name[128], scopes[128];
+  struct auth_who who = {0};
   if (rt->scope) {
     struct sbx_error e = {0};
-    if (auth_check(srv, r, name, sizeof(name), scopes, sizeof(scopes), &e) <
-        0) {
-      bool down = e.code == SBX_UNAVAILABLE;
-      if (!down)
-        (void)http_add_header(r, "WWW-Authenticate", "Bearer realm=\"sbx\"");
-      (void)http_reply_error(r, down ? 503 : 401,
-                             down ? "unavailable" : "unauthenticated", "%s",
-                             e.msg);
+    if (auth_check(srv, r, &who, &e) < 0) {
+      auth_refuse(r, &e);
       count(srv, r);
       return;
     }
-    a.token = name;
-    a.scopes = scopes;
-    if (!auth_scope_in(scopes, rt->scope)) {
+    a.token = who.name;
+    a.scopes = who.scopes;
+    if (!auth_scope_in(who.scopes, rt->scope)) {
       (void)http_reply_error(r, 403, "forbidden",
                              "the token \"%s\" lacks the \"%s\" scope this "
                              "needs",
-                             name, rt->scope);
+                             who.name, rt->scope);
       count(srv, r);
       return;
     }
   }
-  if (!idem_replay(&a))
+  /* Keys are kept per token: a route without one has none. */
+  if (!rt->scope || !idem_replay(&a))
     rt->fn(&a);
   count(srv, r);
+  explicit_bzero(&who, sizeof(who)); /* its hash keys the token's sessions */
 }

@@ -12,6 +12,7 @@
 #include "controller/server/httpd.h"
 #include "controller/server/server.h"
 #include "controller/state/store.h"
+#include "shared/sha256.h"
 
 #define SERVER_ID_MAX RUNS_ID_MAX
 #define SERVER_RUN_PREFIX RUNS_ID_PREFIX
@@ -99,12 +100,35 @@ int api_error(struct api *a, unsigned status, const char *code, const char *fmt,
 bool api_has_scope(const struct api *a, const char *scope);
 
 /* auth.c */
-/* Checks the Authorization header of R: 0 with the token's name and
- * scopes copied into NAME and SCOPES, or the status to answer (401) with
- * E saying why. */
-int auth_check(struct server *srv, struct http_req *r, char *name,
-               size_t name_n, char *scopes, size_t scopes_n,
+#define AUTH_ID_MAX 13 /* a token's id: 12 hex digits */
+/* The token that authorized a request. */
+struct auth_who {
+  char id[AUTH_ID_MAX];
+  char name[128];
+  char scopes[128];
+  char hash[SBX_SHA256_HEX]; /* as stored: what a session's key is made of */
+  bool session;              /* by the page's session cookie (session.c) */
+  int64_t expires;           /* the session's end, unix seconds */
+  char csrf[SBX_SHA256_HEX]; /* the session's X-CSRF-Token */
+};
+/* Checks R's credentials: "Authorization: Bearer TOKEN", or without that
+ * header the session cookie (with its X-CSRF-Token on a request that is
+ * not a GET or HEAD). 0 with WHO filled, or an error in E: code
+ * SBX_UNAUTHENTICATED (answer 401), SBX_PERMISSION_DENIED (a session
+ * request without the right X-CSRF-Token: 403), SBX_UNAVAILABLE (the
+ * store failed: 503). */
+int auth_check(struct server *srv, struct http_req *r, struct auth_who *who,
                struct sbx_error *e);
+/* Answers R as auth_check's error E says (401 with WWW-Authenticate, 403
+ * or 503). */
+void auth_refuse(struct http_req *r, const struct sbx_error *e);
+/* Checks the token text T ("sbx_ID_SECRET"), as auth_check. */
+int auth_token(struct server *srv, const char *t, struct auth_who *who,
+               struct sbx_error *e);
+/* The token whose id is ID, as stored, into WHO (its secret unchecked),
+ * as auth_check. */
+int auth_lookup(struct server *srv, const char *id, struct auth_who *who,
+                struct sbx_error *e);
 /* Whether the comma list LIST holds SCOPE, or admin. */
 bool auth_scope_in(const char *list, const char *scope);
 
@@ -163,6 +187,25 @@ int api_fail(struct api *a, const struct sbx_error *e, int r);
 void api_runs_events(struct api *a);
 /* Whether an event TYPE ends a run's stream. */
 bool server_event_terminal(const char *type);
+
+/* session.c: the web page's sessions. The cookie sbx_session holds a
+ * token's id, an expiry and an HMAC of both under a key derived from the
+ * token's stored hash, so that any server of the store checks it, a
+ * restart keeps it, and removing the token ends it. */
+/* Checks R's session cookie: 0 with WHO filled (WHO->session set, its
+ * X-CSRF-Token checked unless R is a GET or HEAD), -ENOENT when R has no
+ * such cookie, else as auth_check. */
+int session_check(struct server *srv, struct http_req *r, struct auth_who *who,
+                  struct sbx_error *e);
+/* POST /ui/login, POST /ui/logout, GET /ui/session. */
+void api_ui_login(struct api *a);
+void api_ui_logout(struct api *a);
+void api_ui_session(struct api *a);
+
+/* ui.c: the page and its script and style, built into the program. */
+void api_ui_page(struct api *a);
+void api_ui_script(struct api *a);
+void api_ui_style(struct api *a);
 
 /* metrics.c: GET /metrics in Prometheus' text format. */
 void api_metrics(struct api *a);
