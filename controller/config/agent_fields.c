@@ -202,6 +202,18 @@ static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
                        CAPABILITY_CHOICES);
     if (cap < 0)
       return cap;
+    /* Known names, but nothing behind them yet: accepting them would give
+     * a weaker agent without a word. */
+    if (cap == AGENT_CAP_SKILLS || cap == AGENT_CAP_MEMORY)
+      return agent_invalid(c,
+                           "\"%s\": the \"%s\" capability is not supported "
+                           "yet: %s",
+                           k, capability_names[cap],
+                           cap == AGENT_CAP_SKILLS
+                               ? "sbx would give the model no skills index "
+                                 "and no load_skill tool"
+                               : "sbx would neither read nor write the "
+                                 "memory files");
     for (size_t j = 0; j < a->ncapabilities; j++)
       if (a->capabilities[j] == (enum agent_capability)cap)
         return agent_invalid(c, "\"%s\" repeats \"%s\"", k,

@@ -76,8 +76,7 @@ Test(agent, full_definition) {
       "  \"instructions\": \"Fix the failing test.\",\n"
       "  \"base_instructions\": \"You are a careful engineer.\",\n"
       "  \"default_manifest\": {\"root\": \"/workspace\", \"entries\": {}},\n"
-      "  \"capabilities\": [\"shell\", \"filesystem\", \"skills\", "
-      "\"memory\"],\n"
+      "  \"capabilities\": [\"shell\", \"filesystem\", \"compaction\"],\n"
       "  \"run_as\": \"  builder \",\n"
       "  \"model_settings\": {\n"
       "    \"temperature\": 0.25,\n"
@@ -124,11 +123,10 @@ Test(agent, full_definition) {
   cr_expect_str_eq(
       json_string_value(json_object_get(a->default_manifest, "root")),
       "/workspace");
-  cr_expect_eq(a->ncapabilities, 4);
+  cr_expect_eq(a->ncapabilities, 3);
   cr_expect_eq(a->capabilities[0], AGENT_CAP_SHELL);
   cr_expect_eq(a->capabilities[1], AGENT_CAP_FILESYSTEM);
-  cr_expect_eq(a->capabilities[2], AGENT_CAP_SKILLS);
-  cr_expect_eq(a->capabilities[3], AGENT_CAP_MEMORY);
+  cr_expect_eq(a->capabilities[2], AGENT_CAP_COMPACTION);
   cr_expect_str_eq(a->run_as, "builder");
   /* The settings are kept as written, checked. */
   json_t *want = json_loads(
@@ -288,6 +286,17 @@ Test(agent, bad_capabilities) {
                "\"memory\" (got \"network\")");
   expect_error("{\"name\": \"a\", \"capabilities\": [\"shell\", \"shell\"]}",
                -EINVAL, "agents/a.json: \"capabilities[1]\" repeats \"shell\"");
+  /* Names the SDK has, refused until they do what it does. */
+  expect_error("{\"name\": \"a\", \"capabilities\": [\"shell\", "
+               "\"skills\"]}",
+               -EINVAL,
+               "agents/a.json: \"capabilities[1]\": the \"skills\" capability "
+               "is not supported yet: sbx would give the model no skills "
+               "index and no load_skill tool");
+  expect_error("{\"name\": \"a\", \"capabilities\": [\"memory\"]}", -EINVAL,
+               "agents/a.json: \"capabilities[0]\": the \"memory\" capability "
+               "is not supported yet: sbx would neither read nor write the "
+               "memory files");
 }
 
 Test(agent, bad_model_settings) {
