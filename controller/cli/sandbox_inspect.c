@@ -20,22 +20,6 @@ static json_t *shown(json_t *rec, bool running) {
   return j;
 }
 
-static bool probe(const char *dir, const char *id) {
-  struct lifecycle_record rec;
-  struct sbx_error e = {0};
-  if (lifecycle_load(dir, id, &rec, &e) < 0)
-    return false;
-  struct sandbox *sb = NULL;
-  struct backend_options bo = {0};
-  bool running = false;
-  if (lifecycle_attach(&rec, &bo, &sb, &e) == 0) {
-    running = sb->client && sb->backend->running(sb);
-    sb->backend->detach(sb);
-  }
-  lifecycle_record_clear(&rec);
-  return running;
-}
-
 /* The table ls prints of OUT (the records as shown). */
 static void print_table(json_t *out) {
   printf("%-12s  %-8s  %-8s  %-20s  %s\n", "ID", "BACKEND", "STATUS", "CREATED",
@@ -78,7 +62,8 @@ int cli_sandbox_ls(struct cli_common *c, int argc, char **argv) {
   json_t *rec;
   json_array_foreach(list, i, rec) {
     const char *id = json_string_value(json_object_get(rec, "id"));
-    if (json_array_append_new(out, shown(rec, id && probe(dir, id))) < 0)
+    if (json_array_append_new(out,
+                              shown(rec, id && lifecycle_running(dir, id))) < 0)
       return cli_fail(c, &e, -ENOMEM);
   }
   if (c->json && cli_print_json(c, out))

@@ -211,6 +211,22 @@ int lifecycle_attach(const struct lifecycle_record *r,
   return 0;
 }
 
+bool lifecycle_running(const char *dir, const char *id) {
+  struct lifecycle_record rec;
+  struct sbx_error e = {0};
+  if (lifecycle_load(dir, id, &rec, &e) < 0)
+    return false;
+  struct sandbox *sb = NULL;
+  struct backend_options bo = {0};
+  bool running = false;
+  if (lifecycle_attach(&rec, &bo, &sb, &e) == 0) {
+    running = sb->client && sb->backend->running(sb);
+    sb->backend->detach(sb);
+  }
+  lifecycle_record_clear(&rec);
+  return running;
+}
+
 int lifecycle_resave(struct lifecycle_record *r, const struct sandbox *sb,
                      const struct manifest *m, struct sbx_error *e) {
   const char *created =

@@ -81,6 +81,10 @@ void lifecycle_record_clear(struct lifecycle_record *r);
 int lifecycle_attach(const struct lifecycle_record *r,
                      const struct backend_options *bo, struct sandbox **out,
                      struct sbx_error *e);
+/* Whether the recorded sandbox ID of DIR is running: its sandboxd answers
+ * (attached and let go again). False when it is stopped, gone or its
+ * record cannot be read. */
+bool lifecycle_running(const char *dir, const char *id);
 /* Rewrites R's record for SB (after start, stop or new entries). */
 int lifecycle_resave(struct lifecycle_record *r, const struct sandbox *sb,
                      const struct manifest *m, struct sbx_error *e);

@@ -102,14 +102,19 @@ static int check_quota(struct api *a) {
                    a->token, json_array_size(mine));
 }
 
-static json_t *sandbox_view(json_t *row) {
+/* A sandbox's row as the API shows it, with its status: "running" when
+ * its sandboxd answers (asked of it now), else "stopped". */
+static json_t *sandbox_view(struct api *a, json_t *row) {
   json_t *rec = json_object_get(row, "record");
+  const char *id = json_string_value(json_object_get(row, "id"));
+  bool running = id && lifecycle_running(a->srv->cfg->state_dir, id);
   return json_pack(
-      "{s:O, s:O?, s:O?, s:O?, s:O?, s:O?}", "id", json_object_get(row, "id"),
-      "backend", json_object_get(rec, "backend"), "session_id",
-      json_object_get(rec, "session_id"), "root", json_object_get(rec, "root"),
-      "owner", json_object_get(row, "owner"), "created_at",
-      json_object_get(row, "created_at"));
+      "{s:O, s:O?, s:O?, s:O?, s:O?, s:O?, s:s}", "id",
+      json_object_get(row, "id"), "backend", json_object_get(rec, "backend"),
+      "session_id", json_object_get(rec, "session_id"), "root",
+      json_object_get(rec, "root"), "owner", json_object_get(row, "owner"),
+      "created_at", json_object_get(row, "created_at"), "status",
+      running ? "running" : "stopped");
 }
 
 /* Creates the sandbox of the checked request in the state directory. */
@@ -194,7 +199,7 @@ void api_sandboxes_create(struct api *a) {
   char loc[64];
   (void)snprintf(loc, sizeof(loc), "/v1/sandboxes/%s", id);
   (void)http_add_header(a->r, "Location", loc);
-  (void)api_reply(a, 201, sandbox_view(row));
+  (void)api_reply(a, 201, sandbox_view(a, row));
 }
 
 void api_sandboxes_list(struct api *a) {
@@ -206,7 +211,7 @@ void api_sandboxes_list(struct api *a) {
   size_t i;
   json_t *row;
   json_array_foreach(rows, i, row) {
-    (void)json_array_append_new(data, sandbox_view(row));
+    (void)json_array_append_new(data, sandbox_view(a, row));
   }
   (void)api_reply(a, 200, json_pack("{s:o}", "data", data));
 }
@@ -220,7 +225,7 @@ void api_sandboxes_get(struct api *a) {
                            a->param[0]);
   if (r < 0)
     return (void)api_error(a, 503, "unavailable", "%s", e.msg);
-  (void)api_reply(a, 200, sandbox_view(row));
+  (void)api_reply(a, 200, sandbox_view(a, row));
 }
 
 void api_sandboxes_delete(struct api *a) {

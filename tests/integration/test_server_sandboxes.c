@@ -442,10 +442,25 @@ Test(server_sandboxes,
             "{\"cmd\": [\"true\"]}", NULL);
   cr_expect_eq(h.status, 503, "a stopped sandbox: %ld %s", h.status, h.body);
   test_http_free(&h);
+  /* Its status says so, in the list and alone. */
+  test_http(&h, &srv, "GET", p1(id, ""), srv.token, NULL, NULL);
+  cr_expect_str_eq(json_string_value(json_object_get(h.json, "status")),
+                   "stopped");
+  test_http_free(&h);
+  test_http(&h, &srv, "GET", "/v1/sandboxes", srv.token, NULL, NULL);
+  cr_expect_str_eq(
+      json_string_value(json_object_get(
+          json_array_get(json_object_get(h.json, "data"), 0), "status")),
+      "stopped");
+  test_http_free(&h);
   const char *startc[] = {"start", id, NULL};
   sbx_sandbox_run(&r, srv.state, startc);
   cr_assert_eq(r.status, 0, "%s", r.err);
   sbx_run_free(&r);
+  test_http(&h, &srv, "GET", p1(id, ""), srv.token, NULL, NULL);
+  cr_expect_str_eq(json_string_value(json_object_get(h.json, "status")),
+                   "running");
+  test_http_free(&h);
   test_http(&h, &srv, "POST", p1(id, "/execs"), srv.token,
             "{\"cmd\": [\"cat\", \"a.txt\"]}", NULL);
   cr_expect_eq(h.status, 201, "started again: %ld %s", h.status, h.body);

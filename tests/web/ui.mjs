@@ -220,6 +220,9 @@ async function main(browser) {
   await page.waitForSelector(`tr[data-sandbox="${sb.id}"]`);
   check(/^\d+ s ago$/.test(await text(`tr[data-sandbox="${sb.id}"] time`)),
         'the sandbox\'s age');
+  check(await text(`tr[data-sandbox="${sb.id}"] td[data-label="Status"]`) ===
+            'running',
+        'the sandbox\'s status');
   await shot('sandboxes');
   await page.click(`tr[data-sandbox="${sb.id}"] button`);
   await page.waitForSelector(`tr[data-sandbox="${sb.id}"]`, {hidden: true});

@@ -434,13 +434,14 @@ function sandboxesView() {
       el('p', {class: 'hint', text: 'Sandboxes that outlive a run (POST /v1/sandboxes).'}),
       el('table', {class: 'cards'},
          el('thead', {}, el('tr', {},
-            ...['Sandbox', 'Backend', 'Owner', 'Age', 'Actions'].map(
+            ...['Sandbox', 'Status', 'Backend', 'Owner', 'Age', 'Actions'].map(
                 (t) => el('th', {scope: 'col', text: t})))),
          body),
       empty);
   const make = (sb) => {
     const tr = el('tr', {'data-sandbox': sb.id},
         el('td', {'data-label': 'Sandbox', class: 'id', text: sb.id}),
+        el('td', {'data-label': 'Status', text: sb.status || '—'}),
         el('td', {'data-label': 'Backend', text: sb.backend || '—'}),
         el('td', {'data-label': 'Owner', text: sb.owner || '—'}),
         el('td', {'data-label': 'Age'}, timeEl(sb.created_at)),
@@ -463,7 +464,10 @@ function sandboxesView() {
     refresh: async () => {
       const r = await api('GET', '/v1/sandboxes');
       reconcile(body, r.data, (sb) => sb.id, make,
-                (tr, sb) => tr.children[3].replaceChildren(timeEl(sb.created_at)));
+                (tr, sb) => {
+                  tr.children[1].textContent = sb.status || '—';
+                  tr.children[4].replaceChildren(timeEl(sb.created_at));
+                });
       empty.hidden = r.data.length > 0;
     },
   };
