@@ -4,6 +4,7 @@
  * API. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,9 +50,22 @@ long long model_json_int(json_t *j, const char *key) {
   json_t *v = json_object_get(j, key);
   if (json_is_integer(v))
     return json_integer_value(v);
-  if (json_is_real(v))
-    return (long long)json_real_value(v);
+  if (json_is_real(v)) {
+    /* A model server's number may be any double: past the range of long
+     * long the cast is undefined, so it is clamped. */
+    double d = json_real_value(v);
+    if (d >= (double)LLONG_MAX)
+      return LLONG_MAX;
+    if (d <= (double)LLONG_MIN)
+      return LLONG_MIN;
+    return d == d ? (long long)d : 0;
+  }
   return 0;
+}
+
+long long model_json_count(json_t *j, const char *key) {
+  long long n = model_json_int(j, key);
+  return n < 0 ? 0 : n > MODEL_COUNT_MAX ? MODEL_COUNT_MAX : n;
 }
 
 void model_response_clear(struct model_response *r) {

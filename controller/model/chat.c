@@ -426,12 +426,12 @@ static int parse(json_t *reply, const char *url, struct model_response *out,
   out->output = TAKE_PTR(output);
 
   json_t *u = json_object_get(reply, "usage");
-  out->usage.input_tokens = model_json_int(u, "prompt_tokens");
-  out->usage.output_tokens = model_json_int(u, "completion_tokens");
-  out->usage.total_tokens = model_json_int(u, "total_tokens");
-  out->usage.reasoning_tokens = model_json_int(
+  out->usage.input_tokens = model_json_count(u, "prompt_tokens");
+  out->usage.output_tokens = model_json_count(u, "completion_tokens");
+  out->usage.total_tokens = model_json_count(u, "total_tokens");
+  out->usage.reasoning_tokens = model_json_count(
       json_object_get(u, "completion_tokens_details"), "reasoning_tokens");
-  out->usage.cached_tokens = model_json_int(
+  out->usage.cached_tokens = model_json_count(
       json_object_get(u, "prompt_tokens_details"), "cached_tokens");
   if (!out->usage.total_tokens)
     out->usage.total_tokens =

@@ -34,8 +34,14 @@ int model_error_from(json_t *j, const char *url, struct sbx_error *e);
 /* Whether REPLY from URL is an object without an "error": 0, or the error
  * (naming URL) that either API's parser reports. */
 int model_reply_check(json_t *reply, const char *url, struct sbx_error *e);
-/* Reads J[KEY] as an integer (0 when absent or not a number). */
+/* Reads J[KEY] as an integer (0 when absent or not a number; a real past
+ * the range of long long clamped to it). */
 long long model_json_int(json_t *j, const char *key);
+/* The most a token count of a reply is taken for: a server's count is
+ * clamped to 0..MODEL_COUNT_MAX, so that a run's sums cannot overflow. */
+#define MODEL_COUNT_MAX ((long long)1 << 40)
+/* J[KEY] as a token count: model_json_int within 0..MODEL_COUNT_MAX. */
+long long model_json_count(json_t *j, const char *key);
 
 /* ---- beyond the body (settings.c) ---------------------------------- */
 

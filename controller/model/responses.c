@@ -138,12 +138,12 @@ static void read_usage(json_t *u, struct model_usage *out) {
   memset(out, 0, sizeof(*out));
   if (!json_is_object(u))
     return;
-  out->input_tokens = model_json_int(u, "input_tokens");
-  out->output_tokens = model_json_int(u, "output_tokens");
-  out->total_tokens = model_json_int(u, "total_tokens");
-  out->reasoning_tokens = model_json_int(
+  out->input_tokens = model_json_count(u, "input_tokens");
+  out->output_tokens = model_json_count(u, "output_tokens");
+  out->total_tokens = model_json_count(u, "total_tokens");
+  out->reasoning_tokens = model_json_count(
       json_object_get(u, "output_tokens_details"), "reasoning_tokens");
-  out->cached_tokens = model_json_int(
+  out->cached_tokens = model_json_count(
       json_object_get(u, "input_tokens_details"), "cached_tokens");
   if (!out->total_tokens)
     out->total_tokens = out->input_tokens + out->output_tokens;

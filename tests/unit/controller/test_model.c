@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "controller/model/model.h"
+#include "controller/model/model_internal.h"
 #include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/errors.h"
@@ -1402,4 +1404,33 @@ Test(model, organization_and_project_headers) {
                    "proj_456");
   model_response_clear(&out);
   model_client_free(m);
+}
+
+/* A number a model server sends may be any double: one past the range of
+ * long long is clamped, not cast (undefined behaviour, found by
+ * fuzz_model). */
+Test(model, json_numbers_past_long_long_are_clamped) {
+  json_t *j = json_pack("{s:f, s:f, s:f, s:I}", "big", 4.44444e35, "small",
+                        -4.44444e35, "frac", 12.75, "n", (json_int_t)42);
+  cr_assert_not_null(j);
+  cr_expect_eq(model_json_int(j, "big"), LLONG_MAX);
+  cr_expect_eq(model_json_int(j, "small"), LLONG_MIN);
+  cr_expect_eq(model_json_int(j, "frac"), 12);
+  cr_expect_eq(model_json_int(j, "n"), 42);
+  cr_expect_eq(model_json_int(j, "missing"), 0);
+  json_decref(j);
+}
+
+/* Token counts are taken within 0..MODEL_COUNT_MAX, so that sums of them
+ * cannot overflow whatever a server sends. */
+Test(model, token_counts_are_bounded) {
+  json_t *j =
+      json_pack("{s:I, s:I, s:f, s:I}", "huge", (json_int_t)LLONG_MAX,
+                "negative", (json_int_t)-5, "real", 1e30, "n", (json_int_t)7);
+  cr_assert_not_null(j);
+  cr_expect_eq(model_json_count(j, "huge"), MODEL_COUNT_MAX);
+  cr_expect_eq(model_json_count(j, "negative"), 0);
+  cr_expect_eq(model_json_count(j, "real"), MODEL_COUNT_MAX);
+  cr_expect_eq(model_json_count(j, "n"), 7);
+  json_decref(j);
 }
