@@ -38,19 +38,15 @@ const char *agent_capability_name(enum agent_capability c) {
   return capability_names[c];
 }
 
-/* Writes a key path such as "tools[2].name" for messages into K; a long one
- * is cut short. */
-static void key_path(char k[KEY_MAX], const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void key_path(char k[KEY_MAX], const char *fmt, ...) {
+void agent_key_path(char *k, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   (void)vsnprintf(k, KEY_MAX, fmt, ap);
   va_end(ap);
 }
 
-static int wrong_type(const struct agent_ctx *c, const char *key,
-                      const char *expected, const json_t *v) {
+int agent_wrong_type(const struct agent_ctx *c, const char *key,
+                     const char *expected, const json_t *v) {
   return agent_invalid(c, "\"%s\" must be %s (got %s)", key, expected,
                        sbx_json_kind(v, false));
 }
@@ -67,7 +63,8 @@ static int too_many(const struct agent_ctx *c, const char *key) {
 static int get_string(const struct agent_ctx *c, const char *key,
                       const json_t *v, bool nonempty, char **out) {
   if (!json_is_string(v))
-    return wrong_type(c, key, nonempty ? "a non-empty string" : "a string", v);
+    return agent_wrong_type(c, key,
+                            nonempty ? "a non-empty string" : "a string", v);
   if (nonempty && json_string_length(v) == 0)
     return agent_invalid(c, "\"%s\" must not be empty", key);
   /* jansson refuses \u0000 unless asked, so the value is a C string. */
@@ -83,7 +80,7 @@ static int get_string(const struct agent_ctx *c, const char *key,
 static int get_count(const struct agent_ctx *c, const char *key,
                      const json_t *v, int64_t *out) {
   if (!json_is_integer(v))
-    return wrong_type(c, key, "an integer", v);
+    return agent_wrong_type(c, key, "an integer", v);
   json_int_t n = json_integer_value(v);
   if (n < 1)
     return agent_invalid(
@@ -97,7 +94,7 @@ static int get_count(const struct agent_ctx *c, const char *key,
 static int get_enum(const struct agent_ctx *c, const char *key, const json_t *v,
                     const char *const *names, size_t n, const char *choices) {
   if (!json_is_string(v))
-    return wrong_type(c, key, choices, v);
+    return agent_wrong_type(c, key, choices, v);
   const char *s = json_string_value(v);
   for (size_t i = 0; i < n; i++)
     if (names[i] && strcmp(s, names[i]) == 0)
@@ -108,7 +105,7 @@ static int get_enum(const struct agent_ctx *c, const char *key, const json_t *v,
 static int get_object(const struct agent_ctx *c, const char *key, json_t *v,
                       json_t **out) {
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
+    return agent_wrong_type(c, key, "an object", v);
   json_decref(*out);
   *out = json_incref(v);
   return 0;
@@ -180,7 +177,7 @@ static int parse_max_turns(const struct agent_ctx *c, struct agent *a,
 static int parse_version(const struct agent_ctx *c, struct agent *a,
                          const char *key, json_t *v) {
   if (!json_is_integer(v))
-    return wrong_type(c, key, "an integer", v);
+    return agent_wrong_type(c, key, "an integer", v);
   if (json_integer_value(v) != 1)
     return agent_invalid(c, "\"%s\" must be 1 (got %" JSON_INTEGER_FORMAT ")",
                          key, json_integer_value(v));
@@ -194,10 +191,10 @@ static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
   json_t *item;
 
   if (!json_is_array(v))
-    return wrong_type(c, key, "an array of capability names", v);
+    return agent_wrong_type(c, key, "an array of capability names", v);
   a->ncapabilities = 0;
   json_array_foreach(v, i, item) {
-    key_path(k, "%s[%zu]", key, i);
+    agent_key_path(k, "%s[%zu]", key, i);
     int cap = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
                        CAPABILITY_CHOICES);
     if (cap < 0)
@@ -236,18 +233,18 @@ static int parse_run_as(const struct agent_ctx *c, struct agent *a,
     name = NULL;
     json_object_foreach(v, sub, item) {
       if (strcmp(sub, "name") != 0) {
-        key_path(k, "%s.%.64s", key, sub);
+        agent_key_path(k, "%s.%.64s", key, sub);
         return unknown_key(c, k);
       }
       name = item;
     }
-    key_path(k, "%s.name", key);
+    agent_key_path(k, "%s.name", key);
     if (!name)
       return agent_invalid(c, "missing required key \"%s\"", k);
     key = k;
   }
   if (!json_is_string(name))
-    return wrong_type(c, key, "a user name string", name);
+    return agent_wrong_type(c, key, "a user name string", name);
 
   /* Trimmed, as the SDK does. */
   const char *s = json_string_value(name);
@@ -277,7 +274,7 @@ static int parse_handoffs(const struct agent_ctx *c, struct agent *a,
   json_t *item;
 
   if (!json_is_array(v))
-    return wrong_type(c, key, "an array of paths", v);
+    return agent_wrong_type(c, key, "an array of paths", v);
   size_t n = json_array_size(v);
   if (n > AGENT_MAX_LIST)
     return too_many(c, key);
@@ -289,9 +286,9 @@ static int parse_handoffs(const struct agent_ctx *c, struct agent *a,
     return agent_nomem(c);
   a->nhandoffs = n;
   json_array_foreach(v, i, item) {
-    key_path(k, "%s[%zu]", key, i);
+    agent_key_path(k, "%s[%zu]", key, i);
     if (!json_is_string(item))
-      return wrong_type(c, k, "a path string", item);
+      return agent_wrong_type(c, k, "a path string", item);
     int r = get_string(c, k, item, true, &a->handoff_paths[i]);
     if (r < 0)
       return r;
@@ -307,15 +304,15 @@ static int parse_tool(const struct agent_ctx *c, struct agent *a,
   int r = 0;
 
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
+    return agent_wrong_type(c, key, "an object", v);
   /* The type first: another tool type gets its own message, not one about
    * its other keys. */
   json_t *type = json_object_get(v, "type");
-  key_path(k, "%s.type", key);
+  agent_key_path(k, "%s.type", key);
   if (!type)
     return agent_invalid(c, "missing required key \"%s\"", k);
   if (!json_is_string(type))
-    return wrong_type(c, k, "\"agent_as_tool\" or \"command\"", type);
+    return agent_wrong_type(c, k, "\"agent_as_tool\" or \"command\"", type);
   if (strcmp(json_string_value(type), "command") == 0)
     return agent_parse_command(c, &a->commands[a->ncommands++], key, v);
   if (strcmp(json_string_value(type), "agent_as_tool") != 0)
@@ -325,12 +322,12 @@ static int parse_tool(const struct agent_ctx *c, struct agent *a,
                          k, json_string_value(type));
   struct agent_tool *t = &a->tools[a->ntools++];
   json_object_foreach(v, sub, item) {
-    key_path(k, "%s.%.64s", key, sub);
+    agent_key_path(k, "%s.%.64s", key, sub);
     if (strcmp(sub, "type") == 0) {
       continue;
     } else if (strcmp(sub, "agent") == 0) {
       if (!json_is_string(item))
-        return wrong_type(c, k, "a path string", item);
+        return agent_wrong_type(c, k, "a path string", item);
       r = get_string(c, k, item, true, &t->agent_path);
     } else if (strcmp(sub, "name") == 0) {
       if (json_is_null(item))
@@ -357,7 +354,7 @@ static int parse_tool(const struct agent_ctx *c, struct agent *a,
       return r;
   }
   if (!t->agent_path) {
-    key_path(k, "%s.agent", key);
+    agent_key_path(k, "%s.agent", key);
     return agent_invalid(c, "missing required key \"%s\"", k);
   }
   return 0;
@@ -375,7 +372,7 @@ static int parse_tools(const struct agent_ctx *c, struct agent *a,
   json_t *item;
 
   if (!json_is_array(v))
-    return wrong_type(c, key, "an array of tool objects", v);
+    return agent_wrong_type(c, key, "an array of tool objects", v);
   size_t n = json_array_size(v);
   if (n > AGENT_MAX_LIST)
     return too_many(c, key);
@@ -386,7 +383,7 @@ static int parse_tools(const struct agent_ctx *c, struct agent *a,
   if (!a->tools || !a->commands)
     return agent_nomem(c);
   json_array_foreach(v, i, item) {
-    key_path(k, "%s[%zu]", key, i);
+    agent_key_path(k, "%s[%zu]", key, i);
     int r = parse_tool(c, a, k, item);
     if (r < 0)
       return r;
@@ -459,9 +456,9 @@ static int parse_api_key_env(const struct agent_ctx *c, struct agent *a,
 static int parse_run_config(const struct agent_ctx *c, struct agent *a,
                             const char *key, json_t *v) {
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
+    return agent_wrong_type(c, key, "an object", v);
   char kp[KEY_MAX];
-  key_path(kp, "%s.backend", key);
+  agent_key_path(kp, "%s.backend", key);
   json_t *b = json_object_get(v, "backend");
   if (b && !json_is_null(b)) {
     int r = get_string(c, kp, b, true, &a->run_backend);
@@ -500,7 +497,7 @@ static int parse_approval(const struct agent_ctx *c, struct agent_approval *ap,
     return 0;
   }
   if (!json_is_array(v))
-    return wrong_type(c, key, expected, v);
+    return agent_wrong_type(c, key, expected, v);
   size_t n = json_array_size(v);
   if (n > AGENT_MAX_LIST)
     return too_many(c, key);
@@ -515,9 +512,9 @@ static int parse_approval(const struct agent_ctx *c, struct agent_approval *ap,
     return agent_nomem(c);
   ap->nprefixes = n;
   json_array_foreach(v, i, item) {
-    key_path(k, "%s[%zu]", key, i);
+    agent_key_path(k, "%s[%zu]", key, i);
     if (!json_is_string(item))
-      return wrong_type(c, k, "a command prefix string", item);
+      return agent_wrong_type(c, k, "a command prefix string", item);
     int r = get_string(c, k, item, true, &ap->prefixes[i]);
     if (r < 0)
       return r;
@@ -532,7 +529,7 @@ static int parse_approvals(const struct agent_ctx *c, struct agent *a,
   json_t *item;
 
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object of tool names", v);
+    return agent_wrong_type(c, key, "an object of tool names", v);
   size_t n = json_object_size(v);
   if (n > AGENT_MAX_LIST)
     return too_many(c, key);
@@ -543,7 +540,7 @@ static int parse_approvals(const struct agent_ctx *c, struct agent *a,
     return agent_nomem(c);
   json_object_foreach(v, tool, item) {
     struct agent_approval *ap = &a->approvals[a->napprovals++];
-    key_path(k, "%s.%.64s", key, tool);
+    agent_key_path(k, "%s.%.64s", key, tool);
     if (tool[0] == '\0')
       return agent_invalid(c, "\"%s\" keys must be tool names, not \"\"", key);
     ap->tool = strdup(tool);

@@ -26,6 +26,13 @@ int agent_invalid(const struct agent_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* -ENOMEM, said about the file. */
 int agent_nomem(const struct agent_ctx *c);
+/* "\"KEY\" must be EXPECTED (got <V's kind>)": -EINVAL. */
+int agent_wrong_type(const struct agent_ctx *c, const char *key,
+                     const char *expected, const json_t *v);
+/* Writes a key path such as "tools[2].name" for messages into K (KEY_MAX
+ * bytes); a long one is cut short. */
+void agent_key_path(char *k, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Reads the agent object ROOT of file C into A (zeroed but for its path
  * and identity), from the defaults: every key known and checked. References

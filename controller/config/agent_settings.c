@@ -24,17 +24,11 @@ enum {
 
 typedef int (*check_fn)(const struct agent_ctx *c, const char *key, json_t *v);
 
-static int wrong_type(const struct agent_ctx *c, const char *key,
-                      const char *expected, const json_t *v) {
-  return agent_invalid(c, "\"%s\" must be %s (got %s)", key, expected,
-                       sbx_json_kind(v, false));
-}
-
 /* A number within [LO, HI]. */
 static int check_range(const struct agent_ctx *c, const char *key, json_t *v,
                        double lo, double hi) {
   if (!json_is_number(v))
-    return wrong_type(c, key, "a number", v);
+    return agent_wrong_type(c, key, "a number", v);
   double d = json_number_value(v);
   if (!(d >= lo && d <= hi))
     return agent_invalid(c, "\"%s\" must be between %g and %g (got %g)", key,
@@ -57,14 +51,14 @@ static int check_penalty(const struct agent_ctx *c, const char *key,
 }
 
 static int check_bool(const struct agent_ctx *c, const char *key, json_t *v) {
-  return json_is_boolean(v) ? 0 : wrong_type(c, key, "a boolean", v);
+  return json_is_boolean(v) ? 0 : agent_wrong_type(c, key, "a boolean", v);
 }
 
 /* An integer within [LO, HI]. */
 static int check_int(const struct agent_ctx *c, const char *key, json_t *v,
                      json_int_t lo, json_int_t hi) {
   if (!json_is_integer(v))
-    return wrong_type(c, key, "an integer", v);
+    return agent_wrong_type(c, key, "an integer", v);
   json_int_t n = json_integer_value(v);
   if (n < lo || n > hi)
     return agent_invalid(c,
@@ -89,7 +83,7 @@ static int check_top_logprobs(const struct agent_ctx *c, const char *key,
 static int check_enum(const struct agent_ctx *c, const char *key, json_t *v,
                       const char *const *choices, const char *words) {
   if (!json_is_string(v))
-    return wrong_type(c, key, words, v);
+    return agent_wrong_type(c, key, words, v);
   for (const char *const *p = choices; *p; p++)
     if (strcmp(json_string_value(v), *p) == 0)
       return 0;
@@ -118,8 +112,8 @@ static int check_retention(const struct agent_ctx *c, const char *key,
 static int check_tool_choice(const struct agent_ctx *c, const char *key,
                              json_t *v) {
   if (!json_is_string(v))
-    return wrong_type(c, key, "\"auto\", \"required\", \"none\" or a tool name",
-                      v);
+    return agent_wrong_type(
+        c, key, "\"auto\", \"required\", \"none\" or a tool name", v);
   if (!agent_valid_tool_name(json_string_value(v)))
     return agent_invalid(
         c,
@@ -136,7 +130,7 @@ static int check_reasoning(const struct agent_ctx *c, const char *key,
                                         "high", "xhigh",   NULL};
   static const char *const summaries[] = {"auto", "concise", "detailed", NULL};
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
+    return agent_wrong_type(c, key, "an object", v);
   const char *sub;
   json_t *item;
   json_object_foreach(v, sub, item) {
@@ -165,7 +159,7 @@ static int check_reasoning(const struct agent_ctx *c, const char *key,
 static int check_plain_string(const struct agent_ctx *c, const char *key,
                               json_t *v) {
   if (!json_is_string(v))
-    return wrong_type(c, key, "a string", v);
+    return agent_wrong_type(c, key, "a string", v);
   if (json_string_length(v) > SETTING_STRING_MAX)
     return agent_invalid(c, "\"%s\" is longer than %d bytes", key,
                          SETTING_STRING_MAX);
@@ -182,7 +176,7 @@ static int check_map(const struct agent_ctx *c, const char *key, json_t *v,
                      check_fn each, bool (*name_ok)(const char *),
                      const char *names) {
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
+    return agent_wrong_type(c, key, "an object", v);
   if (json_object_size(v) > AGENT_MAX_LIST)
     return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
                       "\"%s\" has more than %d entries", key, AGENT_MAX_LIST);
@@ -222,7 +216,7 @@ static int check_query_value(const struct agent_ctx *c, const char *key,
     return 0;
   return json_is_string(v)
              ? check_plain_string(c, key, v)
-             : wrong_type(c, key, "a string, number or boolean", v);
+             : agent_wrong_type(c, key, "a string, number or boolean", v);
 }
 
 static int check_metadata(const struct agent_ctx *c, const char *key,
@@ -248,7 +242,7 @@ static int check_body(const struct agent_ctx *c, const char *key, json_t *v) {
 static int check_include(const struct agent_ctx *c, const char *key,
                          json_t *v) {
   if (!json_is_array(v))
-    return wrong_type(c, key, "an array of strings", v);
+    return agent_wrong_type(c, key, "an array of strings", v);
   if (json_array_size(v) > AGENT_MAX_LIST)
     return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
                       "\"%s\" has more than %d entries", key, AGENT_MAX_LIST);
@@ -315,7 +309,7 @@ static const char *const api_names[] = {
 int agent_parse_model_settings(const struct agent_ctx *c, struct agent *a,
                                const char *key, json_t *v) {
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
+    return agent_wrong_type(c, key, "an object", v);
   _cleanup_json_ json_t *kept = json_object();
   if (!kept)
     return agent_nomem(c);

@@ -21,23 +21,6 @@
 #define MCP_DEFAULT_TIMEOUT_S 5 /* the Python SDK's default */
 #define MCP_NAME_MAX 64
 
-/* Writes a key path such as "mcp_servers[0].name" into K; a long one is
- * cut short. */
-static void key_path(char k[KEY_MAX], const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void key_path(char k[KEY_MAX], const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  (void)vsnprintf(k, KEY_MAX, fmt, ap);
-  va_end(ap);
-}
-
-static int wrong_type(const struct agent_ctx *c, const char *key,
-                      const char *expected, const json_t *v) {
-  return agent_invalid(c, "\"%s\" must be %s (got %s)", key, expected,
-                       sbx_json_kind(v, false));
-}
-
 /* The directory of the agent file C, absolute (new), or NULL. */
 static char *file_dir(const struct agent_ctx *c) {
   const char *slash = strrchr(c->path, '/');
@@ -77,7 +60,7 @@ static char **strv_free(char **v) {
 static int get_strv(const struct agent_ctx *c, const char *key, json_t *v,
                     size_t extra, bool nonempty, char ***out) {
   if (!json_is_array(v))
-    return wrong_type(c, key, "an array of strings", v);
+    return agent_wrong_type(c, key, "an array of strings", v);
   size_t n = json_array_size(v);
   if (n > AGENT_MAX_LIST)
     return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
@@ -101,7 +84,7 @@ static int get_strv(const struct agent_ctx *c, const char *key, json_t *v,
 static int get_str(const struct agent_ctx *c, const char *key, json_t *v,
                    char **out) {
   if (!json_is_string(v) || json_string_length(v) == 0)
-    return wrong_type(c, key, "a non-empty string", v);
+    return agent_wrong_type(c, key, "a non-empty string", v);
   free(*out);
   *out = strdup(json_string_value(v));
   return *out ? 0 : agent_nomem(c);
@@ -111,7 +94,7 @@ static int get_str(const struct agent_ctx *c, const char *key, json_t *v,
 static int get_timeout(const struct agent_ctx *c, const char *key, json_t *v,
                        int64_t *out) {
   if (!json_is_integer(v))
-    return wrong_type(c, key, "an integer", v);
+    return agent_wrong_type(c, key, "an integer", v);
   json_int_t n = json_integer_value(v);
   if (n < 1 || n > COMMAND_MAX_TIMEOUT_S)
     return agent_invalid(c,
@@ -129,7 +112,7 @@ int agent_parse_command(const struct agent_ctx *c, struct agent_command *t,
   json_t *item;
   t->timeout_s = COMMAND_DEFAULT_TIMEOUT_S;
   json_object_foreach(v, sub, item) {
-    key_path(k, "%s.%.64s", key, sub);
+    agent_key_path(k, "%s.%.64s", key, sub);
     int r = 0;
     if (strcmp(sub, "type") == 0 || json_is_null(item))
       continue;
@@ -142,13 +125,13 @@ int agent_parse_command(const struct agent_ctx *c, struct agent_command *t,
                              k, t->name);
     } else if (strcmp(sub, "description") == 0) {
       if (!json_is_string(item))
-        return wrong_type(c, k, "a string", item);
+        return agent_wrong_type(c, k, "a string", item);
       free(t->description);
       t->description = strdup(json_string_value(item));
       r = t->description ? 0 : agent_nomem(c);
     } else if (strcmp(sub, "parameters") == 0) {
       if (!json_is_object(item))
-        return wrong_type(c, k, "a JSON schema object", item);
+        return agent_wrong_type(c, k, "a JSON schema object", item);
       json_decref(t->parameters);
       t->parameters = json_incref(item);
     } else if (strcmp(sub, "command") == 0) {
@@ -206,7 +189,7 @@ static int parse_require_approval(const struct agent_ctx *c,
     return 0;
   }
   if (!json_is_object(v))
-    return wrong_type(c, key, expected, v);
+    return agent_wrong_type(c, key, expected, v);
   size_t cap = json_object_size(v);
   json_t *lists[2] = {json_object_get(v, "always"),
                       json_object_get(v, "never")};
@@ -223,16 +206,16 @@ static int parse_require_approval(const struct agent_ctx *c,
   json_t *item;
   char k[KEY_MAX];
   json_object_foreach(v, tool, item) {
-    key_path(k, "%s.%.64s", key, tool);
+    agent_key_path(k, "%s.%.64s", key, tool);
     bool grouped = json_is_object(item) &&
                    (strcmp(tool, "always") == 0 || strcmp(tool, "never") == 0);
     json_t *names = grouped ? json_object_get(item, "tool_names") : NULL;
     if (grouped && !json_is_array(names))
-      return wrong_type(c, k, "{\"tool_names\": [...]}", item);
+      return agent_wrong_type(c, k, "{\"tool_names\": [...]}", item);
     for (size_t i = 0; grouped && i < json_array_size(names); i++) {
       json_t *n = json_array_get(names, i);
       if (!json_is_string(n))
-        return wrong_type(c, k, "{\"tool_names\": [names...]}", item);
+        return agent_wrong_type(c, k, "{\"tool_names\": [names...]}", item);
       struct agent_mcp_approval *ap = &s->approvals[s->napprovals++];
       ap->always = strcmp(tool, "always") == 0;
       if (!(ap->tool = strdup(json_string_value(n))))
@@ -242,7 +225,7 @@ static int parse_require_approval(const struct agent_ctx *c,
       continue;
     const char *m = json_string_value(item);
     if (!m || (strcmp(m, "always") != 0 && strcmp(m, "never") != 0))
-      return wrong_type(c, k, "\"always\" or \"never\"", item);
+      return agent_wrong_type(c, k, "\"always\" or \"never\"", item);
     struct agent_mcp_approval *ap = &s->approvals[s->napprovals++];
     ap->always = strcmp(m, "always") == 0;
     if (!(ap->tool = strdup(tool)))
@@ -255,7 +238,7 @@ static int parse_require_approval(const struct agent_ctx *c,
 static int parse_env(const struct agent_ctx *c, struct agent_mcp_server *s,
                      const char *key, json_t *v) {
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object of strings", v);
+    return agent_wrong_type(c, key, "an object of strings", v);
   if (json_object_size(v) > AGENT_MAX_LIST)
     return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
                       "\"%s\" has more than %d entries", key, AGENT_MAX_LIST);
@@ -283,7 +266,7 @@ static int parse_env(const struct agent_ctx *c, struct agent_mcp_server *s,
 static int parse_headers(const struct agent_ctx *c, struct agent_mcp_server *s,
                          const char *key, json_t *v) {
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object of strings", v);
+    return agent_wrong_type(c, key, "an object of strings", v);
   if (json_object_size(v) > AGENT_MAX_LIST)
     return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
                       "\"%s\" has more than %d entries", key, AGENT_MAX_LIST);
@@ -387,7 +370,7 @@ static int parse_server_key(const struct agent_ctx *c,
     return parse_require_approval(c, s, k, v);
   if (strcmp(sub, "use_structured_content") == 0) {
     if (!json_is_boolean(v))
-      return wrong_type(c, k, "a boolean", v);
+      return agent_wrong_type(c, k, "a boolean", v);
     s->use_structured_content = json_is_true(v);
     return 0;
   }
@@ -410,12 +393,12 @@ static int parse_server(const struct agent_ctx *c, struct agent_mcp_server *s,
                         const char *key, json_t *v) {
   char k[KEY_MAX];
   if (!json_is_object(v))
-    return wrong_type(c, key, "an object", v);
+    return agent_wrong_type(c, key, "an object", v);
   json_t *type = json_object_get(v, "type");
-  key_path(k, "%s.type", key);
+  agent_key_path(k, "%s.type", key);
   static const char types[] = "\"stdio\" or \"streamable_http\"";
   if (!json_is_string(type))
-    return wrong_type(c, k, types, type);
+    return agent_wrong_type(c, k, types, type);
   if (strcmp(json_string_value(type), "streamable_http") == 0)
     s->type = AGENT_MCP_STREAMABLE_HTTP;
   else if (strcmp(json_string_value(type), "stdio") == 0)
@@ -429,7 +412,7 @@ static int parse_server(const struct agent_ctx *c, struct agent_mcp_server *s,
   const char *sub;
   json_t *item;
   json_object_foreach(v, sub, item) {
-    key_path(k, "%s.%.64s", key, sub);
+    agent_key_path(k, "%s.%.64s", key, sub);
     if (strcmp(sub, "type") == 0 || json_is_null(item))
       continue;
     int r = parse_server_key(c, s, sub, k, item, &command, &cwd);
@@ -463,7 +446,7 @@ int agent_parse_mcp_servers(const struct agent_ctx *c, struct agent *a,
                             const char *key, json_t *v) {
   char k[KEY_MAX];
   if (!json_is_array(v))
-    return wrong_type(c, key, "an array of server objects", v);
+    return agent_wrong_type(c, key, "an array of server objects", v);
   size_t n = json_array_size(v);
   if (n > AGENT_MAX_LIST)
     return agent_fail(c, SBX_LIMIT_EXCEEDED, E2BIG,
@@ -474,7 +457,7 @@ int agent_parse_mcp_servers(const struct agent_ctx *c, struct agent *a,
   if (!a->mcp_servers)
     return agent_nomem(c);
   for (size_t i = 0; i < n; i++) {
-    key_path(k, "%s[%zu]", key, i);
+    agent_key_path(k, "%s[%zu]", key, i);
     a->nmcp_servers++;
     int r = parse_server(c, &a->mcp_servers[i], k, json_array_get(v, i));
     if (r < 0)
