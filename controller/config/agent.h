@@ -22,6 +22,9 @@
  *                      cannot carry is refused. Absent: the SDK's defaults
  *                      for the model (model_default_settings)
  *   output_type        object (a JSON schema for the final output)
+ *   prompt             {"id", "version"?, "variables"?: {name: string or
+ *                       input content}}: the Responses API's reusable
+ *                      prompt; refused with "api": "chat_completions"
  *   max_turns          integer >= 1
  *   handoffs           array of paths to agent files
  *   tools              array of {"type": "agent_as_tool", "agent": path,
@@ -178,12 +181,14 @@ struct agent {
   json_t *default_manifest; /* object, owned reference, or NULL */
   enum agent_capability capabilities[AGENT_CAP_COUNT];
   size_t ncapabilities;
-  char *run_as;            /* trimmed */
-  json_t *model_settings;  /* the checked object without nulls (owned), or
-                              NULL when the file gives none */
-  json_t *output_type;     /* object, owned reference, or NULL */
-  int64_t max_turns;       /* 0 when not given: the runner's default applies */
-  char **handoff_paths;    /* as written, parallel to handoffs */
+  char *run_as;           /* trimmed */
+  json_t *model_settings; /* the checked object without nulls (owned), or
+                             NULL when the file gives none */
+  json_t *output_type;    /* object, owned reference, or NULL */
+  json_t *prompt;       /* the reusable prompt {id, version, variables} (owned),
+                           or NULL */
+  int64_t max_turns;    /* 0 when not given: the runner's default applies */
+  char **handoff_paths; /* as written, parallel to handoffs */
   struct agent **handoffs; /* borrowed from the set, no repeats */
   size_t nhandoffs;
   struct agent_tool *tools; /* the agent_as_tool entries of "tools" */

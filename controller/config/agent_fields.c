@@ -169,6 +169,73 @@ static int parse_output_type(const struct agent_ctx *c, struct agent *a,
   return get_object(c, key, v, &a->output_type);
 }
 
+/* A value of "prompt.variables": a string, or an input content object of
+ * the Responses API (input_text, input_image or input_file). */
+static int check_prompt_variable(const struct agent_ctx *c, const char *key,
+                                 json_t *v) {
+  static const char expected[] =
+      "a string or an input_text, input_image or input_file object";
+  if (json_is_string(v))
+    return 0;
+  if (!json_is_object(v))
+    return agent_wrong_type(c, key, expected, v);
+  const char *type = json_string_value(json_object_get(v, "type"));
+  if (!type || (strcmp(type, "input_text") && strcmp(type, "input_image") &&
+                strcmp(type, "input_file")))
+    return agent_invalid(c, "\"%s\" must be %s (got type \"%.64s\")", key,
+                         expected, type ? type : "(none)");
+  if (strcmp(type, "input_text") == 0 &&
+      !json_is_string(json_object_get(v, "text")))
+    return agent_invalid(c, "\"%s.text\" must be a string", key);
+  return 0;
+}
+
+/* "prompt": the Responses API's reusable prompt, {"id", "version",
+ * "variables"}, sent as the SDK sends it. */
+static int parse_prompt(const struct agent_ctx *c, struct agent *a,
+                        const char *key, json_t *v) {
+  char k[KEY_MAX];
+  const char *name;
+  json_t *item;
+  if (!json_is_object(v))
+    return agent_wrong_type(c, key, "an object", v);
+  json_object_foreach(v, name, item) {
+    agent_key_path(k, "%s.%s", key, name);
+    if (strcmp(name, "id") == 0 || strcmp(name, "version") == 0) {
+      if (!json_is_string(item) || json_string_length(item) == 0)
+        return agent_wrong_type(c, k, "a non-empty string", item);
+    } else if (strcmp(name, "variables") == 0) {
+      if (!json_is_object(item))
+        return agent_wrong_type(c, k, "an object", item);
+      if (json_object_size(item) > AGENT_MAX_LIST)
+        return too_many(c, k);
+      const char *var;
+      json_t *val;
+      json_object_foreach(item, var, val) {
+        agent_key_path(k, "%s.variables.%s", key, var);
+        int r = check_prompt_variable(c, k, val);
+        if (r < 0)
+          return r;
+      }
+    } else {
+      return unknown_key(c, k);
+    }
+  }
+  if (!json_object_get(v, "id"))
+    return agent_invalid(c, "\"%s\" needs an \"id\"", key);
+  json_decref(a->prompt);
+  a->prompt = json_pack("{s:O}", "id", json_object_get(v, "id"));
+  if (!a->prompt)
+    return agent_nomem(c);
+  json_t *version = json_object_get(v, "version");
+  json_t *vars = json_object_get(v, "variables");
+  if ((version && json_object_set(a->prompt, "version", version) < 0) ||
+      json_object_set_new(a->prompt, "variables",
+                          vars ? json_deep_copy(vars) : json_object()) < 0)
+    return agent_nomem(c);
+  return 0;
+}
+
 static int parse_max_turns(const struct agent_ctx *c, struct agent *a,
                            const char *key, json_t *v) {
   return get_count(c, key, v, &a->max_turns);
@@ -566,6 +633,7 @@ static const struct field {
     {"run_as", parse_run_as},
     {"model_settings", agent_parse_model_settings},
     {"output_type", parse_output_type},
+    {"prompt", parse_prompt},
     {"max_turns", parse_max_turns},
     {"handoffs", parse_handoffs},
     {"tools", parse_tools},

@@ -353,6 +353,11 @@ int agent_check_model_settings(const struct agent_ctx *c,
           "\"model_settings.%s\" cannot be sent to the %s API (\"api\": "
           "\"%s\")",
           settings[i].key, api, api);
+  if (a->prompt && a->api == AGENT_API_CHAT_COMPLETIONS)
+    return agent_invalid(c,
+                         "\"prompt\": reusable prompts are only supported by "
+                         "the Responses API (\"api\": \"%s\")",
+                         api);
   json_t *summary = json_object_get(
       json_object_get(a->model_settings, "reasoning"), "summary");
   if (summary && !json_is_null(summary) && a->api == AGENT_API_CHAT_COMPLETIONS)

@@ -828,7 +828,7 @@ static int call_locked(struct model_client *m, const struct model_request *req,
 int model_call(struct model_client *m, const struct model_request *req,
                struct model_response *out, struct sbx_error *e) {
   memset(out, 0, sizeof(*out));
-  if (!req->model || !req->model[0])
+  if ((!req->model || !req->model[0]) && !req->prompt)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "no model name given");
   if (req->input && !json_is_array(req->input))

@@ -96,6 +96,9 @@ struct model_request {
   const char *output_name;  /* schema name, default "final_output" */
   json_t *extra;            /* borrowed, may be NULL: merged into the body
                                (e.g. context_management) */
+  json_t *prompt;           /* borrowed, may be NULL: the Responses API's
+                               reusable prompt; with it MODEL may be NULL
+                               (the prompt's model applies) */
 };
 
 struct model_usage {

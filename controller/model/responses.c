@@ -106,8 +106,11 @@ static json_t *build_body(const struct model_request *req, bool stream) {
   json_t *st = json_is_object(req->model_settings) ? req->model_settings : NULL;
   bool have_tools = json_is_array(req->tools) && json_array_size(req->tools);
   int r = 0;
-  r |= json_object_set_new(b, "model",
-                           json_string(req->model ? req->model : ""));
+  /* With a reusable prompt and no model of its own, the agent leaves the
+   * model to the prompt, as the SDK does. */
+  if (req->model || !req->prompt)
+    r |= json_object_set_new(b, "model",
+                             json_string(req->model ? req->model : ""));
   if (req->instructions && req->instructions[0])
     r |= json_object_set_new(b, "instructions", json_string(req->instructions));
   r |= json_object_set_new(b, "input",
@@ -116,6 +119,8 @@ static json_t *build_body(const struct model_request *req, bool stream) {
   r |= json_object_set_new(b, "include", include_list(st));
   if (have_tools)
     r |= json_object_set(b, "tools", req->tools);
+  if (json_is_object(req->prompt))
+    r |= json_object_set(b, "prompt", req->prompt);
   if (r || add_settings(b, st, have_tools, req->tools) < 0)
     return NULL;
   bool oom;

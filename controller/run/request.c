@@ -170,7 +170,11 @@ int run_request_build(struct run *run, const struct agent *a,
   }
   /* The agent's settings, or the SDK's defaults for the model when the
    * agent gives none (settings given replace them whole, as in the SDK). */
+  /* A reusable prompt chooses the model unless the agent or --model names
+   * one; then the model's defaults do not apply either (the SDK). */
+  bool prompt_model = a->prompt && !a->model && !o->model;
   tr->settings = a->model_settings ? json_deep_copy(a->model_settings)
+                 : prompt_model    ? json_object()
                                    : model_default_settings(model);
   /* Once the agent has called tools, its tool_choice goes (but "none"), so
    * that a forced call is not forced again: the SDK's reset_tool_choice. */
@@ -190,13 +194,14 @@ int run_request_build(struct run *run, const struct agent *a,
   if (a->output_type && !(tr->schema = schema_output_for_model(a->output_type)))
     return -ENOMEM;
   tr->req = (struct model_request){
-      .model = model,
+      .model = prompt_model ? NULL : model,
       .instructions = st->instr,
       .input = tr->input,
       .tools = st->tools,
       .model_settings = tr->settings,
       .output_schema = tr->schema,
       .extra = tr->extra,
+      .prompt = a->prompt,
   };
   return 0;
 }

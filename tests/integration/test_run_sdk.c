@@ -419,6 +419,37 @@ Test(run_sdk, output_type_not_an_object_is_wrapped) {
   fixture_free(&f);
 }
 
+/* A reusable prompt goes on the wire as the SDK sends it; without a model
+ * of the agent's own the prompt's model applies (no "model", no default
+ * settings), and a model given is sent. */
+Test(run_sdk, prompt_reference_is_sent) {
+  struct fixture f = {0};
+  run_script(&f, "[{\"text\": \"done\"}]",
+             "{\"name\": \"T\", \"prompt\": {\"id\": \"pmpt_1\", "
+             "\"version\": \"2\", \"variables\": {\"city\": \"Paris\"}}}");
+  cr_assert_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  json_t *b = body(&f, 0);
+  expect_json(json_object_get(b, "prompt"),
+              "{\"id\": \"pmpt_1\", \"version\": \"2\", \"variables\": "
+              "{\"city\": \"Paris\"}}",
+              "prompt");
+  cr_expect_null(json_object_get(b, "model"), "the prompt's model applies");
+  cr_expect_null(json_object_get(b, "reasoning"), "no default settings");
+  cr_expect_null(json_object_get(b, "text"), "no default settings");
+  fixture_free(&f);
+  f = (struct fixture){0};
+
+  run_script(&f, "[{\"text\": \"done\"}]",
+             "{\"name\": \"T\", \"model\": \"gpt-5.4\", \"prompt\": "
+             "{\"id\": \"pmpt_1\"}}");
+  cr_assert_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  b = body(&f, 0);
+  cr_expect_str_eq(json_string_value(json_object_get(b, "model")), "gpt-5.4");
+  expect_json(json_object_get(b, "prompt"),
+              "{\"id\": \"pmpt_1\", \"variables\": {}}", "prompt");
+  fixture_free(&f);
+}
+
 /* An agent's own key, by the name of its variable: sent as its bearer
  * token; unset, the run fails before any request, saying which. */
 Test(run_sdk, api_key_env_names_the_agents_key) {

@@ -769,3 +769,68 @@ Test(agent, api_key_env_is_a_variable_name) {
                "variable name: letters, digits and \"_\", not starting with "
                "a digit (got \"A-B\")");
 }
+
+/* "prompt": the Responses API's reusable prompt, kept as the SDK sends it
+ * (variables always present); what it cannot hold is refused by name. */
+Test(agent, prompt_reference) {
+  write_file("agents/p.json",
+             "{\"name\": \"P\", \"prompt\": {\"id\": \"pmpt_1\", \"version\": "
+             "\"3\", \"variables\": {\"city\": \"Paris\", \"doc\": {\"type\": "
+             "\"input_text\", \"text\": \"hi\"}}}}");
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(agent_load("agents/p.json", &s, &e), 0, "%s", e.msg);
+  json_t *want = json_loads("{\"id\": \"pmpt_1\", \"version\": \"3\", "
+                            "\"variables\": {\"city\": \"Paris\", \"doc\": "
+                            "{\"type\": \"input_text\", \"text\": \"hi\"}}}",
+                            0, NULL);
+  cr_expect(json_equal(s->agents[0]->prompt, want));
+  json_decref(want);
+  agent_set_free(s);
+  write_file("agents/q.json", "{\"name\": \"Q\", \"prompt\": {\"id\": \"p\"}}");
+  cr_assert_eq(agent_load("agents/q.json", &s, &e), 0, "%s", e.msg);
+  want = json_loads("{\"id\": \"p\", \"variables\": {}}", 0, NULL);
+  cr_expect(json_equal(s->agents[0]->prompt, want));
+  json_decref(want);
+  agent_set_free(s);
+
+  expect_error("{\"name\": \"a\", \"prompt\": \"pmpt_1\"}", -EINVAL,
+               "agents/a.json: \"prompt\" must be an object (got string)");
+  expect_error("{\"name\": \"a\", \"prompt\": {}}", -EINVAL,
+               "agents/a.json: \"prompt\" needs an \"id\"");
+  expect_error("{\"name\": \"a\", \"prompt\": {\"id\": \"\"}}", -EINVAL,
+               "agents/a.json: \"prompt.id\" must be a non-empty string (got "
+               "string)");
+  expect_error("{\"name\": \"a\", \"prompt\": {\"id\": \"p\", \"version\": 3}}",
+               -EINVAL,
+               "agents/a.json: \"prompt.version\" must be a non-empty string "
+               "(got integer)");
+  expect_error("{\"name\": \"a\", \"prompt\": {\"id\": \"p\", \"vars\": {}}}",
+               -EINVAL, "agents/a.json: unknown key \"prompt.vars\"");
+  expect_error("{\"name\": \"a\", \"prompt\": {\"id\": \"p\", \"variables\": "
+               "[]}}",
+               -EINVAL,
+               "agents/a.json: \"prompt.variables\" must be an object (got "
+               "array)");
+  expect_error("{\"name\": \"a\", \"prompt\": {\"id\": \"p\", \"variables\": "
+               "{\"n\": 3}}}",
+               -EINVAL,
+               "agents/a.json: \"prompt.variables.n\" must be a string or an "
+               "input_text, input_image or input_file object (got integer)");
+  expect_error("{\"name\": \"a\", \"prompt\": {\"id\": \"p\", \"variables\": "
+               "{\"n\": {\"type\": \"text\"}}}}",
+               -EINVAL,
+               "agents/a.json: \"prompt.variables.n\" must be a string or an "
+               "input_text, input_image or input_file object (got type "
+               "\"text\")");
+  expect_error("{\"name\": \"a\", \"prompt\": {\"id\": \"p\", \"variables\": "
+               "{\"n\": {\"type\": \"input_text\"}}}}",
+               -EINVAL,
+               "agents/a.json: \"prompt.variables.n.text\" must be a string");
+  expect_error("{\"name\": \"a\", \"api\": \"chat_completions\", \"prompt\": "
+               "{\"id\": \"p\"}}",
+               -EINVAL,
+               "agents/a.json: \"prompt\": reusable prompts are only "
+               "supported by the Responses API (\"api\": "
+               "\"chat_completions\")");
+}
