@@ -15,6 +15,11 @@
 #include "controller/sandbox/lifecycle.h"
 #include "shared/errors.h"
 
+/* How long sandboxd holds an attached exec's output for its reader (the
+ * command waits on a full pipe rather than lose bytes) when the reader
+ * stops reading, as when sbx was killed: then the retention rules. */
+#define CLI_EXEC_HOLD_S 60
+
 /* sbx run (run.c), sbx approve, sbx reject and sbx runs on the state
  * store (runs.c) and sbx sandbox (sandbox.c). ARGV[0] is the command's
  * name. */

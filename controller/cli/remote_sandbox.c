@@ -203,6 +203,7 @@ static int exec_body(int argc, char **argv, json_t *body, int *id_at,
     (void)json_array_append_new(cmd, json_string(argv[k]));
   (void)json_object_set_new(body, "cmd", cmd);
   (void)json_object_set_new(body, "stdin", json_boolean(*feed));
+  (void)json_object_set_new(body, "hold_s", json_integer(CLI_EXEC_HOLD_S));
   return 0;
 }
 

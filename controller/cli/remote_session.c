@@ -166,10 +166,10 @@ int remote_shell(struct remote *rm, int argc, char **argv) {
                         "--user or --shell through a server)");
   bool tty = isatty(0) != 0;
   _cleanup_json_ json_t *body =
-      json_pack("{s:[s, s, s], s:b, s:b}", "cmd", "/bin/sh", "-c",
+      json_pack("{s:[s, s, s], s:b, s:b, s:i}", "cmd", "/bin/sh", "-c",
                 "if command -v bash >/dev/null 2>&1; then exec bash -l; "
                 "else exec sh -l; fi",
-                "tty", tty, "stdin", true);
+                "tty", tty, "stdin", true, "hold_s", CLI_EXEC_HOLD_S);
   if (body && cwd)
     (void)json_object_set_new(body, "cwd", json_string(cwd));
   return body ? remote_attached(rm, argv[i], body, true, tty) : 1;

@@ -182,6 +182,7 @@ static int start_exec(struct sandbox *sb, char **argv, size_t argc,
   st.no_stdin = !a->interactive;
   st.timeout_ms = a->timeout;
   st.wait_ms = wait_ms;
+  st.hold_ms = CLI_EXEC_HOLD_S * 1000;
   struct winsize ws;
   if (a->tty && ioctl(0, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col) {
     st.rows = ws.ws_row;

@@ -18,6 +18,7 @@
 #define WAIT_MAX_MS 30000
 #define CHUNK ((size_t)4 << 20)
 #define TIMEOUT_MAX_S 86400
+#define HOLD_MAX_S 3600 /* an exec's output held for its reader */
 
 /* An exec id of the path (its second parameter): 0, or a reply sent. */
 static int exec_id(struct api *a, uint64_t *id) {
@@ -36,8 +37,9 @@ static int exec_id(struct api *a, uint64_t *id) {
 static int exec_request(struct api *a, json_t *body, Sbx__V1__ExecStart *x,
                         Sbx__V1__EnvVar *env, Sbx__V1__EnvVar **envp,
                         char **argv) {
-  static const char *const keys[] = {"cmd", "command",   "cwd",   "env",
-                                     "tty", "timeout_s", "stdin", NULL};
+  static const char *const keys[] = {"cmd",   "command", "cwd",
+                                     "env",   "tty",     "timeout_s",
+                                     "stdin", "hold_s",  NULL};
   if (api_known_members(a, body, "an exec", keys) < 0)
     return -1;
   json_t *cmd = json_object_get(body, "cmd");
@@ -74,6 +76,12 @@ static int exec_request(struct api *a, json_t *body, Sbx__V1__ExecStart *x,
     return api_error(a, 400, "invalid_request",
                      "\"timeout_s\" is a whole number from 1 to %d",
                      TIMEOUT_MAX_S);
+  json_t *hold = json_object_get(body, "hold_s");
+  if (hold && (!json_is_integer(hold) || json_integer_value(hold) < 0 ||
+               json_integer_value(hold) > HOLD_MAX_S))
+    return api_error(a, 400, "invalid_request",
+                     "\"hold_s\" is a whole number from 0 to %d", HOLD_MAX_S);
+  x->hold_ms = hold ? (uint32_t)json_integer_value(hold) * 1000u : 0;
   size_t n = 0;
   const char *k;
   json_t *v;

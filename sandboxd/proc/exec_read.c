@@ -5,8 +5,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,7 +21,9 @@ void proc_stream_close(struct proc_table *t, struct proc *p, int i) {
   struct stream *s = &p->out[i];
   if (s->fd < 0)
     return;
-  proc_ep_del(t, s->fd);
+  if (!s->paused)
+    proc_ep_del(t, s->fd);
+  s->paused = false;
   if (p->tty && i == K_STDOUT) {
     proc_stdin_close(t, p); /* the master was the input too */
     /* Closing the master hangs the terminal up: SIGHUP for a process that
@@ -35,14 +39,115 @@ void proc_stream_close(struct proc_table *t, struct proc *p, int i) {
   s->fd = -1;
 }
 
+/* ---- holding the output for its reader (ExecStart.hold_ms) ---- */
+
+bool proc_stream_held(const struct proc *p, const struct stream *s,
+                      uint64_t now) {
+  return p->hold_ms && now - s->read_ms < p->hold_ms;
+}
+
+/* How many more bytes S may take before the part its reader has not asked
+ * for would outgrow what the buffer keeps (the head and the ring). */
+static uint64_t hold_room(const struct stream *s) {
+  uint64_t from =
+      s->reader_off > s->buf.head_max ? s->reader_off : s->buf.head_max;
+  uint64_t unread = s->buf.total > from ? s->buf.total - from : 0;
+  return unread >= s->buf.tail_max ? 0 : s->buf.tail_max - unread;
+}
+
+int proc_stream_watch(struct proc_table *t, struct proc *p, int i) {
+  const struct stream *s = &p->out[i];
+  if (s->fd < 0 || s->paused)
+    return 0;
+  uint32_t ev = EPOLLIN;
+  if (p->tty && i == K_STDOUT && p->in_armed)
+    ev |= EPOLLOUT;
+  return proc_ep_set(t, EPOLL_CTL_MOD, s->fd, ev, KEY(p->id, i));
+}
+
+/* Stops reading stream I of P: its fd leaves the epoll set (the EPOLLHUP
+ * of a closed writer would wake the thread again and again). */
+static void stream_pause(struct proc_table *t, struct proc *p, int i) {
+  struct stream *s = &p->out[i];
+  if (s->paused || s->fd < 0)
+    return;
+  proc_ep_del(t, s->fd);
+  s->paused = true;
+}
+
+/* Reads stream I of P again after a pause: its fd back in the epoll set,
+ * where what is waiting in the pipe wakes the thread at once. */
+static void stream_resume(struct proc_table *t, struct proc *p, int i) {
+  struct stream *s = &p->out[i];
+  if (!s->paused)
+    return;
+  s->paused = false;
+  if (s->fd < 0)
+    return;
+  uint32_t ev = EPOLLIN;
+  if (p->tty && i == K_STDOUT && p->in_armed)
+    ev |= EPOLLOUT;
+  int r = proc_ep_set(t, EPOLL_CTL_ADD, s->fd, ev, KEY(p->id, i));
+  if (r < 0) {
+    /* Not watched, the stream would never end: read it to its end now,
+     * dropping what the buffer cannot keep. */
+    log_error("exec %" PRIu64 ": watching its output again: %s", p->id,
+              strerror(-r));
+    p->hold_ms = 0;
+    proc_stream_drain(t, p, i, SIZE_MAX);
+  }
+}
+
+void proc_stream_reader_at(struct proc_table *t, struct proc *p, int i,
+                           uint64_t offset, uint64_t now) {
+  struct stream *s = &p->out[i];
+  if (offset > s->reader_off)
+    s->reader_off = offset;
+  s->read_ms = now;
+  if (s->paused && hold_room(s) > 0)
+    stream_resume(t, p, i);
+}
+
+void proc_stream_unhold(struct proc_table *t, struct proc *p) {
+  p->hold_ms = 0;
+  for (int i = 0; i < 2; i++)
+    stream_resume(t, p, i);
+}
+
+void proc_stream_hold_expire(struct proc_table *t, struct proc *p, uint64_t now,
+                             uint64_t *next) {
+  for (int i = 0; i < 2; i++) {
+    struct stream *s = &p->out[i];
+    if (!s->paused)
+      continue;
+    if (!proc_stream_held(p, s, now))
+      stream_resume(t, p, i);
+    else if (s->read_ms + p->hold_ms < *next)
+      *next = s->read_ms + p->hold_ms;
+  }
+}
+
 /* Reads what stream I has now, up to BUDGET bytes; closes it at EOF. A PTY
- * master reports EIO once every slave fd is closed: that is its EOF. */
+ * master reports EIO once every slave fd is closed: that is its EOF. A
+ * held stream is read only as far as its reader leaves room, then
+ * paused. */
 void proc_stream_drain(struct proc_table *t, struct proc *p, int i,
                        size_t budget) {
   struct stream *s = &p->out[i];
   size_t got = 0;
-  while (s->fd >= 0 && got < budget) {
-    ssize_t n = read(s->fd, t->rbuf, sizeof(t->rbuf));
+  uint64_t now = p->hold_ms ? sbx_now_ms() : 0;
+  while (s->fd >= 0 && !s->paused && got < budget) {
+    size_t want = sizeof(t->rbuf);
+    if (p->hold_ms && proc_stream_held(p, s, now)) {
+      uint64_t room = hold_room(s);
+      if (room == 0) {
+        stream_pause(t, p, i);
+        return;
+      }
+      if (room < want)
+        want = (size_t)room;
+    }
+    ssize_t n = read(s->fd, t->rbuf, want);
     if (n > 0) {
       outbuf_append(&s->buf, t->rbuf, (size_t)n);
       got += (size_t)n;
@@ -64,8 +169,10 @@ static bool read_ready(const struct proc *p, const struct waiter *w) {
   const struct stream *s = &p->out[w->stream];
   uint64_t start;
   uint64_t avail = outbuf_avail(&s->buf, w->offset, &start);
+  /* A paused stream gets no further until its reader reads. */
   if (w->until_exit)
-    return (!p->running && proc_output_closed(p)) || avail >= w->max;
+    return (!p->running && proc_output_closed(p)) || avail >= w->max ||
+           (s->paused && avail > 0);
   /* The exit answers reads that were waiting for it; a later read of a
    * finished process whose output a background child holds open waits for
    * data like any other, rather than answering empty at once forever. A
@@ -192,7 +299,7 @@ static int exec_read_locked(struct proc_table *t, struct rpc_call *c,
                     "exec %" PRIu64 " has a terminal: all its output is on "
                     "stdout",
                     p->id);
-  const struct stream *s = &p->out[stream];
+  struct stream *s = &p->out[stream];
   if (rq->offset > s->buf.total)
     return rpc_fail(c, SBX_INVALID_ARGUMENT, EINVAL,
                     "offset %" PRIu64 " is past the end of %s of exec %" PRIu64
@@ -200,6 +307,9 @@ static int exec_read_locked(struct proc_table *t, struct rpc_call *c,
                     rq->offset, stream == K_STDOUT ? "stdout" : "stderr", p->id,
                     s->buf.total);
   p->used = ++t->tick;
+  uint64_t now = sbx_now_ms();
+  if (p->hold_ms)
+    proc_stream_reader_at(t, p, stream, rq->offset, now);
   struct waiter w = {
       .c = c,
       .stream = stream,
@@ -207,7 +317,7 @@ static int exec_read_locked(struct proc_table *t, struct rpc_call *c,
       .max = proc_read_cap(c->d, rq->max_bytes),
       .until_exit = rq->until_exit,
       .saw_running = p->running,
-      .deadline_ms = sbx_now_ms() + rq->wait_ms,
+      .deadline_ms = now + rq->wait_ms,
   };
   return proc_read_or_park(t, p, &w, rq->wait_ms);
 }

@@ -462,11 +462,14 @@ static struct proc *insert(struct proc_table *t, struct rpc_call *c,
   p->used = ++t->tick;
   if (st->timeout_ms)
     p->term_at_ms = sbx_now_ms() + st->timeout_ms;
+  p->hold_ms = st->hold_ms;
   make_summary(sp, st, p->summary);
   sbx_buf_init(&p->inq, PROC_STDIN_MAX);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     outbuf_init(&p->out[i].buf, t->d->limits.retention_head,
                 t->d->limits.retention_tail);
+    p->out[i].read_ms = sbx_now_ms();
+  }
   p->out[K_STDOUT].fd = -1;
   p->out[K_STDERR].fd = -1;
   p->in_fd = -1;

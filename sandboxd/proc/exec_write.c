@@ -21,9 +21,7 @@ static void stdin_disarm(struct proc_table *t, struct proc *p) {
     return;
   p->in_armed = false;
   if (p->tty) {
-    if (p->out[0].fd >= 0)
-      (void)proc_ep_set(t, EPOLL_CTL_MOD, p->out[0].fd, EPOLLIN,
-                        KEY(p->id, K_STDOUT));
+    (void)proc_stream_watch(t, p, K_STDOUT);
   } else if (p->in_fd >= 0) {
     proc_ep_del(t, p->in_fd);
   }
@@ -34,10 +32,17 @@ static void stdin_disarm(struct proc_table *t, struct proc *p) {
 static int stdin_arm(struct proc_table *t, struct proc *p) {
   if (p->in_armed)
     return 0;
-  int r = p->tty ? proc_ep_set(t, EPOLL_CTL_MOD, p->out[0].fd,
-                               EPOLLIN | EPOLLOUT, KEY(p->id, K_STDOUT))
-                 : proc_ep_set(t, EPOLL_CTL_ADD, p->in_fd, EPOLLOUT,
-                               KEY(p->id, K_STDIN));
+  if (p->tty) {
+    /* The master carries both ways; a paused one is watched for both
+     * again when its reader reads. */
+    p->in_armed = true;
+    int r = proc_stream_watch(t, p, K_STDOUT);
+    if (r < 0)
+      p->in_armed = false;
+    return r;
+  }
+  int r =
+      proc_ep_set(t, EPOLL_CTL_ADD, p->in_fd, EPOLLOUT, KEY(p->id, K_STDIN));
   if (r == 0)
     p->in_armed = true;
   return r;

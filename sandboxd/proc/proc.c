@@ -216,7 +216,8 @@ static void fire_deadlines(struct proc_table *t, uint64_t now) {
   }
 }
 
-/* epoll_wait's timeout: the nearest deadline, or -1. */
+/* epoll_wait's timeout: the nearest deadline, or -1. On the way, streams
+ * whose reader stopped reading for their hold_ms are read on. */
 static int next_timeout(struct proc_table *t, uint64_t now) {
   uint64_t next = UINT64_MAX;
   for (size_t i = 0; i < t->nprocs; i++) {
@@ -229,6 +230,8 @@ static int next_timeout(struct proc_table *t, uint64_t now) {
       next = proc_min_u64(next, p->kill_at_ms);
     for (struct waiter *w = p->waiters; w; w = w->next)
       next = proc_min_u64(next, w->deadline_ms);
+    if (p->hold_ms)
+      proc_stream_hold_expire(t, p, now, &next);
   }
   if (next == UINT64_MAX)
     return -1;
@@ -433,6 +436,10 @@ void proc_kill_all(struct proc_table *t, unsigned grace_ms) {
   if (!t)
     return;
   pthread_mutex_lock(&t->mu);
+  /* Nobody is to read what they still write: let it go, so that their
+   * output ends. */
+  for (size_t i = 0; i < t->nprocs; i++)
+    proc_stream_unhold(t, t->procs[i]);
   signal_all(t, SIGTERM);
   pthread_mutex_unlock(&t->mu);
   if (wait_all_gone(t, grace_ms))

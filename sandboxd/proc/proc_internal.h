@@ -71,6 +71,11 @@ struct waiter {
 struct stream {
   int fd; /* read end (a tty's stdout: the PTY master); -1 once closed */
   struct outbuf buf;
+  /* Holding (ExecStart.hold_ms): where its reader last asked to read, and
+   * when; paused while that leaves no room, fd then out of the epoll set. */
+  uint64_t reader_off;
+  uint64_t read_ms;
+  bool paused;
 };
 
 struct proc {
@@ -82,6 +87,7 @@ struct proc {
   int status;          /* wait status once reaped */
   uint64_t term_at_ms; /* timeout: TERM the group then (0: none) */
   uint64_t kill_at_ms; /* KILL the group then (0: none) */
+  uint32_t hold_ms;    /* ExecStart.hold_ms */
   struct stream out[2];
   int in_fd;      /* stdin pipe's write end; -1: none or closed (tty: unused) */
   int pty_hold;   /* the PTY master after its EOF, kept until the reaping */
@@ -256,6 +262,24 @@ bool proc_stash_take(struct proc_table *t, pid_t pid, int *status);
  * Locked. */
 void proc_stream_drain(struct proc_table *t, struct proc *p, int i,
                        size_t budget);
+/* Whether P's stream S is held for its reader at NOW (ExecStart.hold_ms):
+ * started so and read within hold_ms. */
+bool proc_stream_held(const struct proc *p, const struct stream *s,
+                      uint64_t now);
+/* The reader of P's stream I asks to read at OFFSET at NOW: what comes
+ * before it is taken, and a paused stream with room again is read again.
+ * Locked. */
+void proc_stream_reader_at(struct proc_table *t, struct proc *p, int i,
+                           uint64_t offset, uint64_t now);
+/* Reads P's paused streams again whose reader has not read for hold_ms;
+ * lowers *NEXT to when the others' holds end. Locked. */
+void proc_stream_hold_expire(struct proc_table *t, struct proc *p, uint64_t now,
+                             uint64_t *next);
+/* Holds P's output no longer: its paused streams are read on. Locked. */
+void proc_stream_unhold(struct proc_table *t, struct proc *p);
+/* Sets what the thread watches on P's stream I (its output, and a
+ * terminal's input when armed); nothing while paused. Locked. */
+int proc_stream_watch(struct proc_table *t, struct proc *p, int i);
 /* Closes stream I of P (a tty's master is kept until the reaping). Locked. */
 void proc_stream_close(struct proc_table *t, struct proc *p, int i);
 /* Answers W's read of P at once when it is ready or WAIT_MS is 0, else

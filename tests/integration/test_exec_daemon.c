@@ -231,6 +231,129 @@ Test(exec_daemon, output_beyond_retention_reports_the_gap) {
   test_daemon_stop(&t);
 }
 
+/* Starts CMD with its output held for a reader that reads within HOLD_MS. */
+static uint64_t start_held(struct sbx_client *c, const char *cmd, bool tty,
+                           unsigned hold_ms) {
+  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
+  st.command = (char *)cmd;
+  st.tty = tty;
+  st.hold_ms = hold_ms;
+  Sbx__V1__Response *r = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_start(c, &st, &r, &e), 0, "start: %s", e.msg);
+  uint64_t id = r->exec_start->exec_id;
+  sbx_client_reply_free(r);
+  return id;
+}
+
+static void sleep_ms(unsigned ms) {
+  (void)nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000},
+                  NULL);
+}
+
+/* Held output: the process waits on a full pipe while its reader is slow,
+ * and the reader gets every byte, far beyond the retention. */
+Test(exec_daemon, held_output_reaches_a_slow_reader_whole) {
+  const char *args[] = {"--retention", "4096", NULL};
+  struct test_daemon t;
+  test_daemon_start(&t, args);
+  const unsigned n = 400000;
+  char cmd[512];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "python3 -c 'import sys\n"
+                 "n = %u\n"
+                 "sys.stdout.buffer.write(bytes((i * 7 + i // 251) %% 253 "
+                 "for i in range(n)))'",
+                 n);
+  uint64_t id = start_held(t.client, cmd, false, 10000);
+  sleep_ms(500);
+  struct chunk k = read_once(t.client, id, 0, 0, 1, 0, false, NULL, NULL);
+  cr_expect(!k.exited, "the writer waits for its reader");
+  cr_expect_leq(k.end, 64 * 1024 + 4096, "read no further than kept: %llu",
+                (unsigned long long)k.end);
+  char *acc = calloc(1, 1);
+  size_t len = 0;
+  uint64_t off = 0;
+  for (int i = 0;; i++) {
+    k = read_once(t.client, id, 0, off, 3000, 5000, false, &acc, &len);
+    cr_assert_eq(k.gap, 0, "no byte dropped (at %llu)",
+                 (unsigned long long)off);
+    off = k.next;
+    if (k.eof && k.exited)
+      break;
+    if (i % 20 == 0)
+      sleep_ms(20);
+  }
+  cr_assert_eq(len, n);
+  for (size_t i = 0; i < len; i++)
+    cr_assert_eq((unsigned char)acc[i], pattern(i), "byte %zu", i);
+  cr_expect_eq(k.code, 0);
+  free(acc);
+  test_daemon_stop(&t);
+}
+
+/* A reader that stops reading for the hold lets the process go on: what
+ * the buffer could not keep is dropped and reported, as without holding. */
+Test(exec_daemon, held_output_is_let_go_when_the_reader_stops) {
+  const char *args[] = {"--retention", "4096", NULL};
+  struct test_daemon t;
+  test_daemon_start(&t, args);
+  uint64_t id = start_held(t.client, "head -c 300000 /dev/zero", false, 300);
+  uint64_t deadline = sbx_now_ms() + 10000;
+  struct chunk k;
+  /* Watched through stderr, whose reads do not hold stdout. */
+  do {
+    sleep_ms(100);
+    k = read_once(t.client, id, 1, 0, 1, 0, false, NULL, NULL);
+  } while (!k.exited && sbx_now_ms() < deadline);
+  cr_assert(k.exited, "the process ended once the hold was over");
+  k = read_once(t.client, id, 0, 0, 1, 0, false, NULL, NULL);
+  cr_expect_eq(k.end, 300000);
+  k = read_once(t.client, id, 0, 64 * 1024, 0, 0, false, NULL, NULL);
+  cr_expect_eq(k.gap, 300000 - 64 * 1024 - 4096, "the gap is reported");
+  test_daemon_stop(&t);
+}
+
+/* A daemon shutting down does not wait for the reader of a held process
+ * (the suite's timeout catches a hang). */
+Test(exec_daemon, shutdown_does_not_wait_for_held_output) {
+  const char *args[] = {"--retention", "4096", NULL};
+  struct test_daemon t;
+  test_daemon_start(&t, args);
+  uint64_t id = start_held(t.client, "head -c 10000000 /dev/zero; sleep 600",
+                           false, 600000);
+  sleep_ms(300);
+  struct chunk k = read_once(t.client, id, 1, 0, 1, 0, false, NULL, NULL);
+  cr_expect(!k.exited);
+  test_daemon_stop(&t);
+}
+
+/* A terminal's output is held the same way, and its input still flows. */
+Test(exec_daemon, held_terminal_output_and_input) {
+  const char *args[] = {"--retention", "4096", NULL};
+  struct test_daemon t;
+  test_daemon_start(&t, args);
+  uint64_t id =
+      start_held(t.client, "seq 1 50000; read x; echo got $x", true, 10000);
+  sleep_ms(300);
+  struct sbx_error e = {0};
+  cr_assert_eq(sbx_exec_write(t.client, id, "yes\n", 4, false, &e), 0, "%s",
+               e.msg);
+  char *acc = calloc(1, 1);
+  size_t len = 0;
+  uint64_t off = 0;
+  struct chunk k;
+  do {
+    k = read_once(t.client, id, 0, off, 2000, 5000, false, &acc, &len);
+    cr_assert_eq(k.gap, 0, "no byte dropped");
+    off = k.next;
+  } while (!(k.eof && k.exited));
+  cr_expect_not_null(strstr(acc, "\r\n49999\r\n50000\r\n"));
+  cr_expect_not_null(strstr(acc, "got yes"));
+  free(acc);
+  test_daemon_stop(&t);
+}
+
 Test(exec_daemon, pty_echo_resize_and_ctrl_c) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);

@@ -129,6 +129,36 @@ Test(sandbox_ops, exec_ends_as_soon_as_the_output_has) {
   free(err);
 }
 
+/* An attached exec whose readers are slower than the command (here pipes
+ * that nobody reads for a while) gets every byte of both streams: the
+ * command waits on a full pipe rather than lose output beyond the
+ * retention (a gap's note would change stderr's sum too). */
+Test(sandbox_ops, exec_gives_a_slow_reader_every_byte) {
+  char id[32];
+  create(id, sizeof(id));
+  char cmd[1024];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "{ timeout 120 %s sandbox --state-dir %s exec %s -- sh -c "
+                 "'seq 1 3000000; seq 1 1500000 >&2' 2>&1 1>&3 3>&- | "
+                 "(sleep 1; md5sum) > %s/err.txt; } 3>&1 | "
+                 "(sleep 2; md5sum) > %s/out.txt; "
+                 "seq 1 3000000 | md5sum > %s/want-out.txt; "
+                 "seq 1 1500000 | md5sum > %s/want-err.txt",
+                 test_sbx_path(), state, id, dir, dir, dir, dir);
+  cr_assert_eq(system(cmd), 0);
+  const char *names[] = {"out", "want-out", "err", "want-err"};
+  char *text[4];
+  for (int i = 0; i < 4; i++) {
+    char p[160];
+    (void)snprintf(p, sizeof(p), "%s/%s.txt", dir, names[i]);
+    text[i] = slurp(p);
+  }
+  cr_expect_str_eq(text[0], text[1], "stdout whole");
+  cr_expect_str_eq(text[2], text[3], "stderr whole");
+  for (int i = 0; i < 4; i++)
+    free(text[i]);
+}
+
 /* Waits at most 10 s for PID: its status as a shell gives it, or -1. */
 static int wait_status(pid_t pid) {
   for (int i = 0; i < 200; i++) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/support/model_server.h"
@@ -136,6 +137,29 @@ Test(server_sandboxes, a_process_runs_and_its_output_is_read_by_offset) {
   free(id);
 }
 
+/* With hold_s the process waits for its reader: output far beyond the
+ * retention, read late, arrives whole. */
+Test(server_sandboxes, held_output_arrives_whole) {
+  start(NULL);
+  char *id = create();
+  char *x = exec_start(id, "{\"command\": \"seq 1 400000\", \"hold_s\": 30}");
+  (void)nanosleep(&(struct timespec){1, 0}, NULL);
+  int code;
+  char *out = read_all(id, x, "stdout", 0, &code);
+  cr_expect_eq(code, 0);
+  size_t cap = 3u << 20, len = 0;
+  char *want = malloc(cap);
+  cr_assert_not_null(want);
+  for (int i = 1; i <= 400000; i++)
+    len += (size_t)snprintf(want + len, cap - len, "%d\n", i);
+  cr_expect_eq(strlen(out), len);
+  cr_expect(strcmp(out, want) == 0, "every byte, in order");
+  free(want);
+  free(out);
+  free(x);
+  free(id);
+}
+
 Test(server_sandboxes, stdin_reaches_the_process_and_env_and_cwd_apply) {
   start(NULL);
   char *id = create();
@@ -180,6 +204,9 @@ Test(server_sandboxes, bad_execs_are_refused) {
       {"{\"cmd\": \"ls\"}", 400},
       {"{\"cmd\": [1]}", 400},
       {"{\"command\": \"x\", \"timeout_s\": 0}", 400},
+      {"{\"command\": \"x\", \"hold_s\": -1}", 400},
+      {"{\"command\": \"x\", \"hold_s\": 3601}", 400},
+      {"{\"command\": \"x\", \"hold_s\": \"5\"}", 400},
       {"{\"command\": \"x\", \"env\": {\"A\": 1}}", 400},
       {"{\"command\": \"x\", \"colour\": 1}", 400},
       {"{\"cmd\": [\"/no/such/program\"]}", 404},
