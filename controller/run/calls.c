@@ -81,6 +81,14 @@ static void run_agent_tool(struct call_job *j, const struct agent_tool *t,
     *out = json_string(tools_generic_error);
     (void)sbx_error_set(&j->tc.failure, SBX_INVALID_ARGUMENT, EINVAL,
                         "invalid arguments");
+  } else if (t->parent_sandbox && !j->run->states[j->agent->index].ready) {
+    /* The loader makes sure the caller works in a sandbox, which its
+     * turn readied before asking the model: this is a safeguard. */
+    static const char msg[] = "this agent has no sandbox for the agent it "
+                              "uses as a tool to work in";
+    *out = json_string(msg);
+    (void)sbx_error_set(&j->tc.failure, SBX_INVALID_ARGUMENT, ENODEV, "%s",
+                        msg);
   } else {
     j->rc = run_nested(j, t, input, &answer);
     *out = j->rc == 0 ? json_string(answer) : NULL;

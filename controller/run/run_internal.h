@@ -76,7 +76,7 @@ struct agent_state {
   struct manifest *manifest;
   struct toolbox tb;
   bool ready;
-  bool borrowed;                    /* --sandbox: not ours to close */
+  bool borrowed; /* --sandbox, or the caller's: not ours to close */
   char record_id[STATE_ID_LEN + 1]; /* recorded in the state dir, or "" */
   json_t *snapshot;    /* its last snapshot (snapshots.c), or NULL */
   struct mcp_set *mcp; /* its MCP servers, once its first turn started them */
@@ -108,6 +108,10 @@ struct run {
   size_t rs_items;    /* nested: conversation items already journaled */
   json_t *rs_pending; /* nested, resumed: the calls left pending, or NULL */
   json_t *rs_done;    /* nested, resumed: their recorded outputs, or NULL */
+  /* Nested with "run_config": {"sandbox": "parent"}: the state of the
+   * calling agent, whose live sandbox this run's agents work in (borrowed);
+   * else NULL. */
+  const struct agent_state *host;
 };
 
 /* One tool call of a response. */
@@ -121,7 +125,8 @@ struct call_job {
   struct tool_ctx tc; /* the sbx.tool_call span; the tool's failure */
   pthread_t thread;
   bool started;
-  bool skip; /* answered without running (a rejected call) */
+  bool skip;         /* answered without running (a rejected call) */
+  bool config_error; /* it failed for the configuration (a nested run's) */
 };
 
 /* Whether agent A has capability C. */
@@ -282,7 +287,8 @@ int run_state_nested(struct run *run, const struct run *parent,
 
 /* The name of the run's backend. */
 const char *run_backend_name(const struct run_options *o);
-/* Gets A's sandbox ready on first use. */
+/* Gets A's sandbox ready on first use: in a run with a host, the host's
+ * sandbox. */
 int run_ensure_sandbox(struct run *run, const struct agent *a,
                        struct sbx_error *e);
 /* Re-attaches agent IDX's sandbox, recorded under RECORD_ID, with the

@@ -1,6 +1,7 @@
 /* A run's setup and teardown: the root run (runner_run), with its run
  * id, events, run state and span, and the runs nested in tool calls
- * (agents used as tools), each with its own sandboxes and turn budget.
+ * (agents used as tools), each with its own turn budget and sandboxes, or
+ * its caller's sandbox.
  * The turns themselves are turn.c's. */
 #include "controller/run/runner.h"
 
@@ -61,6 +62,8 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   run->sh = parent->sh;
   run->res = &res;
   run->depth = parent->depth + 1;
+  if (t->parent_sandbox)
+    run->host = &parent->states[j->agent->index];
   const char *call_id = json_string_value(json_object_get(j->item, "call_id"));
   /* Journaled, and resumed from the journal when a run before this one
    * was killed in it. */
@@ -94,6 +97,7 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   json_decref(run->rs_pending);
   json_decref(run->rs_done);
   free(run);
+  j->config_error = res.config_error;
   run_usage_add(&parent->res->usage, &res.usage);
   if (r == 0) {
     *out = res.final_output;

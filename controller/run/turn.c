@@ -290,6 +290,7 @@ static int turn_collect(struct turn *t, struct sbx_error *e) {
       r = j->rc;
       if (e)
         *e = j->err;
+      run->res->config_error = run->res->config_error || j->config_error;
     }
     json_t *out = TAKE_PTR(j->output);
     if (out && json_array_append_new(run->items, out) < 0 && r == 0)
