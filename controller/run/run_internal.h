@@ -112,6 +112,10 @@ struct run {
    * calling agent, whose live sandbox this run's agents work in (borrowed);
    * else NULL. */
   const struct agent_state *host;
+  /* Nested: a call that needs approval pauses the whole run (the run is
+   * journaled, and it and every run above it work in the root's
+   * sandboxes); else it fails it. */
+  bool can_pause;
 };
 
 /* One tool call of a response. */
@@ -162,7 +166,9 @@ static inline void run_usage_add(struct model_usage *sum,
 /* Sets U as SP's usage attributes. */
 void run_trace_usage(struct trace_span *sp, const struct model_usage *u);
 /* Runs the agent T for the tool call J, as a run nested in J's, under J's
- * span; its answer goes to *OUT (new); failures to j->err. */
+ * span; its answer goes to *OUT (new); failures to j->err. RUNNER_PAUSED
+ * when it paused for an approval (run->can_pause): the whole run pauses,
+ * and the call runs again, going on inside, when it is resumed. */
 int run_nested(struct call_job *j, const struct agent_tool *t,
                const char *input, char **out);
 

@@ -66,9 +66,13 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
     run->host = &parent->states[j->agent->index];
   const char *call_id = json_string_value(json_object_get(j->item, "call_id"));
   /* Journaled, and resumed from the journal when a run before this one
-   * was killed in it. */
+   * was killed (or paused) in it. */
   const struct agent *start = t->agent;
   int r = run_state_nested(run, parent, call_id, &start, e);
+  /* It can pause only where everything a resume needs is recorded: its
+   * journal, and sandboxes that are the root run's. */
+  run->can_pause =
+      run->host && run->journaled && (parent->depth == 0 || parent->can_pause);
   if (r == 0 && !run->items &&
       (!(run->items = json_array()) ||
        json_array_append_new(run->items, user_message(input)) < 0))
@@ -87,6 +91,8 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
     r = run_loop(run, start, max_turns, e);
   else if (r == 1)
     r = 0; /* it had answered before the kill */
+  /* A paused run's sandboxes are its caller's: nothing of its own is left
+   * running. */
   run_close_sandboxes(run, false);
   trace_set_int(run->span, "sbx.turns", res.turns);
   run_trace_usage(run->span, &res.usage);
@@ -98,7 +104,9 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   json_decref(run->rs_done);
   free(run);
   j->config_error = res.config_error;
-  run_usage_add(&parent->res->usage, &res.usage);
+  /* A paused run's usage is in its journal; it counts when it answers. */
+  if (r != RUNNER_PAUSED)
+    run_usage_add(&parent->res->usage, &res.usage);
   if (r == 0) {
     *out = res.final_output;
     res.final_output = NULL;
