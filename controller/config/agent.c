@@ -325,6 +325,85 @@ static int check_tool_cycles(const struct agent_set *s, struct sbx_error *e) {
   return 0;
 }
 
+/* Whether A has capability C. */
+static bool has_cap(const struct agent *a, enum agent_capability c) {
+  for (size_t i = 0; i < a->ncapabilities; i++)
+    if (a->capabilities[i] == c)
+      return true;
+  return false;
+}
+
+/* Whether A works in a sandbox (the runner gives it one): it has the
+ * filesystem or shell capability, or a manifest. */
+static bool works_in_sandbox(const struct agent *a) {
+  return has_cap(a, AGENT_CAP_FILESYSTEM) || has_cap(a, AGENT_CAP_SHELL) ||
+         a->default_manifest;
+}
+
+/* The agent of the nested run in the sandbox of its caller, or one it
+ * hands off to, that has a default_manifest, which would not apply there;
+ * NULL for none. */
+static const struct agent *nested_manifest(const struct agent *start) {
+  bool seen[AGENT_MAX_AGENTS] = {false};
+  const struct agent *stack[AGENT_MAX_AGENTS];
+  size_t n = 0;
+  stack[n++] = start;
+  seen[start->index] = true;
+  while (n > 0) {
+    const struct agent *a = stack[--n];
+    if (a->default_manifest)
+      return a;
+    for (size_t i = 0; i < a->nhandoffs; i++)
+      if (!seen[a->handoffs[i]->index]) {
+        seen[a->handoffs[i]->index] = true;
+        stack[n++] = a->handoffs[i];
+      }
+  }
+  return NULL;
+}
+
+/* Checks each agent_as_tool entry whose run_config says "sandbox":
+ * "parent": its caller has a sandbox to share, the agent it uses works in
+ * a sandbox, and no agent of that nested run brings a manifest of its
+ * own. */
+static int check_parent_sandboxes(const struct agent_set *s,
+                                  struct sbx_error *e) {
+  for (size_t i = 0; i < s->n; i++) {
+    const struct agent *a = s->agents[i];
+    struct agent_ctx c = {.path = a->path, .e = e};
+    for (size_t j = 0; j < a->ntools; j++) {
+      const struct agent_tool *t = &a->tools[j];
+      if (!t->parent_sandbox)
+        continue;
+      if (!works_in_sandbox(a))
+        return agent_invalid(&c,
+                             "\"tools[%zu].run_config.sandbox\" is "
+                             "\"parent\", but agent \"%s\" has no sandbox "
+                             "to share: give it the \"filesystem\" or "
+                             "\"shell\" capability or a default_manifest",
+                             j, a->name);
+      if (!has_cap(t->agent, AGENT_CAP_FILESYSTEM) &&
+          !has_cap(t->agent, AGENT_CAP_SHELL))
+        return agent_invalid(&c,
+                             "\"tools[%zu].run_config.sandbox\" is "
+                             "\"parent\", but agent \"%s\" (%.128s) has "
+                             "neither the \"filesystem\" nor the \"shell\" "
+                             "capability: it would not use the sandbox",
+                             j, t->agent->name, t->agent->path);
+      const struct agent *m = nested_manifest(t->agent);
+      if (m)
+        return agent_invalid(&c,
+                             "\"tools[%zu].run_config.sandbox\" is "
+                             "\"parent\": agent \"%s\" (%.128s) works in "
+                             "the sandbox of agent \"%s\", where its "
+                             "default_manifest would not apply; list what it "
+                             "needs in the default_manifest of \"%s\"",
+                             j, m->name, m->path, a->name, a->name);
+    }
+  }
+  return 0;
+}
+
 int agent_load(const char *path, struct agent_set **out, struct sbx_error *e) {
   struct agent_set *s = calloc(1, sizeof(*s));
   struct loader L = {.set = s, .e = e};
@@ -336,6 +415,8 @@ int agent_load(const char *path, struct agent_set **out, struct sbx_error *e) {
   int r = load_file(&L, path, NULL, 0, &root);
   if (r == 0)
     r = check_tool_cycles(s, e);
+  if (r == 0)
+    r = check_parent_sandboxes(s, e);
   if (r < 0) {
     agent_set_free(s);
     return r;

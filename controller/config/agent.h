@@ -29,7 +29,14 @@
  *   handoffs           array of paths to agent files
  *   tools              array of {"type": "agent_as_tool", "agent": path,
  *                       "name"?: [A-Za-z0-9_-]{1,64}, "description"?: string,
- *                       "max_turns"?: integer >= 1}
+ *                       "max_turns"?: integer >= 1,
+ *                       "run_config"?: {"sandbox": "parent"}: the nested
+ *                       run works in the calling agent's sandbox; the
+ *                       calling agent must have one (the filesystem or
+ *                       shell capability, or a manifest), the agent used
+ *                       must have the filesystem or shell capability, and
+ *                       neither it nor an agent it hands off to a
+ *                       default_manifest}
  *                      or {"type": "command", "name", "description"?,
  *                       "parameters"?: a JSON schema object,
  *                       "command": [argv...], "timeout_s"?: 1..3600}
@@ -47,6 +54,7 @@
  *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
  *   run_config         {"backend": name, ...that backend's options}: the
  *                      defaults of `sbx run`, checked by the backend
+ *                      ("sandbox" belongs in an agent_as_tool entry's)
  *   version            1 (optional)
  *
  * Keys are optional unless marked required; null is the same as leaving an
@@ -117,6 +125,9 @@ struct agent_tool {
   char *name;          /* NULL: derive one from the agent's name */
   char *description;   /* NULL when not given */
   int64_t max_turns;   /* 0 when not given */
+  /* "run_config": {"sandbox": "parent"}: the nested run works in the
+   * calling agent's live sandbox instead of one of its own. */
+  bool parent_sandbox;
 };
 
 /* {"type": "command", ...}: a tool whose handler is a program run on the

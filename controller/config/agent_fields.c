@@ -363,6 +363,42 @@ static int parse_handoffs(const struct agent_ctx *c, struct agent *a,
   return 0;
 }
 
+/* An agent_as_tool entry's "run_config": the RunConfig the SDK's as_tool
+ * takes for the nested run. Its one key here is "sandbox": "parent", the
+ * SDK's SandboxRunConfig(session=<the caller's live session>): the nested
+ * run works in its caller's sandbox. The backend and its options are the
+ * run's (the starting agent's run_config), so any other key is refused. */
+static int parse_tool_run_config(const struct agent_ctx *c,
+                                 struct agent_tool *t, const char *key,
+                                 json_t *v) {
+  char k[KEY_MAX];
+  const char *sub;
+  json_t *item;
+  if (!json_is_object(v))
+    return agent_wrong_type(c, key, "an object", v);
+  json_object_foreach(v, sub, item) {
+    agent_key_path(k, "%s.%.64s", key, sub);
+    if (strcmp(sub, "sandbox") != 0)
+      return agent_invalid(c,
+                           "\"%s\" is not supported: the run_config of an "
+                           "agent used as a tool takes only \"sandbox\"; a "
+                           "run has one backend and one set of its options, "
+                           "the starting agent's run_config",
+                           k);
+    if (json_is_null(item))
+      continue;
+    if (!json_is_string(item))
+      return agent_wrong_type(c, k, "\"parent\"", item);
+    if (strcmp(json_string_value(item), "parent") != 0)
+      return agent_invalid(c,
+                           "\"%s\" must be \"parent\" (got \"%.64s\"): "
+                           "without it the agent gets a sandbox of its own",
+                           k, json_string_value(item));
+    t->parent_sandbox = true;
+  }
+  return 0;
+}
+
 static int parse_tool(const struct agent_ctx *c, struct agent *a,
                       const char *key, json_t *v) {
   char k[KEY_MAX];
@@ -414,6 +450,10 @@ static int parse_tool(const struct agent_ctx *c, struct agent *a,
       if (json_is_null(item))
         continue;
       r = get_count(c, k, item, &t->max_turns);
+    } else if (strcmp(sub, "run_config") == 0) {
+      if (json_is_null(item))
+        continue;
+      r = parse_tool_run_config(c, t, k, item);
     } else {
       return unknown_key(c, k);
     }
@@ -525,6 +565,14 @@ static int parse_run_config(const struct agent_ctx *c, struct agent *a,
   if (!json_is_object(v))
     return agent_wrong_type(c, key, "an object", v);
   char kp[KEY_MAX];
+  agent_key_path(kp, "%s.sandbox", key);
+  if (json_object_get(v, "sandbox"))
+    return agent_invalid(c,
+                         "\"%s\" is not an agent's own setting: it goes in "
+                         "the run_config of the \"agent_as_tool\" entry "
+                         "that uses this agent (\"tools\" of the calling "
+                         "agent's file)",
+                         kp);
   agent_key_path(kp, "%s.backend", key);
   json_t *b = json_object_get(v, "backend");
   if (b && !json_is_null(b)) {

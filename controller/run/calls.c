@@ -81,6 +81,14 @@ static void run_agent_tool(struct call_job *j, const struct agent_tool *t,
     *out = json_string(tools_generic_error);
     (void)sbx_error_set(&j->tc.failure, SBX_INVALID_ARGUMENT, EINVAL,
                         "invalid arguments");
+  } else if (t->parent_sandbox && !j->run->states[j->agent->index].ready) {
+    /* The loader makes sure the caller works in a sandbox, which its
+     * turn readied before asking the model: this is a safeguard. */
+    static const char msg[] = "this agent has no sandbox for the agent it "
+                              "uses as a tool to work in";
+    *out = json_string(msg);
+    (void)sbx_error_set(&j->tc.failure, SBX_INVALID_ARGUMENT, ENODEV, "%s",
+                        msg);
   } else {
     j->rc = run_nested(j, t, input, &answer);
     *out = j->rc == 0 ? json_string(answer) : NULL;
@@ -115,8 +123,8 @@ static void run_call(struct call_job *j) {
     if (strcmp(tn, name) != 0)
       continue;
     run_agent_tool(j, &a->tools[i], args, &out);
-    if (j->rc < 0)
-      return;
+    if (j->rc != 0)
+      return; /* failed, or paused inside (RUNNER_PAUSED) */
   }
   const struct agent_command *cmd = out ? NULL : agent_find_command(a, name);
   if (cmd) {
@@ -192,7 +200,9 @@ static void *call_main(void *arg) {
     error = j->err.msg[0] ? j->err.msg : strerror(-j->rc);
   else if (j->tc.failure.code != SBX_OK)
     error = j->tc.failure.msg;
-  const char *status = error ? "failed" : "completed";
+  const char *status = j->rc == RUNNER_PAUSED ? "paused"
+                       : error                ? "failed"
+                                              : "completed";
   events_tool_call_finished(ev, &w, name, call_id, status,
                             json_object_get(j->output, "output"), error,
                             (int64_t)((sbx_now_ns() - t0) / 1000000));

@@ -76,7 +76,7 @@ struct agent_state {
   struct manifest *manifest;
   struct toolbox tb;
   bool ready;
-  bool borrowed;                    /* --sandbox: not ours to close */
+  bool borrowed; /* --sandbox, or the caller's: not ours to close */
   char record_id[STATE_ID_LEN + 1]; /* recorded in the state dir, or "" */
   json_t *snapshot;    /* its last snapshot (snapshots.c), or NULL */
   struct mcp_set *mcp; /* its MCP servers, once its first turn started them */
@@ -108,6 +108,14 @@ struct run {
   size_t rs_items;    /* nested: conversation items already journaled */
   json_t *rs_pending; /* nested, resumed: the calls left pending, or NULL */
   json_t *rs_done;    /* nested, resumed: their recorded outputs, or NULL */
+  /* Nested with "run_config": {"sandbox": "parent"}: the state of the
+   * calling agent, whose live sandbox this run's agents work in (borrowed);
+   * else NULL. */
+  const struct agent_state *host;
+  /* Nested: a call that needs approval pauses the whole run (the run is
+   * journaled, and it and every run above it work in the root's
+   * sandboxes); else it fails it. */
+  bool can_pause;
 };
 
 /* One tool call of a response. */
@@ -121,7 +129,8 @@ struct call_job {
   struct tool_ctx tc; /* the sbx.tool_call span; the tool's failure */
   pthread_t thread;
   bool started;
-  bool skip; /* answered without running (a rejected call) */
+  bool skip;         /* answered without running (a rejected call) */
+  bool config_error; /* it failed for the configuration (a nested run's) */
 };
 
 /* Whether agent A has capability C. */
@@ -157,7 +166,9 @@ static inline void run_usage_add(struct model_usage *sum,
 /* Sets U as SP's usage attributes. */
 void run_trace_usage(struct trace_span *sp, const struct model_usage *u);
 /* Runs the agent T for the tool call J, as a run nested in J's, under J's
- * span; its answer goes to *OUT (new); failures to j->err. */
+ * span; its answer goes to *OUT (new); failures to j->err. RUNNER_PAUSED
+ * when it paused for an approval (run->can_pause): the whole run pauses,
+ * and the call runs again, going on inside, when it is resumed. */
 int run_nested(struct call_job *j, const struct agent_tool *t,
                const char *input, char **out);
 
@@ -282,7 +293,8 @@ int run_state_nested(struct run *run, const struct run *parent,
 
 /* The name of the run's backend. */
 const char *run_backend_name(const struct run_options *o);
-/* Gets A's sandbox ready on first use. */
+/* Gets A's sandbox ready on first use: in a run with a host, the host's
+ * sandbox. */
 int run_ensure_sandbox(struct run *run, const struct agent *a,
                        struct sbx_error *e);
 /* Re-attaches agent IDX's sandbox, recorded under RECORD_ID, with the

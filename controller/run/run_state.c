@@ -249,10 +249,12 @@ static int nested_line(json_t *nested, const char *path, json_t *it) {
   }
   json_t *items = json_object_get(it, "items");
   json_t *prog = json_object_get(it, "progress");
+  /* A step without items (a pause) leaves its turn's calls done. */
   if (json_is_array(items) && json_is_object(prog))
     return json_array_extend(json_object_get(st, "items"), items) < 0 ||
                    json_object_set(st, "progress", prog) < 0 ||
-                   json_object_set_new(st, "done", json_object()) < 0
+                   (json_array_size(items) > 0 &&
+                    json_object_set_new(st, "done", json_object()) < 0)
                ? -1
                : 0;
   json_t *out = json_object_get(it, "call_output");
@@ -278,8 +280,11 @@ static size_t rs_done_calls(const char *text, size_t len, size_t cut,
     const char *path = json_string_value(json_object_get(it, RS_NESTED));
     json_t *out = json_object_get(it, RS_CALL_OUTPUT);
     const char *cid = json_string_value(json_object_get(out, "call_id"));
-    if (path ? nested_line(nested, path, it) < 0
-             : !cid || json_object_set(done, cid, out) < 0)
+    /* The checkpoint of the pending turn that a pause's state replaced:
+     * its calls' outputs follow it. */
+    bool stale = json_is_object(json_object_get(it, RS_CHECKPOINT));
+    if (!stale && (path ? nested_line(nested, path, it) < 0
+                        : !cid || json_object_set(done, cid, out) < 0))
       break;
     p = nl + 1;
     cut = (size_t)(p - text);

@@ -1,6 +1,7 @@
 /* A run's setup and teardown: the root run (runner_run), with its run
  * id, events, run state and span, and the runs nested in tool calls
- * (agents used as tools), each with its own sandboxes and turn budget.
+ * (agents used as tools), each with its own turn budget and sandboxes, or
+ * its caller's sandbox.
  * The turns themselves are turn.c's. */
 #include "controller/run/runner.h"
 
@@ -61,11 +62,17 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   run->sh = parent->sh;
   run->res = &res;
   run->depth = parent->depth + 1;
+  if (t->parent_sandbox)
+    run->host = &parent->states[j->agent->index];
   const char *call_id = json_string_value(json_object_get(j->item, "call_id"));
   /* Journaled, and resumed from the journal when a run before this one
-   * was killed in it. */
+   * was killed (or paused) in it. */
   const struct agent *start = t->agent;
   int r = run_state_nested(run, parent, call_id, &start, e);
+  /* It can pause only where everything a resume needs is recorded: its
+   * journal, and sandboxes that are the root run's. */
+  run->can_pause =
+      run->host && run->journaled && (parent->depth == 0 || parent->can_pause);
   if (r == 0 && !run->items &&
       (!(run->items = json_array()) ||
        json_array_append_new(run->items, user_message(input)) < 0))
@@ -84,6 +91,8 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
     r = run_loop(run, start, max_turns, e);
   else if (r == 1)
     r = 0; /* it had answered before the kill */
+  /* A paused run's sandboxes are its caller's: nothing of its own is left
+   * running. */
   run_close_sandboxes(run, false);
   trace_set_int(run->span, "sbx.turns", res.turns);
   run_trace_usage(run->span, &res.usage);
@@ -94,7 +103,10 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   json_decref(run->rs_pending);
   json_decref(run->rs_done);
   free(run);
-  run_usage_add(&parent->res->usage, &res.usage);
+  j->config_error = res.config_error;
+  /* A paused run's usage is in its journal; it counts when it answers. */
+  if (r != RUNNER_PAUSED)
+    run_usage_add(&parent->res->usage, &res.usage);
   if (r == 0) {
     *out = res.final_output;
     res.final_output = NULL;

@@ -5,7 +5,8 @@
  * model answers without tool calls (the final output, validated against
  * output_type when the agent has one), or max_turns is exceeded. Handoffs
  * switch the active agent within the run; agents used as tools run a
- * nested run with their own sandbox and turn budget. */
+ * nested run with their own turn budget, in a sandbox of their own or
+ * (run_config "sandbox": "parent") in their caller's. */
 #ifndef SBX_RUNNER_H
 #define SBX_RUNNER_H
 

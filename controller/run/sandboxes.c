@@ -148,11 +148,61 @@ static json_t *exposed_ports(const struct run_options *o,
   return TAKE_PTR(ports);
 }
 
+/* Agent A of a run nested with "sandbox": "parent" works in its caller's
+ * live sandbox (run->host): borrowed, never closed or snapshotted by this
+ * run, with a copy of the caller's manifest (for its instructions) and
+ * A's own run_as, which must be one of that manifest's users. */
+static int host_state(struct run *run, const struct agent *a,
+                      struct sbx_error *e) {
+  struct agent_state *st = &run->states[a->index];
+  const struct agent_state *h = run->host;
+  if (!h->ready || !h->sb || !h->manifest)
+    return sbx_error_set(e, SBX_INTERNAL, ENODEV,
+                         "agent \"%s\" is to work in its caller's sandbox, "
+                         "which is not there",
+                         a->name);
+  bool found = !a->run_as;
+  for (size_t i = 0; !found && i < h->manifest->nusers; i++)
+    found = strcmp(h->manifest->users[i], a->run_as) == 0;
+  if (!found) {
+    run->res->config_error = true;
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "run_as \"%s\" of agent \"%s\" is not a user of "
+                         "its caller's sandbox, which it works in "
+                         "(\"sandbox\": \"parent\"): list the user in the "
+                         "caller's manifest",
+                         a->run_as, a->name);
+  }
+  _cleanup_json_ json_t *mj = manifest_to_json(h->manifest);
+  if (!mj)
+    return -ENOMEM;
+  int r = manifest_parse(mj, "the caller's sandbox manifest", &st->manifest, e);
+  const struct run_options *o = run->sh->o;
+  if (r == 0 && o->cwd)
+    r = lifecycle_check_cwd(h->sb, o->cwd, a->run_as, e);
+  if (r < 0) {
+    run->res->config_error = e && is_config_error(e);
+    return r;
+  }
+  st->sb = h->sb;
+  st->borrowed = true;
+  _cleanup_json_ json_t *ports = exposed_ports(o, st->sb);
+  if (!ports)
+    return -ENOMEM;
+  events_sandbox_created(
+      run->sh->ev, &(struct events_where){a->name, (int)run->depth, run->turn},
+      st->sb->session_id, st->sb->backend->name, true, ports);
+  start_toolbox(st, o, a);
+  return 0;
+}
+
 /* Creates A's sandbox (lifecycle.h), or for the starting agent of a
  * --sandbox run applies its manifest to that live sandbox. */
 static int create_state(struct run *run, const struct agent *a,
                         struct sbx_error *e) {
   struct agent_state *st = &run->states[a->index];
+  if (run->host)
+    return host_state(run, a, e);
   /* The sandboxes of the root run and of the runs nested in it that are
    * journaled are recorded, so that the run can be resumed. */
   const char *persist = run->sh->rs && (run->depth == 0 || run->journaled)
@@ -181,7 +231,8 @@ int run_ensure_sandbox(struct run *run, const struct agent *a,
   struct agent_state *st = &run->states[a->index];
   if (st->ready || !uses_sandbox(a))
     return 0;
-  bool attach = run->sh->o->sandbox && run->depth == 0 && a->index == 0;
+  bool attach =
+      (run->sh->o->sandbox && run->depth == 0 && a->index == 0) || run->host;
   struct trace_span *sp =
       trace_child(run->turn_span,
                   attach ? TRACE_SANDBOX_START : TRACE_SANDBOX_CREATE_SESSION);

@@ -263,20 +263,37 @@ static int turn_jobs(struct turn *t) {
 /* Pauses the run for the calls that wait for a person: the state holds
  * them as pending, for sbx approve / sbx reject and the resumed run. */
 static int turn_pause(struct turn *t, struct sbx_error *e) {
-  if (t->run->depth != 0)
-    return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
-                         "a tool call of agent \"%s\", used as a tool, "
-                         "needs approval, and a run cannot pause inside an "
-                         "agent used as a tool: run with --approve ask, or "
-                         "give that agent no approvals",
-                         t->a->name);
   if (!t->run->sh->rs)
     return sbx_error_set(e, SBX_PERMISSION_DENIED, EACCES,
                          "a tool call needs approval, but the run has no "
                          "state to pause in");
-  run_snapshot_pause(t->run);
+  if (t->run->depth != 0 && !t->run->can_pause)
+    return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                         "a tool call of agent \"%s\", used as a tool, "
+                         "needs approval, and a run cannot pause inside an "
+                         "agent used as a tool that has a sandbox of its "
+                         "own: run with --approve ask, give that agent no "
+                         "approvals, or run it in its caller's sandbox "
+                         "(\"run_config\": {\"sandbox\": \"parent\"})",
+                         t->a->name);
+  /* The root's sandboxes are snapshotted once, as the root pauses. */
+  if (t->run->depth == 0)
+    run_snapshot_pause(t->run);
   int r = run_state_save(t->run, t->a, "awaiting_approval", t->resp.output, e);
   return r < 0 ? r : RUNNER_PAUSED;
+}
+
+/* Whether a call paused inside an agent used as a tool, and none failed:
+ * then the turn pauses too, its calls pending. The outputs of those that
+ * answered are journaled already, and a resume does not run them again. */
+static bool turn_paused_inside(const struct turn *t) {
+  bool paused = false;
+  for (size_t m = 0; m < t->njobs; m++) {
+    if (t->jobs[m].rc < 0)
+      return false;
+    paused = paused || t->jobs[m].rc == RUNNER_PAUSED;
+  }
+  return paused;
 }
 
 /* Adds the calls' outputs to the conversation, then the handoffs'; the
@@ -290,6 +307,7 @@ static int turn_collect(struct turn *t, struct sbx_error *e) {
       r = j->rc;
       if (e)
         *e = j->err;
+      run->res->config_error = run->res->config_error || j->config_error;
     }
     json_t *out = TAKE_PTR(j->output);
     if (out && json_array_append_new(run->items, out) < 0 && r == 0)
@@ -323,6 +341,8 @@ static int turn_run_calls(struct turn *t, struct sbx_error *e) {
   if (run_cancelled(run, e))
     return -ECANCELED;
   run_calls(t->jobs, t->njobs);
+  if (turn_paused_inside(t))
+    return turn_pause(t, e);
   r = turn_collect(t, e);
   model_response_clear(&t->resp);
   if (r < 0)
