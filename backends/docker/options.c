@@ -488,14 +488,15 @@ const struct backend_option docker_option_table[] = {
      "/workspace)",
      BACKEND_OPTION_STRING},
     {"labels", NULL, "{KEY: VALUE}", "the container's labels (not sbx.*)",
-     BACKEND_OPTION_JSON},
-    {"env", NULL, "{NAME: VALUE}",
-     "environment of the container and its commands", BACKEND_OPTION_JSON},
-    {"user", NULL, "UID[:GID]",
+     BACKEND_OPTION_STRING_MAP},
+    {"env", "env", "NAME=VALUE",
+     "environment of the container and its commands (repeatable)",
+     BACKEND_OPTION_STRING_MAP},
+    {"user", "user", "UID[:GID]",
      "the user sandboxd runs as (default: the "
      "image's)",
      BACKEND_OPTION_STRING},
-    {"userns", NULL, "auto|host",
+    {"userns", "userns", "auto|host",
      "auto: a user namespace of the container's own (Podman's, or Docker's "
      "userns-remap; an error where the engine has none), in which host files "
      "of bind mounts belong to nobody; host: none (default: auto where the "
@@ -509,11 +510,11 @@ const struct backend_option docker_option_table[] = {
      BACKEND_OPTION_INTEGER},
     {"mounts", NULL, "[{type, source, target, read_only}]",
      "bind mounts and volumes", BACKEND_OPTION_JSON, ""},
-    {"read_only_rootfs", NULL, NULL,
+    {"read_only_rootfs", "read-only-rootfs", NULL,
      "a read-only root filesystem (the workspace is a volume)",
      BACKEND_OPTION_BOOLEAN},
-    {"never_pull", NULL, NULL, "a missing image is an error, not pulled",
-     BACKEND_OPTION_BOOLEAN},
+    {"never_pull", "never-pull", NULL,
+     "a missing image is an error, not pulled", BACKEND_OPTION_BOOLEAN},
     {0},
 };
 

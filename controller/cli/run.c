@@ -75,9 +75,12 @@ static void usage_run(FILE *f) {
       "                       of the response (60), between bytes of it (30), "
       "and in all\n"
       "                       (600); a timed-out call is retried once\n"
-      "  --expose PORT        a port the sandbox exposes (repeatable); "
-      "reported in\n"
-      "                       the sandbox_created event\n"
+      "  --expose PORT        a port the sandbox exposes (repeatable; "
+      "replaces the\n"
+      "                       agent file's run_config.exposed_ports), "
+      "published on\n"
+      "                       127.0.0.1 and reported in the sandbox_created "
+      "event\n"
       "  --session STATE      run in the sandbox of a saved session state "
       "(sbx sandbox\n"
       "                       save): the live one, or its snapshot "
@@ -402,7 +405,7 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
   cli_backend_flags_init(&c->flags, run_opts);
   int ch;
   optind = 1;
-  while ((ch = getopt_long(argc, argv, "+", c->flags.opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "+o:", c->flags.opts, NULL)) != -1) {
     int k = take_option(c, ch, optarg);
     if (k >= 0)
       return k;
@@ -447,6 +450,12 @@ static int choose_backend(struct run_cmd *c) {
     return 2;
   }
   c->o.backend_opts.own = c->own;
+  /* --expose replaces the agent file's run_config.exposed_ports. */
+  const struct agent *first = c->agents->agents[0];
+  if (!c->o.n_exposed_ports && first->n_run_ports) {
+    c->o.exposed_ports = first->run_ports;
+    c->o.n_exposed_ports = first->n_run_ports;
+  }
   return -1;
 }
 

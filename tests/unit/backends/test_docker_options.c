@@ -107,13 +107,15 @@ Test(docker_options, refusals_name_the_option) {
       {"{\"sandboxd\": \"always\"}", "run_config",
        "run_config: sandboxd \"always\": expected \"auto\", \"baked\" or "
        "\"inject\""},
-      {"{\"labels\": [\"a\"]}", NULL, "labels must be an object of strings"},
+      {"{\"labels\": [\"a\"]}", NULL,
+       "\"labels\" must be an object of strings (got array)"},
       {"{\"labels\": {\"a\": 1}}", NULL,
        "label \"a\": its value must be a string"},
       {"{\"labels\": {\"sbx.session\": \"x\"}}", NULL,
        "label \"sbx.session\" is reserved: sbx.* labels are set by sbx "
        "itself"},
-      {"{\"env\": [\"A=1\"]}", NULL, "env must be an object of strings"},
+      {"{\"env\": [\"A=1\"]}", NULL,
+       "\"env\" must be an object of strings (got array)"},
       {"{\"env\": {\"A\": 1}}", NULL, "env \"A\": its value must be a string"},
       {"{\"env\": {\"1A\": \"x\"}}", NULL,
        "env[0]: expected NAME=value with NAME made of letters, digits and _"},
@@ -170,6 +172,27 @@ Test(docker_options, the_table_gives_the_cli_its_flags) {
       backend_option_find(&backend_docker, "network_mode");
   cr_assert_not_null(net);
   cr_expect_str_eq(net->flag, "network");
+  /* Operators' usual flags; every other option is -o KEY=VALUE. */
+  static const char *const flags[][2] = {
+      {"env", "env"},
+      {"user", "user"},
+      {"userns", "userns"},
+      {"read_only_rootfs", "read-only-rootfs"},
+      {"never_pull", "never-pull"},
+      {"memory_bytes", "memory-bytes"},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(flags); i++) {
+    const struct backend_option *o =
+        backend_option_find(&backend_docker, flags[i][0]);
+    cr_assert_not_null(o, "%s", flags[i][0]);
+    cr_expect_str_eq(o->flag, flags[i][1]);
+  }
+  cr_expect_eq(backend_option_find(&backend_docker, "env")->type,
+               BACKEND_OPTION_STRING_MAP);
+  cr_expect_eq(backend_option_find(&backend_docker, "labels")->type,
+               BACKEND_OPTION_STRING_MAP);
+  cr_expect_null(backend_option_find(&backend_docker, "labels")->flag,
+                 "labels are set by -o, not a --label of their own");
   size_t keys = 0;
   for (const struct backend_option *o = backend_docker.options; o->key; o++) {
     keys++;
