@@ -96,7 +96,8 @@ static const struct subcommand {
      "beneath\n"
      "                       it or a grant (default: the directory of M, "
      "else of\n"
-     "                       AGENT)\n",
+     "                       AGENT); recorded, for a restore of the "
+     "sandbox's session\n",
      /* the backends' flags (backend_flags.h) go here */
      "  --seccomp MODE       default | no-network | off\n"
      "  --expose PORT        a port the sandbox exposes, published on "

@@ -199,6 +199,9 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
   }
   r = lifecycle_save(dir, id, sb, x->m, x->lo.bo.ports, x->lo.bo.nports,
                      created, (long)getpid(), &e);
+  /* A restore of its session resolves local sources where these were. */
+  if (r == 0)
+    r = lifecycle_save_base_dir(dir, id, x->lo.mo.base_dir, &e);
   if (r < 0) {
     struct sbx_error ce = {0};
     (void)sb->backend->close(sb, &ce);
