@@ -26,7 +26,8 @@ enum backend_option_type {
   BACKEND_OPTION_INTEGER, /* an integer; a flag's text in decimal */
   BACKEND_OPTION_NUMBER,  /* a number */
   BACKEND_OPTION_BOOLEAN, /* true or false; a flag takes no value: true */
-  BACKEND_OPTION_JSON,    /* an array or an object; no flag */
+  BACKEND_OPTION_JSON,    /* an array or an object; a flag only with
+                             flag_element */
   /* An object of strings; its flag is repeatable, each NAME=VALUE one
    * member, and together they are the option's value. */
   BACKEND_OPTION_STRING_MAP,
@@ -43,6 +44,10 @@ struct backend_option {
    * server's host: its files, its engine, its processes); else the values
    * allowed, '|'-separated. */
   const char *api;
+  /* For a BACKEND_OPTION_JSON option with a flag: one flag's TEXT as one
+   * element of the option's array (*OUT new); the flag is repeatable and
+   * its elements add up. -EINVAL with E's message. NULL: no flag. */
+  int (*flag_element)(const char *text, json_t **out, struct sbx_error *e);
 };
 
 /* What a backend can do with a manifest beyond files and directories;

@@ -140,9 +140,22 @@ int backend_option_value(const struct backend_option *opt, const char *text,
   case BACKEND_OPTION_BOOLEAN:
     *out = json_true();
     break;
-  case BACKEND_OPTION_JSON:
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "option \"%s\" has no command-line flag", opt->key);
+  case BACKEND_OPTION_JSON: {
+    if (!opt->flag_element)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "option \"%s\" has no command-line flag", opt->key);
+    json_t *el = NULL;
+    struct sbx_error fe = {0};
+    if (opt->flag_element(text, &el, &fe) < 0)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "--%s \"%s\": %s",
+                           opt->flag, text, fe.msg);
+    *out = json_array();
+    if (!*out || json_array_append_new(*out, el) < 0) {
+      json_decref(*out);
+      *out = NULL;
+    }
+    break;
+  }
   case BACKEND_OPTION_STRING_MAP: {
     const char *eq = strchr(text, '=');
     if (!eq || eq == text)

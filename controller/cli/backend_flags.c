@@ -84,9 +84,9 @@ bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
   f->given[f->ngiven].flag = flag;
   f->given[f->ngiven].text = arg;
   /* A value for a key given before replaces it (the last wins), but the
-   * members of a string map's flag add up. */
+   * members or elements of a repeatable flag add up. */
   const struct backend_option *o = flag ? any_by_flag(flag) : NULL;
-  bool map = o && o->type == BACKEND_OPTION_STRING_MAP;
+  bool map = o && (o->type == BACKEND_OPTION_STRING_MAP || o->flag_element);
   size_t kn, n;
   const char *key = given_key(f, f->ngiven, &kn);
   for (size_t i = 0; i < f->ngiven;) {
@@ -190,28 +190,31 @@ static int option_value(const struct backend *b, const char *text, char *key,
   return *v ? 0 : -ENOMEM;
 }
 
-/* The value of flag FLAG given as TEXT, for option O of B; a string map's
- * flag given before (in GIVEN[0..I)) adds its member to OBJ's value. */
+/* The value of flag FLAG given as TEXT, for option O of B; a repeatable
+ * flag given before (in GIVEN[0..I)) adds its member or element to OBJ's
+ * value. */
 static int flag_value(const struct cli_backend_flags *f, size_t i,
                       const struct backend_option *o, json_t *obj, json_t **v,
                       struct sbx_error *e) {
   const char *flag = f->given[i].flag, *text = f->given[i].text;
   int r = backend_option_value(o, text, v, e);
-  if (r < 0 || o->type != BACKEND_OPTION_STRING_MAP)
+  bool map = o->type == BACKEND_OPTION_STRING_MAP;
+  if (r < 0 || (!map && !o->flag_element))
     return r;
   json_t *sofar = json_object_get(obj, o->key);
-  for (size_t j = 0; j < i; j++)
-    if (f->given[j].flag && strcmp(f->given[j].flag, flag) == 0 &&
-        json_is_object(sofar)) {
-      json_t *all = json_deep_copy(sofar);
-      if (!all || json_object_update(all, *v) < 0) {
-        json_decref(all);
-        return -ENOMEM;
-      }
-      json_decref(*v);
-      *v = all;
-      break;
-    }
+  bool again = false;
+  for (size_t j = 0; j < i && !again; j++)
+    again = f->given[j].flag && strcmp(f->given[j].flag, flag) == 0;
+  if (!again || !(map ? json_is_object(sofar) : json_is_array(sofar)))
+    return 0;
+  json_t *all = json_deep_copy(sofar);
+  if (!all ||
+      (map ? json_object_update(all, *v) : json_array_extend(all, *v)) < 0) {
+    json_decref(all);
+    return -ENOMEM;
+  }
+  json_decref(*v);
+  *v = all;
   return 0;
 }
 

@@ -364,15 +364,13 @@ static void expect_options_inside(const char *id) {
 }
 
 /* Every docker option can be given on the command line: dedicated flags
- * (--env, --user) and -o KEY=VALUE for the rest, and each takes effect
- * inside the container. */
+ * (--env, --user, --mount; repeated ones add up) and -o KEY=VALUE for
+ * the rest, and each takes effect inside the container. */
 Test(docker_session, command_line_options_reach_the_container) {
   char hd[160], mounts[400];
   host_dir_with_file(hd, sizeof(hd));
   (void)snprintf(mounts, sizeof(mounts),
-                 "mounts=[{\"type\": \"bind\", \"source\": \"%s\", "
-                 "\"target\": \"/data\", \"read_only\": true}]",
-                 hd);
+                 "type=bind,source=%s,target=/data,readonly", hd);
   const char *args[] = {"create",
                         "--backend",
                         "docker",
@@ -388,13 +386,25 @@ Test(docker_session, command_line_options_reach_the_container) {
                         "cpus=0.5",
                         "-o",
                         "pids_limit=55",
-                        "-o",
+                        "--mount",
+                        "type=volume,target=/cache",
+                        "--mount",
                         mounts,
                         "-o",
                         "labels={\"team\": \"t2\"}",
                         NULL};
   char *id = sbx_sandbox_line(sdir, args);
   expect_options_inside(id);
+  /* Both --mount flags hold: the volume too. */
+  struct sbx_run_out r;
+  const char *vol[] = {
+      "exec", id,   "--",
+      "sh",   "-c", "test -d /cache && grep -c ' /cache ' /proc/mounts",
+      NULL};
+  sbx(&r, vol);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "1\n");
+  sbx_run_free(&r);
   free(id);
 }
 
@@ -499,6 +509,13 @@ Test(docker_session, option_refusals_name_the_option) {
       {"--user", "nobody",
        "--user \"nobody\": user \"nobody\": expected a "
        "numeric uid"},
+      {"-o",
+       "mounts=[{\"type\": \"bind\", \"source\": \"rel\", \"target\": "
+       "\"/d\"}]",
+       "mounts[0]: a bind mount needs an absolute host source path"},
+      {"--mount", "type=bind,source=/srv,target=/run/sbx",
+       "would cover sbx's own /run/sbx"},
+      {"--mount", "type=bind,size=1", "unknown field \"size\""},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     struct sbx_run_out r;

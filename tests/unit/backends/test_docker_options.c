@@ -180,6 +180,7 @@ Test(docker_options, the_table_gives_the_cli_its_flags) {
       {"read_only_rootfs", "read-only-rootfs"},
       {"never_pull", "never-pull"},
       {"memory_bytes", "memory-bytes"},
+      {"mounts", "mount"},
   };
   for (size_t i = 0; i < SBX_ARRAY_SIZE(flags); i++) {
     const struct backend_option *o =
@@ -199,6 +200,52 @@ Test(docker_options, the_table_gives_the_cli_its_flags) {
     cr_expect(o->help && *o->help, "%s has no help", o->key);
   }
   cr_expect_eq(keys, 16);
+}
+
+/* The JSON text of --mount TEXT's value (an array of one mount), or its
+ * error (new). */
+static char *mount_value(const char *text) {
+  const struct backend_option *o =
+      backend_option_find(&backend_docker, "mounts");
+  cr_assert_not_null(o);
+  cr_assert_str_eq(o->flag, "mount");
+  json_t *v = NULL;
+  struct sbx_error e = {0};
+  if (backend_option_value(o, text, &v, &e) < 0) {
+    cr_expect_null(v);
+    return strdup(e.msg);
+  }
+  char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(v);
+  return s;
+}
+
+/* --mount takes docker run's --mount fields, as one element of mounts. */
+Test(docker_options, mount_flag_fields) {
+  static const char *const cases[][2] = {
+      {"type=bind,source=/srv,target=/data,readonly",
+       "[{\"read_only\":true,\"source\":\"/srv\",\"target\":\"/data\","
+       "\"type\":\"bind\"}]"},
+      {"type=bind,src=/a,dst=/b,ro=false",
+       "[{\"read_only\":false,\"source\":\"/a\",\"target\":\"/b\","
+       "\"type\":\"bind\"}]"},
+      {"type=volume,destination=/cache",
+       "[{\"target\":\"/cache\",\"type\":\"volume\"}]"},
+      {"type=bind,readonly=maybe",
+       "--mount \"type=bind,readonly=maybe\": readonly takes true or false"},
+      {"type=bind,size=1",
+       "--mount \"type=bind,size=1\": unknown field \"size\" (expected "
+       "type, source, target and readonly)"},
+      {"type,target=/x", "--mount \"type,target=/x\": type needs a value"},
+      {"type=bind,type=volume",
+       "--mount \"type=bind,type=volume\": type is given twice"},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+    char *got = mount_value(cases[i][0]);
+    cr_expect(strncmp(got, cases[i][1], strlen(cases[i][1])) == 0, "%s: %s",
+              cases[i][0], got);
+    free(got);
+  }
 }
 
 /* A limit left out is the default; 0 lifts it; a number is kept. */
