@@ -466,6 +466,63 @@ oom:
 
 /* ---- from JSON: run_config, the CLI's flags, the API -------------------- */
 
+/* --mount's text, as docker run's --mount names its fields
+ * ("type=bind,source=/srv,target=/srv,readonly"), as one element of
+ * mounts: {"type", "source", "target", "read_only"}. */
+static int mount_flag(const char *text, json_t **out, struct sbx_error *e) {
+  static const struct {
+    const char *name, *key;
+  } fields[] = {
+      {"type", "type"},          {"source", "source"},
+      {"src", "source"},         {"target", "target"},
+      {"dst", "target"},         {"destination", "target"},
+      {"readonly", "read_only"}, {"ro", "read_only"},
+  };
+  _cleanup_json_ json_t *m = json_object();
+  if (!m)
+    return -ENOMEM;
+  for (const char *p = text; *p;) {
+    size_t n = strcspn(p, ","), k = strcspn(p, "=");
+    if (k > n)
+      k = n;
+    const char *key = NULL;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(fields) && !key; i++)
+      if (strlen(fields[i].name) == k && strncmp(p, fields[i].name, k) == 0)
+        key = fields[i].key;
+    if (!key)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "unknown field \"%.*s\" (expected type, source, "
+                           "target and readonly)",
+                           (int)k, p);
+    const char *val = k < n ? p + k + 1 : NULL;
+    size_t vn = val ? n - k - 1 : 0;
+    json_t *v;
+    if (strcmp(key, "read_only") == 0) {
+      bool yes = !val || (vn == 4 && strncmp(val, "true", 4) == 0) ||
+                 (vn == 1 && val[0] == '1');
+      if (!yes && !(vn == 5 && strncmp(val, "false", 5) == 0) &&
+          !(vn == 1 && val[0] == '0'))
+        return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                             "readonly takes true or false");
+      v = json_boolean(yes);
+    } else if (!val) {
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "%s needs a value (%s=...)", key, key);
+    } else {
+      v = json_stringn(val, vn);
+    }
+    if (json_object_get(m, key))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s is given twice",
+                           key);
+    if (!v || json_object_set_new(m, key, v) < 0)
+      return -ENOMEM;
+    p += n;
+    p += *p == ',';
+  }
+  *out = TAKE_PTR(m);
+  return 0;
+}
+
 const struct backend_option docker_option_table[] = {
     {"image", "image", "IMG",
      "the container image (default: sbx-debian:latest)", BACKEND_OPTION_STRING},
@@ -488,14 +545,15 @@ const struct backend_option docker_option_table[] = {
      "/workspace)",
      BACKEND_OPTION_STRING},
     {"labels", NULL, "{KEY: VALUE}", "the container's labels (not sbx.*)",
-     BACKEND_OPTION_JSON},
-    {"env", NULL, "{NAME: VALUE}",
-     "environment of the container and its commands", BACKEND_OPTION_JSON},
-    {"user", NULL, "UID[:GID]",
+     BACKEND_OPTION_STRING_MAP},
+    {"env", "env", "NAME=VALUE",
+     "environment of the container and its commands (repeatable)",
+     BACKEND_OPTION_STRING_MAP},
+    {"user", "user", "UID[:GID]",
      "the user sandboxd runs as (default: the "
      "image's)",
      BACKEND_OPTION_STRING},
-    {"userns", NULL, "auto|host",
+    {"userns", "userns", "auto|host",
      "auto: a user namespace of the container's own (Podman's, or Docker's "
      "userns-remap; an error where the engine has none), in which host files "
      "of bind mounts belong to nobody; host: none (default: auto where the "
@@ -507,13 +565,15 @@ const struct backend_option docker_option_table[] = {
      BACKEND_OPTION_NUMBER},
     {"pids_limit", "pids-limit", "N", "process limit (default: 4096; 0: none)",
      BACKEND_OPTION_INTEGER},
-    {"mounts", NULL, "[{type, source, target, read_only}]",
-     "bind mounts and volumes", BACKEND_OPTION_JSON, ""},
-    {"read_only_rootfs", NULL, NULL,
+    {"mounts", "mount", "type=bind|volume,source=S,target=T[,readonly]",
+     "a bind mount from an absolute host path, or a volume (named, or "
+     "anonymous without source: removed with the sandbox); repeatable",
+     BACKEND_OPTION_JSON, "", mount_flag},
+    {"read_only_rootfs", "read-only-rootfs", NULL,
      "a read-only root filesystem (the workspace is a volume)",
      BACKEND_OPTION_BOOLEAN},
-    {"never_pull", NULL, NULL, "a missing image is an error, not pulled",
-     BACKEND_OPTION_BOOLEAN},
+    {"never_pull", "never-pull", NULL,
+     "a missing image is an error, not pulled", BACKEND_OPTION_BOOLEAN},
     {0},
 };
 

@@ -26,7 +26,11 @@ enum backend_option_type {
   BACKEND_OPTION_INTEGER, /* an integer; a flag's text in decimal */
   BACKEND_OPTION_NUMBER,  /* a number */
   BACKEND_OPTION_BOOLEAN, /* true or false; a flag takes no value: true */
-  BACKEND_OPTION_JSON,    /* an array or an object; no flag */
+  BACKEND_OPTION_JSON,    /* an array or an object; a flag only with
+                             flag_element */
+  /* An object of strings; its flag is repeatable, each NAME=VALUE one
+   * member, and together they are the option's value. */
+  BACKEND_OPTION_STRING_MAP,
 };
 
 struct backend_option {
@@ -40,6 +44,10 @@ struct backend_option {
    * server's host: its files, its engine, its processes); else the values
    * allowed, '|'-separated. */
   const char *api;
+  /* For a BACKEND_OPTION_JSON option with a flag: one flag's TEXT as one
+   * element of the option's array (*OUT new); the flag is repeatable and
+   * its elements add up. -EINVAL with E's message. NULL: no flag. */
+  int (*flag_element)(const char *text, json_t **out, struct sbx_error *e);
 };
 
 /* What a backend can do with a manifest beyond files and directories;
@@ -165,6 +173,16 @@ int backend_options_check(const struct backend *b, json_t *obj,
  * *OUT is new. -EINVAL when TEXT is not of OPT's type. */
 int backend_option_value(const struct backend_option *opt, const char *text,
                          json_t **out, struct sbx_error *e);
+
+/* The JSON value of option OPT given as VALUE in `-o KEY=VALUE` (the
+ * generic flag that sets any option): the text itself for a string;
+ * "true" or "false" for a boolean (NULL: true); else VALUE read as JSON,
+ * or as a string when it is not JSON, which backend_options_check then
+ * refuses naming the key. *OUT is new. -EINVAL with E for an array or
+ * object that is not valid JSON, or a boolean that is neither. */
+int backend_option_text_value(const struct backend_option *opt,
+                              const char *value, json_t **out,
+                              struct sbx_error *e);
 
 /* The option of B whose key is KEY, or NULL. */
 const struct backend_option *backend_option_find(const struct backend *b,

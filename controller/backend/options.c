@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "controller/backend/backend.h"
+#include "shared/cleanup.h"
 #include "shared/json.h"
 #include "shared/peer.h"
 
@@ -17,6 +18,7 @@ static const char *type_name(enum backend_option_type t) {
       [BACKEND_OPTION_NUMBER] = "a number",
       [BACKEND_OPTION_BOOLEAN] = "true or false",
       [BACKEND_OPTION_JSON] = "an array or an object",
+      [BACKEND_OPTION_STRING_MAP] = "an object of strings",
   };
   return names[t];
 }
@@ -33,6 +35,8 @@ static bool of_type(enum backend_option_type t, json_t *v) {
     return json_is_boolean(v);
   case BACKEND_OPTION_JSON:
     return json_is_array(v) || json_is_object(v);
+  case BACKEND_OPTION_STRING_MAP:
+    return json_is_object(v);
   }
   return false;
 }
@@ -136,13 +140,73 @@ int backend_option_value(const struct backend_option *opt, const char *text,
   case BACKEND_OPTION_BOOLEAN:
     *out = json_true();
     break;
-  case BACKEND_OPTION_JSON:
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "option \"%s\" has no command-line flag", opt->key);
+  case BACKEND_OPTION_JSON: {
+    if (!opt->flag_element)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "option \"%s\" has no command-line flag", opt->key);
+    json_t *el = NULL;
+    struct sbx_error fe = {0};
+    if (opt->flag_element(text, &el, &fe) < 0)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "--%s \"%s\": %s",
+                           opt->flag, text, fe.msg);
+    *out = json_array();
+    if (!*out || json_array_append_new(*out, el) < 0) {
+      json_decref(*out);
+      *out = NULL;
+    }
+    break;
+  }
+  case BACKEND_OPTION_STRING_MAP: {
+    const char *eq = strchr(text, '=');
+    if (!eq || eq == text)
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "--%s \"%s\": expected NAME=VALUE", opt->flag, text);
+    *out = json_object();
+    _cleanup_free_ char *name = strndup(text, (size_t)(eq - text));
+    json_t *s = json_string(eq + 1);
+    if (!*out || !name || !s || json_object_set_new(*out, name, s) < 0) {
+      json_decref(*out);
+      *out = NULL;
+    }
+    break;
+  }
   }
   if (!*out)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "--%s: the value must be UTF-8", opt->flag);
+  return 0;
+}
+
+int backend_option_text_value(const struct backend_option *opt,
+                              const char *value, json_t **out,
+                              struct sbx_error *e) {
+  *out = NULL;
+  if (opt->type == BACKEND_OPTION_BOOLEAN) {
+    if (!value || strcmp(value, "true") == 0)
+      *out = json_true();
+    else if (strcmp(value, "false") == 0)
+      *out = json_false();
+    else
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "-o %s=%s: expected true or false", opt->key, value);
+    return 0;
+  }
+  if (!value)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "-o %s: expected %s=VALUE", opt->key, opt->key);
+  if (opt->type != BACKEND_OPTION_STRING) {
+    json_error_t je;
+    *out = json_loads(value, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    if (!*out && (value[0] == '{' || value[0] == '['))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "-o %s: the value is not JSON: %s", opt->key,
+                           je.text);
+  }
+  if (!*out)
+    *out = json_string(value);
+  if (!*out)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "-o %s: the value must be UTF-8", opt->key);
   return 0;
 }
 

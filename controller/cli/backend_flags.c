@@ -19,6 +19,9 @@ void cli_backend_flags_init(struct cli_backend_flags *f,
     f->opts[n++] = (struct option){.name = "heartbeat",
                                    .has_arg = required_argument,
                                    .val = CLI_HEARTBEAT_FLAG};
+  if (n < CLI_MAX_OPTIONS)
+    f->opts[n++] = (struct option){
+        .name = "option", .has_arg = required_argument, .val = CLI_OPTION_FLAG};
   const struct backend *b;
   for (size_t i = 0; (b = backend_at(i)); i++)
     for (const struct backend_option *o = b->options; o && o->key; o++) {
@@ -40,22 +43,66 @@ void cli_backend_flags_init(struct cli_backend_flags *f,
   f->opts[n] = (struct option){0};
 }
 
+/* The option of some backend whose flag is FLAG: backends that share a
+ * flag give it the same key and type. */
+static const struct backend_option *any_by_flag(const char *flag) {
+  const struct backend *b;
+  for (size_t i = 0; (b = backend_at(i)); i++)
+    for (const struct backend_option *o = b->options; o && o->key; o++)
+      if (o->flag && strcmp(o->flag, flag) == 0)
+        return o;
+  return NULL;
+}
+
+/* The key the given entry at I sets, and its length. */
+static const char *given_key(const struct cli_backend_flags *f, size_t i,
+                             size_t *n) {
+  if (!f->given[i].flag) {
+    *n = strcspn(f->given[i].text, "=");
+    return f->given[i].text;
+  }
+  const struct backend_option *o = any_by_flag(f->given[i].flag);
+  *n = strlen(o->key);
+  return o->key;
+}
+
 bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
                             const char *arg) {
   if (ch == CLI_HEARTBEAT_FLAG) {
     f->heartbeat = arg;
     return true;
   }
-  if (ch < CLI_BACKEND_FLAG || ch >= CLI_BACKEND_FLAG + CLI_MAX_OPTIONS)
+  const char *flag = NULL;
+  if (ch >= CLI_BACKEND_FLAG && ch < CLI_BACKEND_FLAG + CLI_MAX_OPTIONS)
+    flag = f->opts[ch - CLI_BACKEND_FLAG].name;
+  else if (ch != CLI_OPTION_FLAG)
     return false;
-  const char *flag = f->opts[ch - CLI_BACKEND_FLAG].name;
-  size_t i = 0;
-  while (i < f->ngiven && strcmp(f->given[i].flag, flag) != 0)
-    i++;
-  if (i == f->ngiven)
-    f->ngiven++;
-  f->given[i].flag = flag;
-  f->given[i].text = arg;
+  if (f->ngiven == CLI_MAX_GIVEN) {
+    f->overflow = true;
+    return true;
+  }
+  f->given[f->ngiven].flag = flag;
+  f->given[f->ngiven].text = arg;
+  /* A value for a key given before replaces it (the last wins), but the
+   * members or elements of a repeatable flag add up. */
+  const struct backend_option *o = flag ? any_by_flag(flag) : NULL;
+  bool map = o && (o->type == BACKEND_OPTION_STRING_MAP || o->flag_element);
+  size_t kn, n;
+  const char *key = given_key(f, f->ngiven, &kn);
+  for (size_t i = 0; i < f->ngiven;) {
+    const char *k = given_key(f, i, &n);
+    bool same =
+        n == kn && strncmp(k, key, n) == 0 &&
+        !(map && f->given[i].flag && strcmp(f->given[i].flag, flag) == 0);
+    if (same) {
+      memmove(&f->given[i], &f->given[i + 1],
+              (f->ngiven - i) * sizeof(f->given[0]));
+      f->ngiven--;
+    } else {
+      i++;
+    }
+  }
+  f->ngiven++;
   return true;
 }
 
@@ -102,12 +149,13 @@ static int not_ours(const struct backend *b, const char *flag,
                        "--%s is no option of backend %s", flag, b->name);
 }
 
-/* Checks the flag's value alone, so that a refusal names the flag. */
-static int check_alone(const struct backend *b, const char *flag,
-                       const char *text, const struct backend_option *o,
-                       json_t *v, struct sbx_error *e) {
+/* Checks the value V of option KEY alone, so that a refusal names the
+ * flag (LABEL: "--image" or "-o") and its TEXT. */
+static int check_alone(const struct backend *b, const char *label,
+                       const char *text, const char *key, json_t *v,
+                       struct sbx_error *e) {
   _cleanup_json_ json_t *one = json_object();
-  if (!one || json_object_set(one, o->key, v) < 0)
+  if (!one || json_object_set(one, key, v) < 0)
     return -ENOMEM;
   void *own = NULL;
   struct sbx_error ve = {0};
@@ -115,9 +163,58 @@ static int check_alone(const struct backend *b, const char *flag,
   backend_options_free(b, own);
   if (r < 0)
     return text ? sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                                "--%s \"%s\": %s", flag, text, ve.msg)
-                : sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "--%s: %s",
-                                flag, ve.msg);
+                                "%s \"%s\": %s", label, text, ve.msg)
+                : sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s: %s",
+                                label, ve.msg);
+  return 0;
+}
+
+/* The value of -o TEXT ("KEY=VALUE", or "KEY" for true) for backend B:
+ * KEY into KEY (of size N) and the value into *V (new). */
+static int option_value(const struct backend *b, const char *text, char *key,
+                        size_t n, json_t **v, struct sbx_error *e) {
+  size_t k = strcspn(text, "=");
+  if (k == 0 || k >= n)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "-o \"%s\": expected KEY=VALUE, KEY one of backend "
+                         "%s's options",
+                         text, b->name);
+  memcpy(key, text, k);
+  key[k] = '\0';
+  const char *value = text[k] ? text + k + 1 : NULL;
+  const struct backend_option *o = backend_option_find(b, key);
+  if (o)
+    return backend_option_text_value(o, value, v, e);
+  /* Refused by the check, with the message run_config would get. */
+  *v = json_string(value ? value : "");
+  return *v ? 0 : -ENOMEM;
+}
+
+/* The value of flag FLAG given as TEXT, for option O of B; a repeatable
+ * flag given before (in GIVEN[0..I)) adds its member or element to OBJ's
+ * value. */
+static int flag_value(const struct cli_backend_flags *f, size_t i,
+                      const struct backend_option *o, json_t *obj, json_t **v,
+                      struct sbx_error *e) {
+  const char *flag = f->given[i].flag, *text = f->given[i].text;
+  int r = backend_option_value(o, text, v, e);
+  bool map = o->type == BACKEND_OPTION_STRING_MAP;
+  if (r < 0 || (!map && !o->flag_element))
+    return r;
+  json_t *sofar = json_object_get(obj, o->key);
+  bool again = false;
+  for (size_t j = 0; j < i && !again; j++)
+    again = f->given[j].flag && strcmp(f->given[j].flag, flag) == 0;
+  if (!again || !(map ? json_is_object(sofar) : json_is_array(sofar)))
+    return 0;
+  json_t *all = json_deep_copy(sofar);
+  if (!all ||
+      (map ? json_object_update(all, *v) : json_array_extend(all, *v)) < 0) {
+    json_decref(all);
+    return -ENOMEM;
+  }
+  json_decref(*v);
+  *v = all;
   return 0;
 }
 
@@ -125,26 +222,55 @@ int cli_backend_options(const struct cli_backend_flags *f,
                         const struct backend *b, json_t *run_config,
                         const char *where, void **own, struct sbx_error *e) {
   *own = NULL;
+  if (f->overflow)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "more than %d backend options on the command line",
+                         CLI_MAX_GIVEN);
   _cleanup_json_ json_t *obj =
       run_config ? json_deep_copy(run_config) : json_object();
   if (!obj)
     return -ENOMEM;
   for (size_t i = 0; i < f->ngiven; i++) {
     const char *flag = f->given[i].flag, *text = f->given[i].text;
-    const struct backend_option *o = by_flag(b, flag);
-    if (!o)
-      return not_ours(b, flag, e);
+    char key[128], label[136];
     _cleanup_json_ json_t *v = NULL;
-    int r = backend_option_value(o, text, &v, e);
+    int r;
+    if (flag) {
+      const struct backend_option *o = by_flag(b, flag);
+      if (!o)
+        return not_ours(b, flag, e);
+      (void)snprintf(key, sizeof(key), "%s", o->key);
+      (void)snprintf(label, sizeof(label), "--%s", flag);
+      r = flag_value(f, i, o, obj, &v, e);
+    } else {
+      (void)snprintf(label, sizeof(label), "-o");
+      r = option_value(b, text, key, sizeof(key), &v, e);
+    }
     if (r == 0)
-      r = check_alone(b, flag, text, o, v, e);
-    if (r == 0 && json_object_set(obj, o->key, v) < 0)
+      r = check_alone(b, label, text, key, v, e);
+    if (r == 0 && json_object_set(obj, key, v) < 0)
       r = -ENOMEM;
     if (r < 0)
       return r;
   }
   return backend_options_parse(b, json_object_size(obj) ? obj : NULL,
                                run_config ? where : NULL, own, e);
+}
+
+/* One option's help: LHS, then TEXT wrapped at 78 columns beside it. */
+static void help_line(FILE *out, const char *lhs, const char *text) {
+  int col = fprintf(out, "  %-20s", lhs);
+  if (col > 22)
+    col = fprintf(out, "\n  %-20s", "") - 1;
+  while (*text) {
+    size_t n = strcspn(text, " ");
+    if (col + 1 + (int)n > 78 && col > 22)
+      col = fprintf(out, "\n  %-20s", "") - 1;
+    col += fprintf(out, " %.*s", (int)n, text);
+    text += n;
+    text += strspn(text, " ");
+  }
+  fputc('\n', out);
 }
 
 void cli_backend_flags_help(FILE *out) {
@@ -162,7 +288,23 @@ void cli_backend_flags_help(FILE *out) {
           "with\n"
           "  %-20s the sandbox for later commands\n",
           "--heartbeat SECONDS", "", SBX_PEER_HEARTBEAT_MS / 1000u, "", "");
+  fprintf(out,
+          "  -o, --option KEY=VALUE\n"
+          "  %-20s any option of the backend, named as in run_config\n"
+          "  %-20s (repeatable; a later one for the same key wins; VALUE\n"
+          "  %-20s is read as JSON unless the option is a string; KEY\n"
+          "  %-20s alone sets a boolean one):\n",
+          "", "", "", "");
   const struct backend *b;
+  for (size_t i = 0; (b = backend_at(i)); i++) {
+    int col = fprintf(out, "  %-20s %s:", "", b->name);
+    for (const struct backend_option *o = b->options; o && o->key; o++) {
+      if (col + 1 + (int)strlen(o->key) > 78)
+        col = fprintf(out, "\n  %-20s  ", "") - 1;
+      col += fprintf(out, " %s", o->key);
+    }
+    fputc('\n', out);
+  }
   for (size_t i = 0; (b = backend_at(i)); i++)
     for (const struct backend_option *o = b->options; o && o->key; o++) {
       if (!o->flag)
@@ -170,7 +312,9 @@ void cli_backend_flags_help(FILE *out) {
       char lhs[64];
       (void)snprintf(lhs, sizeof(lhs), "--%s%s%s", o->flag,
                      o->metavar ? " " : "", o->metavar ? o->metavar : "");
-      fprintf(out, "  %-20s %s: %s\n", lhs, b->name, o->help);
+      char text[1024];
+      (void)snprintf(text, sizeof(text), "%s: %s", b->name, o->help);
+      help_line(out, lhs, text);
     }
 }
 
@@ -178,8 +322,12 @@ void cli_backend_flags_help(FILE *out) {
  * agents' sandboxes use the starting agent's backend and options, so a
  * run_config of theirs that says otherwise would not apply. */
 static bool same_run_config(const struct agent *a, const struct agent *first) {
-  if (!a->run_backend && !a->run_options)
+  if (!a->run_backend && !a->run_options && !a->n_run_ports)
     return true;
+  if (a->n_run_ports != first->n_run_ports ||
+      memcmp(a->run_ports, first->run_ports,
+             a->n_run_ports * sizeof(a->run_ports[0])) != 0)
+    return false;
   return backend_find(a->run_backend) == backend_find(first->run_backend) &&
          (a->run_options ? first->run_options &&
                                json_equal(a->run_options, first->run_options)
@@ -202,7 +350,7 @@ static int check_other_agents(const struct agent_set *set,
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s: %s", a->path,
                            pe.msg);
     backend_options_free(b, own);
-    if (b && !same_run_config(a, first))
+    if (!same_run_config(a, first))
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                            "%s: its run_config differs from the starting "
                            "agent's (%s): every sandbox of a run uses the "

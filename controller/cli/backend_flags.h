@@ -1,8 +1,10 @@
 /* Backend options on the command line (sbx run, sbx sandbox create): every
  * registered backend's options that have a flag (backend.h's option
- * tables) become getopt_long entries after the command's own, the values
- * given are kept as text, and the chosen backend's options are made of an
- * agent file's run_config with those flags laid over it. */
+ * tables) become getopt_long entries after the command's own, and any
+ * option of the chosen backend can be given as `-o KEY=VALUE` (--option);
+ * the values given are kept as text, and the chosen backend's options are
+ * made of an agent file's run_config with those flags laid over it, in
+ * the order given. */
 #ifndef SBX_CLI_BACKEND_FLAGS_H
 #define SBX_CLI_BACKEND_FLAGS_H
 
@@ -14,6 +16,7 @@
 #include "shared/errors.h"
 
 #define CLI_MAX_OPTIONS 64 /* a command's own options and the backends' */
+#define CLI_MAX_GIVEN 256  /* backend flags given on one command line */
 
 /* getopt_long's value for a backend flag: this plus its index in opts. */
 #define CLI_BACKEND_FLAG 0x10000
@@ -22,14 +25,18 @@
  * fails (backend_options.heartbeat_ms). */
 #define CLI_HEARTBEAT_FLAG 0x20000
 #define CLI_HEARTBEAT_MAX_S 3600
+/* getopt_long's value for -o KEY=VALUE (--option): any backend option.
+ * A command's short options must include "o:". */
+#define CLI_OPTION_FLAG 'o'
 
 struct cli_backend_flags {
   struct option opts[CLI_MAX_OPTIONS + 1]; /* for getopt_long; {0} last */
   struct {
-    const char *flag; /* borrowed from the option table */
-    const char *text; /* borrowed from argv; NULL for a boolean */
-  } given[CLI_MAX_OPTIONS];
+    const char *flag; /* borrowed from the option table; NULL for -o */
+    const char *text; /* borrowed from argv; NULL for a boolean flag */
+  } given[CLI_MAX_GIVEN];
   size_t ngiven;
+  bool overflow;         /* more than CLI_MAX_GIVEN were given */
   const char *heartbeat; /* --heartbeat's text, or NULL */
 };
 
@@ -37,8 +44,9 @@ struct cli_backend_flags {
 void cli_backend_flags_init(struct cli_backend_flags *f,
                             const struct option *own);
 
-/* For getopt_long's answer CH with ARG: true when it was a backend flag,
- * now recorded (a repeated flag replaces the earlier value). */
+/* For getopt_long's answer CH with ARG: true when it was a backend flag or
+ * -o, now recorded (a repeated flag, or -o with the same KEY, replaces the
+ * earlier value; a repeated flag of a string map adds a member). */
 bool cli_backend_flags_take(struct cli_backend_flags *f, int ch,
                             const char *arg);
 

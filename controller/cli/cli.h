@@ -24,11 +24,13 @@ int cli_attach(const char *state_dir, const char *id,
  * it still runs under the same session id and accepts this controller's
  * token, else a new sandbox from the trusted manifest (TRUSTED, else the
  * state's) with the snapshot restored within LIMITS (NULL or 0 fields: the
- * defaults). ID_OUT gets the sandbox id. Returns 0 or a negative errno with
- * E saying which step failed (-EINVAL: the state or manifest file is
- * unusable). */
+ * defaults). The manifest's local sources are resolved against BASE_DIR,
+ * else TRUSTED's directory, else the base directory recorded with the
+ * saved sandbox; never the current directory. ID_OUT gets the sandbox
+ * id. Returns 0 or a negative errno with E saying which step failed
+ * (-EINVAL: the state or manifest file is unusable). */
 int cli_session_resume(const char *state_dir, const char *path,
-                       const char *trusted,
+                       const char *trusted, const char *base_dir,
                        const struct snapshot_limits *limits, bool progress,
                        char id_out[STATE_ID_LEN + 1], bool *reconnected,
                        struct sbx_error *e);

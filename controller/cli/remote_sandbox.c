@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/registry.h"
 #include "controller/cli/cli_internal.h"
 #include "controller/cli/remote_internal.h"
 #include "controller/net/http.h"
@@ -17,20 +18,62 @@
 
 #define ENV_MAX 256
 
+/* -o KEY=VALUE given to create, as the request's "options" of backend B
+ * (the server's default when NULL): each VALUE read by the option's type
+ * as sbx sandbox create reads it; the server checks them all, and refuses
+ * what its request may not set. -EINVAL after saying why. */
+static int request_options(const char *backend, const char *const *texts,
+                           size_t n, json_t *body) {
+  const struct backend *b = backend_find(backend);
+  if (!n || !b)
+    return 0; /* an unknown backend is the server's to name */
+  json_t *opts = json_object();
+  if (!opts || json_object_set_new(body, "options", opts) < 0)
+    return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    char key[128];
+    size_t k = strcspn(texts[i], "=");
+    if (k == 0 || k >= sizeof(key)) {
+      fprintf(stderr, "sbx sandbox create: -o \"%s\": expected KEY=VALUE\n",
+              texts[i]);
+      return -EINVAL;
+    }
+    (void)snprintf(key, sizeof(key), "%.*s", (int)k, texts[i]);
+    const char *value = texts[i][k] ? texts[i] + k + 1 : NULL;
+    const struct backend_option *o = backend_option_find(b, key);
+    json_t *v = NULL;
+    struct sbx_error e = {0};
+    if (o && backend_option_text_value(o, value, &v, &e) < 0) {
+      fprintf(stderr, "sbx sandbox create: %s\n", e.msg);
+      return -EINVAL;
+    }
+    if (!o)
+      v = json_string(value ? value : "");
+    if (!v || json_object_set_new(opts, key, v) < 0)
+      return -ENOMEM;
+  }
+  return 0;
+}
+
 static int sb_create(struct remote *rm, int argc, char **argv) {
   const char *manifest = NULL, *backend = NULL;
+  const char *texts[64];
+  size_t ntexts = 0;
   bool json = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--manifest") == 0 && i + 1 < argc)
       manifest = argv[++i];
     else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc)
       backend = argv[++i];
+    else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--option") == 0) &&
+             i + 1 < argc && ntexts < SBX_ARRAY_SIZE(texts))
+      texts[ntexts++] = argv[++i];
     else if (strcmp(argv[i], "--json") == 0)
       json = true;
     else
       return remote_usage("sbx --server URL sandbox create [--manifest FILE] "
-                          "[--backend NAME] [--json] (the server decides the "
-                          "rest)");
+                          "[--backend NAME] [-o KEY=VALUE]... [--json] (the "
+                          "server decides the rest)");
   }
   _cleanup_json_ json_t *body = json_object();
   struct sbx_error e = {0};
@@ -43,6 +86,9 @@ static int sb_create(struct remote *rm, int argc, char **argv) {
     (void)json_object_set_new(body, "manifest", m);
   if (backend)
     (void)json_object_set_new(body, "backend", json_string(backend));
+  int r = request_options(backend, texts, ntexts, body);
+  if (r < 0)
+    return r == -EINVAL ? 2 : 1;
   long status = 0;
   _cleanup_json_ json_t *out = NULL;
   if (remote_call(rm, "POST", "/v1/sandboxes", body, &status, &out) < 0)
@@ -248,7 +294,7 @@ int remote_sandbox(struct remote *rm, int argc, char **argv) {
       return subs[i].fn(rm, argc - 1, argv + 1);
   if (strcmp(sub, "--help") == 0) {
     printf("usage: sbx --server URL sandbox create [--manifest FILE] "
-           "[--backend NAME] [--json]\n"
+           "[--backend NAME] [-o KEY=VALUE]... [--json]\n"
            "       sbx --server URL sandbox ls [--json]\n"
            "       sbx --server URL sandbox info ID\n"
            "       sbx --server URL sandbox rm ID...\n"
@@ -259,6 +305,10 @@ int remote_sandbox(struct remote *rm, int argc, char **argv) {
            "ID:PATH; one regular file)\n"
            "       sbx --server URL sandbox apply-patch [--json] ID < PATCH\n"
            "\n"
+           "create's -o sets a backend option as sbx sandbox create's does; "
+           "the server\n"
+           "refuses those a request may not set (the host's files, engine "
+           "and processes).\n"
            "exec -i copies this stdin to the command's until its end; shell "
            "is a login\n"
            "shell on a terminal (raw mode; its size is the sandbox's "

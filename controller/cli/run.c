@@ -1,6 +1,7 @@
 /* sbx run: an agent on a task in a fresh (or a developer-owned) sandbox. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "controller/cli/cli_internal.h"
 #include "controller/config/agent.h"
 #include "controller/run/runner.h"
+#include "controller/state/store.h"
 #include "controller/telemetry/trace.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
@@ -64,7 +66,10 @@ static void usage_run(FILE *f) {
       "to DIR and must\n"
       "                       lie beneath it or a grant (default: the "
       "agent file's\n"
-      "                       directory)\n"
+      "                       directory); recorded with the run, so a "
+      "resume that\n"
+      "                       restores a sandbox reads them there again "
+      "unless given\n"
       "  --concurrency SPEC   manifest_entries=N,local_dir_files=N "
       "(default 4 and 4;\n"
       "                       0 is unlimited, at most 64 threads)\n"
@@ -75,9 +80,12 @@ static void usage_run(FILE *f) {
       "                       of the response (60), between bytes of it (30), "
       "and in all\n"
       "                       (600); a timed-out call is retried once\n"
-      "  --expose PORT        a port the sandbox exposes (repeatable); "
-      "reported in\n"
-      "                       the sandbox_created event\n"
+      "  --expose PORT        a port the sandbox exposes (repeatable; "
+      "replaces the\n"
+      "                       agent file's run_config.exposed_ports), "
+      "published on\n"
+      "                       127.0.0.1 and reported in the sandbox_created "
+      "event\n"
       "  --session STATE      run in the sandbox of a saved session state "
       "(sbx sandbox\n"
       "                       save): the live one, or its snapshot "
@@ -161,6 +169,8 @@ struct run_cmd {
   char cwd[SBX_PATH_MAX];
   char sdir[4096];
   char snapdir[4096]; /* --snapshot-dir, absolute */
+  /* --base-dir made absolute, or a resumed run's recorded one. */
+  char basedir[4096];
   char session_id[STATE_ID_LEN + 1];
   /* Owned. */
   char *agent_path, *prompt; /* --resume: from the run state */
@@ -374,7 +384,12 @@ static int take_option(struct run_cmd *c, int ch, const char *arg) {
     return -1;
   }
   case O_BASE_DIR:
-    c->o.materialize.base_dir = arg;
+    /* Absolute: the run state keeps it for a restore from elsewhere (one
+     * that does not resolve is left for the sandbox's creation to name). */
+    c->o.materialize.base_dir =
+        realpath(arg, c->basedir) && strlen(c->basedir) < sizeof(c->basedir)
+            ? c->basedir
+            : arg;
     return -1;
   case O_TRACE:
     c->to.file = arg;
@@ -402,7 +417,7 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
   cli_backend_flags_init(&c->flags, run_opts);
   int ch;
   optind = 1;
-  while ((ch = getopt_long(argc, argv, "+", c->flags.opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "+o:", c->flags.opts, NULL)) != -1) {
     int k = take_option(c, ch, optarg);
     if (k >= 0)
       return k;
@@ -447,6 +462,12 @@ static int choose_backend(struct run_cmd *c) {
     return 2;
   }
   c->o.backend_opts.own = c->own;
+  /* --expose replaces the agent file's run_config.exposed_ports. */
+  const struct agent *first = c->agents->agents[0];
+  if (!c->o.n_exposed_ports && first->n_run_ports) {
+    c->o.exposed_ports = first->run_ports;
+    c->o.n_exposed_ports = first->n_run_ports;
+  }
   return -1;
 }
 
@@ -459,7 +480,8 @@ static int attach_sandbox(struct run_cmd *c) {
    * else a new sandbox. */
   if (c->session && !c->sandbox_id && !c->resume) {
     bool reconnected = false;
-    if (cli_session_resume(c->state_dir, c->session, NULL, NULL, isatty(2),
+    if (cli_session_resume(c->state_dir, c->session, NULL,
+                           c->o.materialize.base_dir, NULL, isatty(2),
                            c->session_id, &reconnected, &e) < 0) {
       fprintf(stderr, "sbx run: %s\n", e.msg);
       return e.code == SBX_INVALID_ARGUMENT ? 2 : 1;
@@ -478,6 +500,27 @@ static int attach_sandbox(struct run_cmd *c) {
   return -1;
 }
 
+/* A resumed run given no --base-dir takes the one it recorded (the
+ * runner's snapshots.c keeps it in the run state): a sandbox restored
+ * from the run's snapshot reads its manifest's local sources where the
+ * run first did, whatever the current directory. */
+static void recorded_base_dir(struct run_cmd *c) {
+  if (!c->resume || c->o.materialize.base_dir)
+    return;
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  struct sbx_error e = {0};
+  if (store_state_get(c->store.store, c->store.id, &text, &len, &e) < 0)
+    return; /* cli_run_store_open read it: not to be had now */
+  _cleanup_json_ json_t *rs = json_loadb(text, len, 0, NULL);
+  const char *b = json_string_value(
+      json_object_get(json_object_get(rs, "snapshots"), "base_dir"));
+  if (b && strlen(b) < sizeof(c->basedir)) {
+    (void)snprintf(c->basedir, sizeof(c->basedir), "%s", b);
+    c->o.materialize.base_dir = c->basedir;
+  }
+}
+
 /* Everything before the run: -1 when it can start, else the exit code. */
 static int prepare(struct run_cmd *c, int argc, char **argv) {
   int k = parse_args(c, argc, argv);
@@ -494,6 +537,7 @@ static int prepare(struct run_cmd *c, int argc, char **argv) {
                          &c->prompt);
   if (k >= 0)
     return k;
+  recorded_base_dir(c);
   if (c->ask) {
     c->tty = fopen("/dev/tty", "r+e");
     if (!c->tty || !isatty(fileno(c->tty))) {

@@ -96,10 +96,14 @@ static const struct subcommand {
      "beneath\n"
      "                       it or a grant (default: the directory of M, "
      "else of\n"
-     "                       AGENT)\n",
+     "                       AGENT); recorded, for a restore of the "
+     "sandbox's session\n",
      /* the backends' flags (backend_flags.h) go here */
      "  --seccomp MODE       default | no-network | off\n"
-     "  --expose PORT        a port the sandbox exposes (repeatable)\n"
+     "  --expose PORT        a port the sandbox exposes, published on "
+     "127.0.0.1\n"
+     "                       (repeatable; replaces AGENT's "
+     "run_config.exposed_ports)\n"
      "  --concurrency SPEC   manifest_entries=N,local_dir_files=N (default "
      "4,4;\n"
      "                       0 is unlimited, at most 64 threads)\n"},

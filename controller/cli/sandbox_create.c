@@ -111,7 +111,7 @@ static int parse_args(struct create_cmd *x, int argc, char **argv) {
   cli_backend_flags_init(&x->flags, create_opts);
   int ch;
   optind = 0; /* a fresh scan */
-  while ((ch = getopt_long(argc, argv, "+h", x->flags.opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "+ho:", x->flags.opts, NULL)) != -1) {
     int k = take_option(x, ch, optarg);
     if (k >= 0)
       return k;
@@ -135,6 +135,12 @@ static int choose_backend(struct create_cmd *x) {
     return cli_usage_error(x->c, "create", "%s",
                            e.msg[0] ? e.msg : strerror(ENOMEM));
   x->lo.bo.own = x->own;
+  /* --expose replaces the agent file's run_config.exposed_ports. */
+  const struct agent *first = x->agents ? x->agents->agents[0] : NULL;
+  if (!x->lo.bo.nports && first && first->n_run_ports) {
+    x->lo.bo.ports = first->run_ports;
+    x->lo.bo.nports = first->n_run_ports;
+  }
   return -1;
 }
 
@@ -193,6 +199,9 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
   }
   r = lifecycle_save(dir, id, sb, x->m, x->lo.bo.ports, x->lo.bo.nports,
                      created, (long)getpid(), &e);
+  /* A restore of its session resolves local sources where these were. */
+  if (r == 0)
+    r = lifecycle_save_base_dir(dir, id, x->lo.mo.base_dir, &e);
   if (r < 0) {
     struct sbx_error ce = {0};
     (void)sb->backend->close(sb, &ce);

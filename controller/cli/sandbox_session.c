@@ -255,8 +255,44 @@ static bool live_session(const char *state_dir, const char *sbid,
   return same;
 }
 
+/* Where the restored manifest M's local sources are: BASE_DIR
+ * (--base-dir), else the directory of the trusted manifest TRUSTED, else
+ * the base directory recorded with the saved sandbox SBID while its record
+ * is there; never the current directory. OUT (of size N) gets it, "" when
+ * M reads no local source. */
+static int restore_base(const char *state_dir, const char *sbid,
+                        const char *trusted, const char *base_dir,
+                        const struct manifest *m, char *out, size_t n,
+                        struct sbx_error *e) {
+  out[0] = '\0';
+  if (base_dir || trusted) {
+    if (base_dir)
+      (void)snprintf(out, n, "%s", base_dir);
+    else
+      cli_dir_of(trusted, out, n);
+    return 0;
+  }
+  char dir[4096];
+  struct lifecycle_record rec;
+  struct sbx_error le = {0};
+  if (sbid && state_dir_resolve(state_dir, dir, sizeof(dir), &le) == 0 &&
+      lifecycle_load(dir, sbid, &rec, &le) == 0) {
+    const char *b = lifecycle_base_dir(&rec);
+    (void)snprintf(out, n, "%s", b ? b : "");
+    lifecycle_record_clear(&rec);
+  }
+  if (out[0] || !lifecycle_has_local_sources(m))
+    return 0;
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                       "the manifest has local_file or local_dir entries, "
+                       "and the saved sandbox's record, which says where "
+                       "their sources are, is gone: give --manifest TRUSTED "
+                       "(sources relative to its directory) or --base-dir "
+                       "DIR; the current directory is not assumed");
+}
+
 int cli_session_resume(const char *state_dir, const char *path,
-                       const char *trusted,
+                       const char *trusted, const char *base_dir,
                        const struct snapshot_limits *limits, bool progress,
                        char id_out[STATE_ID_LEN + 1], bool *reconnected,
                        struct sbx_error *e) {
@@ -307,6 +343,13 @@ int cli_session_resume(const char *state_dir, const char *path,
   int r = manifest_parse(tj ? tj : manj, where, &m, e);
   if (r < 0)
     return r;
+  char base[4096];
+  r = restore_base(state_dir, sbid, trusted, base_dir, m, base, sizeof(base),
+                   e);
+  if (r < 0) {
+    manifest_free(m);
+    return r;
+  }
   char dir[4096], tok[4200], logp[4200], created[32];
   char id[STATE_ID_LEN + 1] = "";
   r = state_dir_resolve(state_dir, dir, sizeof(dir), e);
@@ -317,7 +360,8 @@ int cli_session_resume(const char *state_dir, const char *path,
     r = r < 0 ? r : -ENAMETOOLONG;
   struct sbx_error ie = {0};
   const char *type = json_string_value(json_object_get(st, "type"));
-  struct lifecycle_options lo = {.backend = backend_find(type)};
+  struct lifecycle_options lo = {.backend = backend_find(type),
+                                 .mo.base_dir = base[0] ? base : NULL};
   if (!lo.backend && r == 0)
     r = sbx_error_set(&ie, SBX_INVALID_ARGUMENT, EINVAL,
                       "the state's backend \"%.64s\" is not one of this sbx",
@@ -336,6 +380,8 @@ int cli_session_resume(const char *state_dir, const char *path,
   if (r == 0) {
     state_now(created);
     r = lifecycle_save(dir, id, sb, m, NULL, 0, created, (long)getpid(), &ie);
+    if (r == 0 && base[0])
+      r = lifecycle_save_base_dir(dir, id, base, &ie);
   }
   manifest_free(m);
   if (r < 0) {
@@ -358,27 +404,36 @@ int cli_session_resume(const char *state_dir, const char *path,
 /* sbx sandbox resume STATE.json: prints the sandbox id (see
  * cli_session_resume). */
 int cli_sandbox_resume(struct cli_common *c, int argc, char **argv) {
-  const char *path = NULL, *trusted = NULL;
+  const char *path = NULL, *trusted = NULL, *base_dir = NULL;
   struct snapshot_limits lim = {0};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
       printf("usage: sbx sandbox resume STATE.json [--manifest M] "
-             "[--snapshot-max-members N]\n"
-             "                          [--snapshot-max-bytes BYTES] "
-             "[--snapshot-max-extracted-bytes BYTES]\n\n"
+             "[--base-dir DIR]\n"
+             "                          [--snapshot-max-members N] "
+             "[--snapshot-max-bytes BYTES]\n"
+             "                          [--snapshot-max-extracted-bytes "
+             "BYTES]\n\n"
              "Reconnects to the saved sandbox when it is still running and "
              "proves its identity\n(its session id, and the token this "
              "controller's state holds); otherwise creates a\nnew sandbox "
              "from the trusted manifest (--manifest, else the state's) and "
              "restores\nthe snapshot into it, within the limits (as for "
-             "save). Prints the sandbox id\n(--json: {\"id\", "
-             "\"reconnected\"}).\n");
+             "save). The manifest's local_file\nand local_dir sources are "
+             "resolved against --base-dir, else the directory of\n"
+             "--manifest, else the base directory recorded when the saved "
+             "sandbox was created,\nnever the current directory. Prints the "
+             "sandbox id (--json: {\"id\",\n\"reconnected\"}).\n");
       return 0;
     }
     if (common_arg(c, argc, argv, &i))
       continue;
     if (strcmp(argv[i], "--manifest") == 0 && i + 1 < argc) {
       trusted = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--base-dir") == 0 && i + 1 < argc) {
+      base_dir = argv[++i];
       continue;
     }
     int pr =
@@ -400,7 +455,7 @@ int cli_sandbox_resume(struct cli_common *c, int argc, char **argv) {
   char id[STATE_ID_LEN + 1];
   bool reconnected = false;
   struct sbx_error e = {0};
-  int r = cli_session_resume(c->state_dir, path, trusted, &lim,
+  int r = cli_session_resume(c->state_dir, path, trusted, base_dir, &lim,
                              progress_enabled(c->json), id, &reconnected, &e);
   if (r < 0)
     return cli_fail_status(

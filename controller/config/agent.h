@@ -52,8 +52,11 @@
  *   api_key_env        the name of the environment variable that holds this
  *                      agent's API key (default OPENAI_API_KEY)
  *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
- *   run_config         {"backend": name, ...that backend's options}: the
- *                      defaults of `sbx run`, checked by the backend
+ *   run_config         {"backend": name, "exposed_ports": [port...],
+ *                      ...that backend's options}: the defaults of
+ *                      `sbx run` and `sbx sandbox create --agent`; the
+ *                      ports are every backend's (as --expose), the rest
+ *                      is checked by the backend
  *                      ("sandbox" belongs in an agent_as_tool entry's)
  *   version            1 (optional)
  *
@@ -88,6 +91,7 @@
 #define AGENT_MAX_AGENTS 64             /* files in one set */
 #define AGENT_MAX_DEPTH 16              /* references from the first file */
 #define AGENT_MAX_LIST 256 /* entries in one array or approvals object */
+#define AGENT_MAX_PORTS 64 /* run_config.exposed_ports */
 
 enum agent_capability {
   AGENT_CAP_FILESYSTEM,
@@ -215,6 +219,8 @@ struct agent {
   char *run_backend;   /* the backend's name, or NULL */
   json_t *run_options; /* the backend's options (an object, owned), or
                           NULL when none is given */
+  uint16_t run_ports[AGENT_MAX_PORTS]; /* "exposed_ports", 1..65535 */
+  size_t n_run_ports;
   struct agent_approval *approvals; /* in file order */
   size_t napprovals;
 };

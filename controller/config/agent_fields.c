@@ -556,6 +556,33 @@ static int parse_api_key_env(const struct agent_ctx *c, struct agent *a,
   return 0;
 }
 
+/* "run_config.exposed_ports": the ports the sandbox exposes, as --expose
+ * gives them (the SDK's exposedPorts, a client option of every backend). */
+static int parse_run_ports(const struct agent_ctx *c, struct agent *a,
+                           const char *key, json_t *v) {
+  if (!json_is_array(v))
+    return agent_wrong_type(c, key, "an array of ports", v);
+  if (json_array_size(v) > AGENT_MAX_PORTS)
+    return agent_invalid(c, "\"%s\" has more than %d ports", key,
+                         AGENT_MAX_PORTS);
+  size_t i;
+  json_t *p;
+  json_array_foreach(v, i, p) {
+    json_int_t n = json_integer_value(p);
+    if (!json_is_integer(p) || n < 1 || n > 65535)
+      return agent_invalid(c,
+                           "\"%s[%zu]\": Exposed ports must be integers "
+                           "between 1 and 65535.",
+                           key, i);
+    for (size_t j = 0; j < i; j++)
+      if (a->run_ports[j] == n)
+        return agent_invalid(c, "\"%s\": port %d is listed twice", key, (int)n);
+    a->run_ports[i] = (uint16_t)n;
+  }
+  a->n_run_ports = json_array_size(v);
+  return 0;
+}
+
 /* "run_config": the run defaults the SDK keeps in RunConfig.sandbox, which
  * `sbx run`'s flags replace: "backend" (a name) and the backend's own
  * options, kept as JSON for the backend to check (backend.h): this module
@@ -580,10 +607,18 @@ static int parse_run_config(const struct agent_ctx *c, struct agent *a,
     if (r < 0)
       return r;
   }
+  json_t *ports = json_object_get(v, "exposed_ports");
+  if (ports && !json_is_null(ports)) {
+    agent_key_path(kp, "%s.exposed_ports", key);
+    int r = parse_run_ports(c, a, kp, ports);
+    if (r < 0)
+      return r;
+  }
   json_t *opts = json_deep_copy(v);
   if (!opts)
     return agent_nomem(c);
   (void)json_object_del(opts, "backend"); /* absent is fine */
+  (void)json_object_del(opts, "exposed_ports");
   if (json_object_size(opts) == 0) {
     json_decref(opts);
     return 0;

@@ -49,9 +49,13 @@ int run_snapshots_settle(struct run *run, struct sbx_error *e) {
     run->res->config_error = true; /* the command line's (exit 2) */
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s", why);
   }
-  if (json_object_set_new(
-          sh->rs, RS_SNAPSHOTS,
-          json_pack("{s:s, s:s}", "type", type, "dir", sh->snap_dir)) < 0)
+  /* With them the base directory of the manifests' local sources, when
+   * --base-dir gave one (absolute): a restore reads them there too (sbx
+   * run --resume takes it back). Else each agent file's directory is. */
+  if (json_object_set_new(sh->rs, RS_SNAPSHOTS,
+                          json_pack("{s:s, s:s, s:s*}", "type", type, "dir",
+                                    sh->snap_dir, "base_dir",
+                                    o->materialize.base_dir)) < 0)
     return -ENOMEM;
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "controller/sandbox/lifecycle.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,13 +228,28 @@ bool lifecycle_running(const char *dir, const char *id) {
   return running;
 }
 
+/* Adds BASE (absolute) to the record ID of DIR as "base_dir". */
+static int put_base_dir(const char *dir, const char *id, const char *abs,
+                        struct sbx_error *e) {
+  _cleanup_json_ json_t *rec = NULL;
+  char got[STATE_ID_LEN + 1];
+  int r = state_read(dir, id, &rec, got, e);
+  if (r < 0)
+    return r;
+  if (json_object_set_new(rec, "base_dir", json_string(abs)) < 0)
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  return state_write(dir, got, rec, e);
+}
+
 int lifecycle_resave(struct lifecycle_record *r, const struct sandbox *sb,
                      const struct manifest *m, struct sbx_error *e) {
   const char *created =
       json_string_value(json_object_get(r->rec, "created_at"));
   json_int_t owner = json_integer_value(json_object_get(r->rec, "owner_pid"));
-  return lifecycle_save(r->dir, r->id, sb, m ? m : r->manifest, r->ports,
-                        r->nports, created ? created : "", (long)owner, e);
+  int k = lifecycle_save(r->dir, r->id, sb, m ? m : r->manifest, r->ports,
+                         r->nports, created ? created : "", (long)owner, e);
+  const char *base = lifecycle_base_dir(r);
+  return k == 0 && base ? put_base_dir(r->dir, r->id, base, e) : k;
 }
 
 int lifecycle_check_cwd(struct sandbox *sb, const char *cwd, const char *run_as,
@@ -392,4 +408,26 @@ int lifecycle_apply_to_live(const struct lifecycle_options *o,
 fail:
   *out = manifest_free(*out);
   return r;
+}
+
+int lifecycle_save_base_dir(const char *dir, const char *id, const char *base,
+                            struct sbx_error *e) {
+  char abs[PATH_MAX];
+  if (!realpath(base, abs))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, errno,
+                         "cannot resolve the base directory \"%s\": %s", base,
+                         strerror(errno));
+  return put_base_dir(dir, id, abs, e);
+}
+
+const char *lifecycle_base_dir(const struct lifecycle_record *r) {
+  return json_string_value(json_object_get(r->rec, "base_dir"));
+}
+
+bool lifecycle_has_local_sources(const struct manifest *m) {
+  for (size_t i = 0; i < m->nentries; i++)
+    if (m->entries[i].type == MANIFEST_LOCAL_FILE ||
+        m->entries[i].type == MANIFEST_LOCAL_DIR)
+      return true;
+  return false;
 }

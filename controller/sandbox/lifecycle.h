@@ -7,7 +7,8 @@
  * Owned sandboxes (one run's) are closed by their run. Developer-owned
  * ones live until `sbx sandbox rm`: their record (state.h) holds the
  * backend's fields, the persisted manifest (no ephemeral values, no host
- * paths), the exposed ports and the owner. */
+ * paths), the exposed ports, the owner and the base directory its
+ * manifest's local sources were read from (for a restore). */
 #ifndef SBX_LIFECYCLE_H
 #define SBX_LIFECYCLE_H
 
@@ -71,6 +72,16 @@ int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
                    size_t nports, const char *created_at, long owner_pid,
                    struct sbx_error *e);
 
+/* Records in the record ID of DIR the base directory its manifest's
+ * local sources were resolved against (made absolute), so that a restore
+ * resolves them there too, wherever it runs. */
+int lifecycle_save_base_dir(const char *dir, const char *id, const char *base,
+                            struct sbx_error *e);
+/* R's recorded base directory (absolute; borrowed), or NULL. */
+const char *lifecycle_base_dir(const struct lifecycle_record *r);
+/* Whether M has local_file or local_dir entries, read from the host. */
+bool lifecycle_has_local_sources(const struct manifest *m);
+
 /* Loads the record of WANT (an id or a unique prefix) from DIR. */
 int lifecycle_load(const char *dir, const char *want,
                    struct lifecycle_record *r, struct sbx_error *e);
@@ -85,7 +96,8 @@ int lifecycle_attach(const struct lifecycle_record *r,
  * (attached and let go again). False when it is stopped, gone or its
  * record cannot be read. */
 bool lifecycle_running(const char *dir, const char *id);
-/* Rewrites R's record for SB (after start, stop or new entries). */
+/* Rewrites R's record for SB (after start, stop or new entries), keeping
+ * its base directory. */
 int lifecycle_resave(struct lifecycle_record *r, const struct sandbox *sb,
                      const struct manifest *m, struct sbx_error *e);
 

@@ -165,6 +165,11 @@ int server_agent_load(const struct server *srv, json_t *agent, bool trusted,
     r = sbx_error_set(e, SBX_PERMISSION_DENIED, EPERM,
                       "agent: \"api_key_env\" would read the server's "
                       "environment; the server's operator sets the keys");
+  if (r == 0 && set->agents[0]->n_run_ports)
+    r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                      "agent: \"run_config.exposed_ports\" is not supported "
+                      "by sbx serve: the sandboxes of its runs publish no "
+                      "ports");
   const struct backend *b =
       r == 0 && !trusted ? backend_find(set->agents[0]->run_backend) : NULL;
   if (b)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/support/httpget.h"
@@ -314,4 +315,256 @@ Test(docker_session, stop_and_start_keep_the_workspace) {
   cr_expect_str_eq(r.out, "hello\nmore\n");
   sbx_run_free(&r);
   free(id);
+}
+
+/* A host directory with hello.txt in it, readable by anyone (the
+ * container's users are no one on the host under a user namespace), for
+ * a bind mount. DIR gets its path. */
+static void host_dir_with_file(char *hd, size_t n) {
+  (void)snprintf(hd, n, "%s/bind", dir);
+  cr_assert_eq(mkdir(hd, 0755), 0);
+  cr_assert_eq(chmod(hd, 0755), 0);
+  test_write_file(hd, "hello.txt", "from the host\n");
+  char f[256];
+  (void)snprintf(f, sizeof(f), "%s/hello.txt", hd);
+  cr_assert_eq(chmod(f, 0644), 0);
+}
+
+/* What the options of the tests below do inside sandbox ID: the user,
+ * the environment, the bind mount, and the memory, CPU and process
+ * limits (cgroup v2 files, else v1's). */
+static void expect_options_inside(const char *id) {
+  struct sbx_run_out r;
+  const char *cmd[] = {
+      "exec",
+      id,
+      "--",
+      "sh",
+      "-c",
+      "id -u; echo \"[$GREETING|$OTHER]\"; cat /data/hello.txt; "
+      "touch /data/x 2>/dev/null || echo data-ro; "
+      "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+      "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+      "cat /sys/fs/cgroup/pids.max 2>/dev/null || "
+      "cat /sys/fs/cgroup/pids/pids.max; "
+      "cat /sys/fs/cgroup/cpu.max 2>/dev/null || "
+      "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+      NULL};
+  sbx(&r, cmd);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strncmp(r.out,
+                    "1234\n[hi there|x=y]\nfrom the host\ndata-ro\n"
+                    "100663296\n55\n",
+                    strlen("1234\n[hi there|x=y]\nfrom the host\ndata-ro\n"
+                           "100663296\n55\n")) == 0,
+            "%s", r.out);
+  cr_expect(strstr(r.out, "\n50000 100000\n") || strstr(r.out, "\n50000\n"),
+            "cpu quota: %s", r.out);
+  sbx_run_free(&r);
+}
+
+/* Every docker option can be given on the command line: dedicated flags
+ * (--env, --user, --mount; repeated ones add up) and -o KEY=VALUE for
+ * the rest, and each takes effect inside the container. */
+Test(docker_session, command_line_options_reach_the_container) {
+  char hd[160], mounts[400];
+  host_dir_with_file(hd, sizeof(hd));
+  (void)snprintf(mounts, sizeof(mounts),
+                 "type=bind,source=%s,target=/data,readonly", hd);
+  const char *args[] = {"create",
+                        "--backend",
+                        "docker",
+                        "--env",
+                        "GREETING=hi there",
+                        "--env",
+                        "OTHER=x=y",
+                        "--user",
+                        "1234:1234",
+                        "-o",
+                        "memory_bytes=100663296",
+                        "--option",
+                        "cpus=0.5",
+                        "-o",
+                        "pids_limit=55",
+                        "--mount",
+                        "type=volume,target=/cache",
+                        "--mount",
+                        mounts,
+                        "-o",
+                        "labels={\"team\": \"t2\"}",
+                        NULL};
+  char *id = sbx_sandbox_line(sdir, args);
+  expect_options_inside(id);
+  /* Both --mount flags hold: the volume too. */
+  struct sbx_run_out r;
+  const char *vol[] = {
+      "exec", id,   "--",
+      "sh",   "-c", "test -d /cache && grep -c ' /cache ' /proc/mounts",
+      NULL};
+  sbx(&r, vol);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "1\n");
+  sbx_run_free(&r);
+  free(id);
+}
+
+/* The same options from an agent file's run_config, with its
+ * exposed_ports published as --expose publishes them. */
+Test(docker_session, agent_file_options_reach_the_container) {
+  char hd[160], text[1024];
+  host_dir_with_file(hd, sizeof(hd));
+  (void)snprintf(
+      text, sizeof(text),
+      "{\"name\": \"O\", \"run_config\": {\"backend\": \"docker\", "
+      "\"env\": {\"GREETING\": \"hi there\", \"OTHER\": \"x=y\"}, "
+      "\"user\": \"1234:1234\", \"memory_bytes\": 100663296, \"cpus\": 0.5, "
+      "\"pids_limit\": 55, \"mounts\": [{\"type\": \"bind\", \"source\": "
+      "\"%s\", \"target\": \"/data\", \"read_only\": true}], "
+      "\"exposed_ports\": [8000]}}",
+      hd);
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", test_write_file(dir, "o.json", text));
+  const char *args[] = {"create", "--agent", ap, NULL};
+  char *id = sbx_sandbox_line(sdir, args);
+  expect_options_inside(id);
+  const char *port[] = {"port", id, "8000", NULL};
+  char *ep = sbx_sandbox_line(sdir, port);
+  cr_expect(strncmp(ep, "127.0.0.1:", 10) == 0, "%s", ep);
+  free(ep);
+  free(id);
+}
+
+/* run_config.exposed_ports are published by the engine: a server in the
+ * container answers on the loopback port the sandbox_created event names;
+ * and --expose replaces them. */
+Test(docker_session, run_config_exposed_ports_are_reached) {
+  const char *a = test_write_file(
+      dir, "p.json",
+      "{\"name\": \"P\", \"run_config\": {\"backend\": \"docker\", "
+      "\"exposed_ports\": [8000]}}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  const char *args[] = {"create", "--agent", ap, NULL};
+  char *id = sbx_sandbox_line(sdir, args);
+  const char *port[] = {"port", id, "8000", NULL};
+  char *ep = sbx_sandbox_line(sdir, port);
+  cr_assert(strncmp(ep, "127.0.0.1:", 10) == 0, "%s", ep);
+  unsigned hp = (unsigned)strtoul(ep + 10, NULL, 10);
+  struct sbx_run_out r;
+  const char *serve[] = {
+      "exec",
+      id,
+      "--",
+      "sh",
+      "-c",
+      "perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => "
+      "8000, Listen => 5, ReuseAddr => 1) or die $!; while ($c = "
+      "$s->accept) { <$c>; print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nfrom "
+      "run_config\"; close $c }' >/dev/null 2>&1 &",
+      NULL};
+  sbx(&r, serve);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  char *got = test_http_get("127.0.0.1", hp);
+  cr_expect(strstr(got, "from run_config"), "got: %s", got);
+  free(got);
+  free(ep);
+  free(id);
+  /* sbx run reports it in sandbox_created; --expose replaces it. */
+  for (int flag = 0; flag < 2; flag++) {
+    const char *plain[] = {"run", "--state-dir", sdir, "--stream",
+                           ap,    "x",           NULL};
+    const char *expose[] = {"run",      "--state-dir", sdir,
+                            "--stream", "--expose",    "9000",
+                            ap,         "x",           NULL};
+    char *out = NULL;
+    free(run_one_command("true", flag ? expose : plain, &out));
+    const char *want = flag ? "\"exposed_ports\":{\"9000\":\"127.0.0.1:"
+                            : "\"exposed_ports\":{\"8000\":\"127.0.0.1:";
+    cr_expect(strstr(out, want) != NULL, "%s", out);
+    free(out);
+  }
+}
+
+/* Refusals on the command line and in run_config, before anything is
+ * created: labels are strings and not sbx's, network none publishes no
+ * ports. */
+Test(docker_session, option_refusals_name_the_option) {
+  static const struct {
+    const char *flag, *value, *want;
+  } cases[] = {
+      {"-o", "labels={\"team\": 1}",
+       "-o \"labels={\"team\": 1}\": label "
+       "\"team\": its value must be a string"},
+      {"-o", "labels={\"sbx.session\": \"x\"}",
+       "label \"sbx.session\" is reserved: sbx.* labels are set by sbx "
+       "itself"},
+      {"-o", "labels=[\"a\"]",
+       "\"labels\" must be an object of strings (got array)"},
+      {"-o", "labels={oops", "-o labels: the value is not JSON"},
+      {"-o", "imgae=x", "\"imgae\": backend docker has no such option"},
+      {"-o", "never_pull=maybe", "-o never_pull=maybe: expected true or false"},
+      {"-o", "user=root", "user \"root\": expected a numeric uid"},
+      {"--env", "NOEQUALS", "--env \"NOEQUALS\": expected NAME=VALUE"},
+      {"--user", "nobody",
+       "--user \"nobody\": user \"nobody\": expected a "
+       "numeric uid"},
+      {"-o",
+       "mounts=[{\"type\": \"bind\", \"source\": \"rel\", \"target\": "
+       "\"/d\"}]",
+       "mounts[0]: a bind mount needs an absolute host source path"},
+      {"--mount", "type=bind,source=/srv,target=/run/sbx",
+       "would cover sbx's own /run/sbx"},
+      {"--mount", "type=bind,size=1", "unknown field \"size\""},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct sbx_run_out r;
+    const char *args[] = {"create",      "--backend",    "docker",
+                          cases[i].flag, cases[i].value, NULL};
+    sbx(&r, args);
+    cr_expect_eq(r.status, 2, "%s %s", cases[i].flag, cases[i].value);
+    cr_expect(strstr(r.err, cases[i].want) != NULL, "%s", r.err);
+    sbx_run_free(&r);
+  }
+  struct sbx_run_out r;
+  const char *none[] = {"create", "--backend", "docker", "--network",
+                        "none",   "--expose",  "8000",   NULL};
+  sbx(&r, none);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "network_mode \"none\" cannot be combined with "
+                          "exposed_ports (port 8000)") != NULL,
+            "%s", r.err);
+  sbx_run_free(&r);
+  static const char *const files[][2] = {
+      {"{\"name\": \"L\", \"run_config\": {\"backend\": \"docker\", "
+       "\"labels\": {\"sbx.managed\": \"no\"}}}",
+       "label \"sbx.managed\" is reserved"},
+      {"{\"name\": \"L\", \"run_config\": {\"backend\": \"docker\", "
+       "\"labels\": {\"n\": 3}}}",
+       "label \"n\": its value must be a string"},
+      {"{\"name\": \"L\", \"run_config\": {\"backend\": \"docker\", "
+       "\"network_mode\": \"none\", \"exposed_ports\": [8000]}}",
+       "network_mode \"none\" cannot be combined with exposed_ports"},
+      {"{\"name\": \"L\", \"run_config\": {\"exposed_ports\": [0]}}",
+       "\"run_config.exposed_ports[0]\": Exposed ports must be integers "
+       "between 1 and 65535."},
+      {"{\"name\": \"L\", \"run_config\": {\"exposed_ports\": \"80\"}}",
+       "run_config.exposed_ports"},
+  };
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    char ap[256];
+    (void)snprintf(ap, sizeof(ap), "%s",
+                   test_write_file(dir, "bad.json", files[i][0]));
+    const char *args[] = {"create", "--agent", ap, NULL};
+    sbx(&r, args);
+    cr_expect_eq(r.status, 2, "%s", files[i][0]);
+    cr_expect(strstr(r.err, files[i][1]) != NULL, "%s: %s", files[i][0], r.err);
+    sbx_run_free(&r);
+  }
+  /* Nothing was made. */
+  const char *ls[] = {"--json", "ls", NULL};
+  sbx(&r, ls);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "[]\n");
+  sbx_run_free(&r);
 }

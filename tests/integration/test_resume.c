@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -530,5 +531,73 @@ Test(resume, a_running_process_is_picked_up_after_a_pause) {
   cr_expect(strstr(w1, "Process exited with code 0\nOutput:\nlate\n") != NULL,
             "the process started before the pause: %s", w1);
   json_decref(reqs);
+  free(rs);
+}
+
+/* A run's --base-dir is recorded: a resume whose sandbox is gone, run
+ * from another directory (one that holds decoys of the same names),
+ * restores the sandbox with its manifest's local sources read where the
+ * run first read them. */
+Test(resume, a_restore_reads_local_sources_from_the_runs_base_dir) {
+  char proj[128], data[160], elsewhere[128], adir[128];
+  (void)snprintf(proj, sizeof(proj), "%s/proj", dir);
+  (void)snprintf(data, sizeof(data), "%s/data", proj);
+  (void)snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", dir);
+  (void)snprintf(adir, sizeof(adir), "%s/agent", dir);
+  cr_assert_eq(mkdir(proj, 0755) | mkdir(data, 0755) | mkdir(adir, 0755) |
+                   mkdir(elsewhere, 0755),
+               0);
+  test_write_file(data, "real.txt", "real\n");
+  test_write_file(proj, "secret.txt", "the real secret\n");
+  (void)snprintf(data, sizeof(data), "%s/data", elsewhere);
+  cr_assert_eq(mkdir(data, 0755), 0);
+  test_write_file(data, "decoy.txt", "decoy\n");
+  test_write_file(elsewhere, "secret.txt", "a decoy secret\n");
+  char a[160];
+  (void)snprintf(
+      a, sizeof(a), "%s",
+      test_write_file(adir, "a.json",
+                      "{\"name\": \"A\", \"approvals\": {\"exec_command\": "
+                      "\"always\"}, \"default_manifest\": {\"entries\": "
+                      "{\"data\": {\"type\": \"local_dir\", \"src\": "
+                      "\"data\"}, \"secret.txt\": {\"type\": \"local_file\", "
+                      "\"src\": \"secret.txt\", \"ephemeral\": true}}}}"));
+  const char *script =
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"r1\", "
+      "\"arguments\": {\"cmd\": \"cat secret.txt; ls data\"}}]},"
+      " {\"text\": \"all done\"}]";
+  struct test_model_server srv;
+  test_model_server_start(&srv, script, NULL);
+  struct sbx_run_out r;
+  cr_assert_eq(chdir(dir), 0);
+  const char *run[] = {"run", "--state-dir", state, "--base-dir", "proj",
+                       a,     "look",        NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "paused: %s", r.err);
+  char *rs = paused_state(r.err);
+  sbx_run_free(&r);
+  char *id = state_sandbox(rs);
+  const char *rm[] = {"rm", "-f", id, NULL};
+  sbx_sandbox_run(&r, state, rm);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *ok[] = {"approve", "--state-dir", state, rs, "r1", NULL};
+  sbx_run(&r, NULL, ok);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  cr_assert_eq(chdir(elsewhere), 0);
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.err, "restored from the run's snapshot") != NULL, "%s",
+            r.err);
+  const char *c = test_call_output(reqs, -1, "r1");
+  cr_assert_not_null(c, "%s", r.err);
+  cr_expect(strstr(c, "Output:\nthe real secret\nreal.txt\n") != NULL, "%s", c);
+  json_decref(reqs);
+  sbx_run_free(&r);
+  free(id);
   free(rs);
 }

@@ -572,6 +572,33 @@ Test(run, backend_flags_and_run_config_are_checked) {
        "d.json: \"run_config.cpus\" must be a number (got string)"},
       {{"run", h2, "p", NULL},
        "c.json: its run_config differs from the starting agent's"},
+      /* -o KEY=VALUE: any option of the run's backend, checked as
+       * run_config's are. */
+      {{"run", "-o", "image=x", pok, "p", NULL},
+       "sbx run: -o \"image=x\": \"image\": backend local has no such "
+       "option"},
+      {{"run", "-o", "pids_limit=many", pok, "p", NULL},
+       "sbx run: -o \"pids_limit=many\": \"pids_limit\" must be an "
+       "integer (got string)"},
+      {{"run", "--option", "isolation=chroot", pok, "p", NULL},
+       "-o \"isolation=chroot\": isolation: expected \"namespaces\" or "
+       "\"none\""},
+      {{"run", "-o", "workspace_bytes=10", pok, "p", NULL},
+       "workspace_bytes: expected 0 or at least 4096"},
+      {{"run", "-o", "network_mode", pok, "p", NULL},
+       "-o network_mode: expected network_mode=VALUE"},
+      {{"run", "-o", "=none", pok, "p", NULL},
+       "-o \"=none\": expected KEY=VALUE"},
+      {{"run", "--backend", "docker", "-o", "env=[1]", pok, "p", NULL},
+       "-o \"env=[1]\": \"env\" must be an object of strings (got "
+       "array)"},
+      {{"run", "--env", "A=1", pok, "p", NULL},
+       "--env needs --backend docker (this is backend local)"},
+      /* The last of -o and a flag for the same key wins. */
+      {{"run", "--memory-bytes", "1", "-o", "memory_bytes=2", pok, "p", NULL},
+       "-o \"memory_bytes=2\": memory_bytes: expected 0 or at least"},
+      {{"run", "-o", "memory_bytes=2", "--memory-bytes", "1", pok, "p", NULL},
+       "--memory-bytes \"1\": memory_bytes: expected 0 or at least"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     struct sbx_run_out r;

@@ -863,3 +863,99 @@ Test(sandbox_cli, heartbeat_is_recorded_with_the_sandbox) {
             o.err);
   sbx_run_free(&o);
 }
+
+/* The path of CONTROLLER's cgroup in the /proc/PID/cgroup text CG (v1,
+ * else v2's "0::"), without a trailing "/"; "" when absent. */
+static void cgroup_path(const char *cg, const char *controller, char *out,
+                        size_t n) {
+  char want[64];
+  (void)snprintf(want, sizeof(want), ":%s:", controller);
+  const char *at = strstr(cg, want);
+  const char *rel = at ? at + strlen(want) : strstr(cg, "0::");
+  if (rel && !at)
+    rel += 3;
+  size_t len = rel ? strcspn(rel, "\n") : 0;
+  if (len == 1 && rel[0] == '/')
+    len = 0;
+  (void)snprintf(out, n, "%.*s", (int)len, rel ? rel : "");
+}
+
+/* The first line of the host's cgroup file (V1 under CONTROLLER's
+ * hierarchy, else V2) of the sandbox whose /proc/self/cgroup is CG: its
+ * path there is relative to the cgroup namespace it was made in, ours.
+ * New, "" when there is none. */
+static char *host_cgroup(const char *cg, const char *controller, const char *v1,
+                         const char *v2) {
+  char self[4096] = "", ours[512], theirs[512], path[1200];
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  cr_assert_not_null(f);
+  size_t got = fread(self, 1, sizeof(self) - 1, f);
+  self[got] = '\0';
+  fclose(f);
+  cgroup_path(self, controller, ours, sizeof(ours));
+  cgroup_path(cg, controller, theirs, sizeof(theirs));
+  char want[64];
+  (void)snprintf(want, sizeof(want), ":%s:", controller);
+  if (strstr(cg, want))
+    (void)snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s%s/%s", controller,
+                   ours, theirs, v1);
+  else
+    (void)snprintf(path, sizeof(path), "/sys/fs/cgroup%s%s/%s", ours, theirs,
+                   v2);
+  char line[128] = "";
+  f = fopen(path, "r");
+  if (f) {
+    if (!fgets(line, sizeof(line), f))
+      line[0] = '\0';
+    fclose(f);
+  }
+  return strdup(trim(line));
+}
+
+/* Every option of the local backend can be given as -o KEY=VALUE, as in
+ * run_config, and takes effect: the cgroup limits, no network, the
+ * workspace in memory. */
+Test(sandbox_cli, local_options_from_the_command_line) {
+  char id[32];
+  create((const char *const[]){"-o", "isolation=namespaces", "-o",
+                               "memory_bytes=67108864", "--option",
+                               "pids_limit=33", "-o", "cpus=0.5", "-o",
+                               "network_mode=none", "-o",
+                               "workspace_bytes=8388608", NULL},
+         id, sizeof(id));
+  struct sbx_run_out o;
+  sbx(&o, (const char *const[]){"exec", id, "--", "sh", "-c",
+                                "cat /proc/self/cgroup; echo ---; "
+                                "cat /proc/net/dev; df -k /workspace",
+                                NULL});
+  cr_assert_eq(o.status, 0, "%s", o.err);
+  char *mem =
+      host_cgroup(o.out, "memory", "memory.limit_in_bytes", "memory.max");
+  char *pids = host_cgroup(o.out, "pids", "pids.max", "pids.max");
+  char *cpu = host_cgroup(o.out, "cpu", "cpu.cfs_quota_us", "cpu.max");
+  cr_expect_str_eq(mem, "67108864");
+  cr_expect_str_eq(pids, "33");
+  cr_expect(strcmp(cpu, "50000") == 0 || strcmp(cpu, "50000 100000") == 0,
+            "cpu quota: %s", cpu);
+  free(mem);
+  free(pids);
+  free(cpu);
+  const char *net = strstr(o.out, "---");
+  cr_assert_not_null(net);
+  cr_expect(strstr(net, " lo:") && !strstr(net, "eth") && !strstr(net, "tap"),
+            "only loopback: %s", net);
+  cr_expect(strstr(net, "tmpfs") && strstr(net, " 8192 "),
+            "an 8 MiB workspace in memory: %s", net);
+  sbx_run_free(&o);
+  /* Refusals name the key, as run_config's do. */
+  sbx(&o, (const char *const[]){"create", "-o", "cpus=2000", NULL});
+  cr_expect_eq(o.status, 2);
+  cr_expect(strstr(o.err, "-o \"cpus=2000\": cpus: expected 0 to 1024"), "%s",
+            o.err);
+  sbx_run_free(&o);
+  sbx(&o, (const char *const[]){"create", "-o", "isolation=none", "-o",
+                                "pids_limit=5", NULL});
+  cr_expect_eq(o.status, 2);
+  cr_expect(strstr(o.err, "isolation: \"none\" cannot limit"), "%s", o.err);
+  sbx_run_free(&o);
+}

@@ -433,6 +433,13 @@ Test(server, bad_requests_are_refused_with_a_reason) {
           422, "\"mcp_servers[0]\": stdio MCP servers are programs on the");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": \"s\"}",
           422, "no sandbox \"s\"");
+  /* Not done rather than ignored: the server's runs publish no ports. */
+  refused("{\"agent\": {\"name\": \"A\", \"run_config\": "
+          "{\"exposed_ports\": [8000]}}, \"input\": \"x\"}",
+          422, "\"run_config.exposed_ports\" is not supported by sbx serve");
+  refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"run_config\": "
+          "{\"exposed_ports\": [8000]}}",
+          422, "\"run_config.exposed_ports\" is not supported by sbx serve");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": 1}", 400,
           "sandbox_id");
   /* What would reach the server's own host is the operator's to set: an

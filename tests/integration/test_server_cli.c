@@ -416,3 +416,60 @@ Test(server_cli, stdin_shell_and_cp_go_through_the_server) {
   client(&r, rm);
   sbx_run_free(&r);
 }
+
+/* sandbox create -o through the server: the option reaches the sandbox,
+ * and what a request may not set is refused by the server's rules unless
+ * the token is the operator's. */
+Test(server_cli, sandbox_create_takes_backend_options) {
+  start("[]", "{\"name\": \"A\"}", NULL);
+  struct sbx_run_out r;
+  const char *create[] = {
+      "sandbox",  "create",        "-o", "network_mode=none",
+      "--option", "pids_limit=64", NULL};
+  client(&r, create);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char id[32];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  sbx_run_free(&r);
+  const char *net[] = {"sandbox",
+                       "exec",
+                       id,
+                       "--",
+                       "sh",
+                       "-c",
+                       "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+                       NULL};
+  client(&r, net);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "lo\n", "network_mode none");
+  sbx_run_free(&r);
+  const char *bad[][2] = {
+      {"pids_limit=many", "\"options.pids_limit\" must be an integer"},
+      {"nope=1", "\"options.nope\": backend local has no such option"},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    const char *args[] = {"sandbox", "create", "-o", bad[i][0], NULL};
+    client(&r, args);
+    cr_expect_eq(r.status, 2, "%s", r.err);
+    cr_expect(strstr(r.err, bad[i][1]) != NULL, "%s", r.err);
+    sbx_run_free(&r);
+  }
+  char *runner = test_server_token(&srv, "runner", "run");
+  setenv("SBX_TOKEN", runner, 1);
+  const char *host[] = {"sandbox", "create", "-o", "isolation=none", NULL};
+  client(&r, host);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "\"options.isolation\" may be only namespaces"), "%s",
+            r.err);
+  sbx_run_free(&r);
+  const char *docker[] = {"sandbox", "create", "--backend",
+                          "docker",  "-o",     "host=unix:///run/x.sock",
+                          NULL};
+  client(&r, docker);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "\"options.host\" reaches the server's own host"),
+            "%s", r.err);
+  sbx_run_free(&r);
+  setenv("SBX_TOKEN", srv.token, 1);
+  free(runner);
+}

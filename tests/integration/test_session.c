@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/support/model_server.h"
@@ -450,5 +451,88 @@ Test(session, a_file_hard_linked_outside_is_left_out_and_named) {
   json_decref(mine);
   json_decref(theirs);
   free(other);
+  free(id);
+}
+
+/* Makes DIR/NAME a directory (asserted). */
+static void make_dir(const char *name, char *out, size_t n) {
+  (void)snprintf(out, n, "%s/%s", dir, name);
+  cr_assert_eq(mkdir(out, 0755), 0, "%s", out);
+}
+
+/* A restore reads the manifest's local sources beside the sandbox's
+ * manifest (or --base-dir), wherever it runs: from another directory,
+ * one that even holds sources of the same names, it restores the same
+ * workspace; without anything saying where they are, it refuses rather
+ * than reading the current directory. */
+Test(session, restores_resolve_local_sources_against_the_base_dir) {
+  char proj[128], elsewhere[128], sub[160];
+  make_dir("proj", proj, sizeof(proj));
+  make_dir("elsewhere", elsewhere, sizeof(elsewhere));
+  (void)snprintf(sub, sizeof(sub), "%s/data", proj);
+  cr_assert_eq(mkdir(sub, 0755), 0);
+  test_write_file(sub, "real.txt", "real data\n");
+  test_write_file(proj, "secret.txt", "the real secret\n");
+  (void)snprintf(sub, sizeof(sub), "%s/data", elsewhere);
+  cr_assert_eq(mkdir(sub, 0755), 0);
+  test_write_file(sub, "decoy.txt", "decoy\n");
+  test_write_file(elsewhere, "secret.txt", "a decoy secret\n");
+  char mp[256];
+  (void)snprintf(
+      mp, sizeof(mp), "%s",
+      test_write_file(proj, "m.json",
+                      "{\"entries\": {\"data\": {\"type\": \"local_dir\", "
+                      "\"src\": \"data\"}, \"secret.txt\": {\"type\": "
+                      "\"local_file\", \"src\": \"secret.txt\", "
+                      "\"ephemeral\": true}}}"));
+  /* Created from proj's parent, with the manifest's directory as base. */
+  cr_assert_eq(chdir(dir), 0);
+  const char *create_args[] = {"create", "--manifest", "proj/m.json", NULL};
+  char *id = sbx_sandbox_line(sdir, create_args);
+  char *st = save(id);
+  cr_assert_eq(chdir(elsewhere), 0);
+
+  /* The record is there (the sandbox is only stopped): its base holds. */
+  const char *stop[] = {"stop", id, NULL};
+  free(sbx_sandbox_line(sdir, stop));
+  const char *res[] = {"resume", st, NULL};
+  struct sbx_run_out r;
+  sbx(&r, res);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *nid = strndup(r.out, strcspn(r.out, "\n"));
+  sbx_run_free(&r);
+  expect_shell(nid, "ls data", "real.txt\n");
+  const char *rm_new[] = {"rm", nid, NULL};
+  free(sbx_sandbox_line(sdir, rm_new));
+  free(nid);
+
+  /* The record gone, nothing says where the sources are: refused. */
+  const char *rm[] = {"rm", id, NULL};
+  free(sbx_sandbox_line(sdir, rm));
+  sbx(&r, res);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "give --manifest TRUSTED (sources relative to its "
+                          "directory) or --base-dir DIR; the current "
+                          "directory is not assumed") != NULL,
+            "%s", r.err);
+  sbx_run_free(&r);
+
+  /* The trusted manifest's directory, or --base-dir: the ephemeral file,
+   * which the snapshot leaves out, comes from there. */
+  char rel[64];
+  (void)snprintf(rel, sizeof(rel), "../proj/m.json");
+  const char *trusted[] = {"resume", st, "--manifest", rel, NULL};
+  const char *based[] = {"resume",     st,   "--manifest", mp,
+                         "--base-dir", proj, NULL};
+  const char *const *ways[] = {trusted, based};
+  for (size_t i = 0; i < 2; i++) {
+    sbx(&r, ways[i]);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    nid = strndup(r.out, strcspn(r.out, "\n"));
+    sbx_run_free(&r);
+    expect_shell(nid, "cat secret.txt; ls data", "the real secret\nreal.txt\n");
+    free(nid);
+  }
+  free(st);
   free(id);
 }

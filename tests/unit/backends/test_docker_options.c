@@ -107,13 +107,15 @@ Test(docker_options, refusals_name_the_option) {
       {"{\"sandboxd\": \"always\"}", "run_config",
        "run_config: sandboxd \"always\": expected \"auto\", \"baked\" or "
        "\"inject\""},
-      {"{\"labels\": [\"a\"]}", NULL, "labels must be an object of strings"},
+      {"{\"labels\": [\"a\"]}", NULL,
+       "\"labels\" must be an object of strings (got array)"},
       {"{\"labels\": {\"a\": 1}}", NULL,
        "label \"a\": its value must be a string"},
       {"{\"labels\": {\"sbx.session\": \"x\"}}", NULL,
        "label \"sbx.session\" is reserved: sbx.* labels are set by sbx "
        "itself"},
-      {"{\"env\": [\"A=1\"]}", NULL, "env must be an object of strings"},
+      {"{\"env\": [\"A=1\"]}", NULL,
+       "\"env\" must be an object of strings (got array)"},
       {"{\"env\": {\"A\": 1}}", NULL, "env \"A\": its value must be a string"},
       {"{\"env\": {\"1A\": \"x\"}}", NULL,
        "env[0]: expected NAME=value with NAME made of letters, digits and _"},
@@ -170,12 +172,80 @@ Test(docker_options, the_table_gives_the_cli_its_flags) {
       backend_option_find(&backend_docker, "network_mode");
   cr_assert_not_null(net);
   cr_expect_str_eq(net->flag, "network");
+  /* Operators' usual flags; every other option is -o KEY=VALUE. */
+  static const char *const flags[][2] = {
+      {"env", "env"},
+      {"user", "user"},
+      {"userns", "userns"},
+      {"read_only_rootfs", "read-only-rootfs"},
+      {"never_pull", "never-pull"},
+      {"memory_bytes", "memory-bytes"},
+      {"mounts", "mount"},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(flags); i++) {
+    const struct backend_option *o =
+        backend_option_find(&backend_docker, flags[i][0]);
+    cr_assert_not_null(o, "%s", flags[i][0]);
+    cr_expect_str_eq(o->flag, flags[i][1]);
+  }
+  cr_expect_eq(backend_option_find(&backend_docker, "env")->type,
+               BACKEND_OPTION_STRING_MAP);
+  cr_expect_eq(backend_option_find(&backend_docker, "labels")->type,
+               BACKEND_OPTION_STRING_MAP);
+  cr_expect_null(backend_option_find(&backend_docker, "labels")->flag,
+                 "labels are set by -o, not a --label of their own");
   size_t keys = 0;
   for (const struct backend_option *o = backend_docker.options; o->key; o++) {
     keys++;
     cr_expect(o->help && *o->help, "%s has no help", o->key);
   }
   cr_expect_eq(keys, 16);
+}
+
+/* The JSON text of --mount TEXT's value (an array of one mount), or its
+ * error (new). */
+static char *mount_value(const char *text) {
+  const struct backend_option *o =
+      backend_option_find(&backend_docker, "mounts");
+  cr_assert_not_null(o);
+  cr_assert_str_eq(o->flag, "mount");
+  json_t *v = NULL;
+  struct sbx_error e = {0};
+  if (backend_option_value(o, text, &v, &e) < 0) {
+    cr_expect_null(v);
+    return strdup(e.msg);
+  }
+  char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(v);
+  return s;
+}
+
+/* --mount takes docker run's --mount fields, as one element of mounts. */
+Test(docker_options, mount_flag_fields) {
+  static const char *const cases[][2] = {
+      {"type=bind,source=/srv,target=/data,readonly",
+       "[{\"read_only\":true,\"source\":\"/srv\",\"target\":\"/data\","
+       "\"type\":\"bind\"}]"},
+      {"type=bind,src=/a,dst=/b,ro=false",
+       "[{\"read_only\":false,\"source\":\"/a\",\"target\":\"/b\","
+       "\"type\":\"bind\"}]"},
+      {"type=volume,destination=/cache",
+       "[{\"target\":\"/cache\",\"type\":\"volume\"}]"},
+      {"type=bind,readonly=maybe",
+       "--mount \"type=bind,readonly=maybe\": readonly takes true or false"},
+      {"type=bind,size=1",
+       "--mount \"type=bind,size=1\": unknown field \"size\" (expected "
+       "type, source, target and readonly)"},
+      {"type,target=/x", "--mount \"type,target=/x\": type needs a value"},
+      {"type=bind,type=volume",
+       "--mount \"type=bind,type=volume\": type is given twice"},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+    char *got = mount_value(cases[i][0]);
+    cr_expect(strncmp(got, cases[i][1], strlen(cases[i][1])) == 0, "%s: %s",
+              cases[i][0], got);
+    free(got);
+  }
 }
 
 /* A limit left out is the default; 0 lifts it; a number is kept. */

@@ -834,3 +834,55 @@ Test(agent, prompt_reference) {
                "supported by the Responses API (\"api\": "
                "\"chat_completions\")");
 }
+
+/* "run_config": the backend and its options kept for the backend to
+ * check, and "exposed_ports", every backend's, read here. */
+Test(agent, run_config_backend_options_and_exposed_ports) {
+  write_file("agents/a.json",
+             "{\"name\": \"a\", \"run_config\": {\"backend\": \"docker\", "
+             "\"image\": \"i\", \"exposed_ports\": [8000, 65535]}}");
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(agent_load("agents/a.json", &s, &e), 0, "%s", e.msg);
+  const struct agent *a = s->agents[0];
+  cr_expect_str_eq(a->run_backend, "docker");
+  cr_expect_eq(json_object_size(a->run_options), 1, "only the image");
+  cr_expect_str_eq(json_string_value(json_object_get(a->run_options, "image")),
+                   "i");
+  cr_assert_eq(a->n_run_ports, 2);
+  cr_expect_eq(a->run_ports[0], 8000);
+  cr_expect_eq(a->run_ports[1], 65535);
+  agent_set_free(s);
+  write_file("agents/a.json", "{\"name\": \"a\", \"run_config\": "
+                              "{\"exposed_ports\": [22]}}");
+  cr_assert_eq(agent_load("agents/a.json", &s, &e), 0, "%s", e.msg);
+  cr_expect_null(s->agents[0]->run_options, "no backend options");
+  cr_expect_eq(s->agents[0]->n_run_ports, 1);
+  agent_set_free(s);
+  expect_error("{\"name\": \"a\", \"run_config\": {\"exposed_ports\": 80}}",
+               -EINVAL,
+               "agents/a.json: \"run_config.exposed_ports\" must be an array "
+               "of ports (got integer)");
+  expect_error("{\"name\": \"a\", \"run_config\": {\"exposed_ports\": "
+               "[80, 0]}}",
+               -EINVAL,
+               "agents/a.json: \"run_config.exposed_ports[1]\": Exposed ports "
+               "must be integers between 1 and 65535.");
+  expect_error("{\"name\": \"a\", \"run_config\": {\"exposed_ports\": "
+               "[\"80\"]}}",
+               -EINVAL,
+               "agents/a.json: \"run_config.exposed_ports[0]\": Exposed ports "
+               "must be integers between 1 and 65535.");
+  expect_error("{\"name\": \"a\", \"run_config\": {\"exposed_ports\": "
+               "[80, 80]}}",
+               -EINVAL,
+               "agents/a.json: \"run_config.exposed_ports\": port 80 is "
+               "listed twice");
+  char many[1024] = "{\"name\": \"a\", \"run_config\": {\"exposed_ports\": [1";
+  for (int p = 2; p <= AGENT_MAX_PORTS + 1; p++)
+    (void)snprintf(many + strlen(many), sizeof(many) - strlen(many), ", %d", p);
+  (void)snprintf(many + strlen(many), sizeof(many) - strlen(many), "]}}");
+  expect_error(many, -EINVAL,
+               "agents/a.json: \"run_config.exposed_ports\" has more than 64 "
+               "ports");
+}

@@ -18,6 +18,7 @@ static const struct backend_option test_options[] = {
     {"share", "share", "X", "a number", BACKEND_OPTION_NUMBER},
     {"quiet", "quiet", NULL, "a boolean", BACKEND_OPTION_BOOLEAN},
     {"extra", NULL, NULL, "JSON only", BACKEND_OPTION_JSON},
+    {"vars", "var", "NAME=VALUE", "strings", BACKEND_OPTION_STRING_MAP},
     {0},
 };
 
@@ -73,6 +74,8 @@ Test(backend_options, unknown_keys_and_wrong_types_name_the_key) {
                    "\"name\" must be a string (got null)");
   cr_expect_str_eq(check("{\"extra\": \"x\"}", NULL),
                    "\"extra\" must be an array or an object (got string)");
+  cr_expect_str_eq(check("{\"vars\": [\"A=1\"]}", NULL),
+                   "\"vars\" must be an object of strings (got array)");
   cr_expect_str_eq(check("[1]", NULL),
                    "the options of backend test must be an object");
 }
@@ -111,6 +114,10 @@ Test(backend_options, flag_text_becomes_the_value_of_the_type) {
       {"quiet", NULL, "true"},
       {"extra", "[]", "option \"extra\" has no command-line flag"},
       {"name", "\xff", "--name: the value must be UTF-8"},
+      {"vars", "A=b=c", "{\"A\": \"b=c\"}"},
+      {"vars", "A=", "{\"A\": \"\"}"},
+      {"vars", "A", "--var \"A\": expected NAME=VALUE"},
+      {"vars", "=b", "--var \"=b\": expected NAME=VALUE"},
   };
   for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
     char *got = value(cases[i].key, cases[i].text);
@@ -119,6 +126,64 @@ Test(backend_options, flag_text_becomes_the_value_of_the_type) {
     free(got);
   }
   cr_expect_null(backend_option_find(&test_backend, "nothing"));
+}
+
+/* The JSON text of option KEY's value for -o KEY=VALUE (VALUE NULL: -o
+ * KEY), or its error. */
+static char *text_value(const char *key, const char *v) {
+  const struct backend_option *o = backend_option_find(&test_backend, key);
+  cr_assert_not_null(o, "%s", key);
+  json_t *j = NULL;
+  struct sbx_error e = {0};
+  if (backend_option_text_value(o, v, &j, &e) < 0) {
+    cr_expect_null(j);
+    return strdup(e.msg);
+  }
+  char *s = json_dumps(j, JSON_ENCODE_ANY);
+  json_decref(j);
+  return s;
+}
+
+/* -o takes any option: a string as it is, a boolean as true or false (or
+ * the key alone), the rest as JSON, and what is not JSON as a string for
+ * the type check to refuse with the key. */
+Test(backend_options, option_text_becomes_the_value_of_the_type) {
+  static const struct {
+    const char *key, *text, *want;
+  } cases[] = {
+      {"name", "42", "\"42\""},
+      {"name", "{\"a\": 1}", "\"{\\\"a\\\": 1}\""},
+      {"name", "", "\"\""},
+      {"count", "42", "42"},
+      {"count", "4x", "\"4x\""},
+      {"share", "0.5", "0.5"},
+      {"quiet", NULL, "true"},
+      {"quiet", "true", "true"},
+      {"quiet", "false", "false"},
+      {"quiet", "yes", "-o quiet=yes: expected true or false"},
+      {"extra", "[1, {\"a\": null}]", "[1, {\"a\": null}]"},
+      {"extra", "[1,", "-o extra: the value is not JSON: "},
+      {"extra", "{\"a\": 1, \"a\": 2}", "-o extra: the value is not JSON: "},
+      {"vars", "{\"A\": \"1\"}", "{\"A\": \"1\"}"},
+      {"count", NULL, "-o count: expected count=VALUE"},
+  };
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(cases); i++) {
+    char *got = text_value(cases[i].key, cases[i].text);
+    cr_expect(strncmp(got, cases[i].want, strlen(cases[i].want)) == 0,
+              "%s %s: %s", cases[i].key,
+              cases[i].text ? cases[i].text : "(none)", got);
+    free(got);
+  }
+  /* What is not of the option's type is refused naming the key. */
+  _cleanup_json_ json_t *obj = json_object();
+  json_t *v = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(backend_option_text_value(
+                   backend_option_find(&test_backend, "count"), "4x", &v, &e),
+               0);
+  cr_assert_eq(json_object_set_new(obj, "count", v), 0);
+  cr_expect_eq(backend_options_check(&test_backend, obj, NULL, &e), -EINVAL);
+  cr_expect_str_eq(e.msg, "\"count\" must be an integer (got string)");
 }
 
 Test(backend_options, a_backend_without_options_refuses_every_key) {
