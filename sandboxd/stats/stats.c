@@ -76,6 +76,91 @@ static bool from_cgroup(const char *root, Sbx__V1__StatsReply *s) {
   return true;
 }
 
+/* Whether the comma-separated LIST (N bytes) holds NAME. */
+static bool in_list(const char *list, size_t n, const char *name) {
+  size_t k = strlen(name);
+  for (const char *p = list, *end = list + n; p < end;) {
+    const char *c = memchr(p, ',', (size_t)(end - p));
+    size_t len = c ? (size_t)(c - p) : (size_t)(end - p);
+    if (len == k && strncmp(p, name, k) == 0)
+      return true;
+    p += len + 1;
+  }
+  return false;
+}
+
+/* Controller CTRL's cgroup v1 directory, ROOT + its mount point, into
+ * OUT when the hierarchy is mounted with sandboxd's own cgroup as its
+ * root (what a container sees: /sys/fs/cgroup/memory is the container's
+ * cgroup). A host's mount of the whole hierarchy is not. */
+static bool v1_dir(const char *root, const char *self, const char *mounts,
+                   const char *ctrl, char *out, size_t n) {
+  const char *path = NULL;
+  size_t plen = 0;
+  for (const char *l = self; *l;) {
+    const char *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
+    const char *c1 = memchr(l, ':', (size_t)(end - l));
+    const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
+    if (c2 && in_list(c1 + 1, (size_t)(c2 - c1 - 1), ctrl)) {
+      path = c2 + 1;
+      plen = (size_t)(end - path);
+    }
+    l = nl ? nl + 1 : end;
+  }
+  if (!path || plen == 0 || (plen == 1 && path[0] == '/'))
+    return false;
+  /* mountinfo: ID PARENT MAJ:MIN ROOT POINT OPTIONS ... - TYPE ... */
+  for (const char *l = mounts; *l;) {
+    const char *nl = strchr(l, '\n'), *end = nl ? nl : l + strlen(l);
+    char line[1024];
+    size_t len = (size_t)(end - l) < sizeof(line) ? (size_t)(end - l) : 0;
+    l = nl ? nl + 1 : end;
+    if (!len)
+      continue;
+    memcpy(line, end - len, len);
+    line[len] = '\0';
+    char mroot[512], point[512];
+    if (sscanf(line, "%*s %*s %*s %511s %511s", mroot, point) != 2 ||
+        !strstr(line, " - cgroup ") ||
+        strncmp(point, "/sys/fs/cgroup/", 15) != 0 ||
+        !in_list(point + 15, strlen(point + 15), ctrl) ||
+        strlen(mroot) != plen || strncmp(mroot, path, plen) != 0)
+      continue;
+    int k = snprintf(out, n, "%s%s", root, point);
+    return k > 0 && (size_t)k < n;
+  }
+  return false;
+}
+
+/* From the cgroup v1 hierarchies a container sees as its own: memory
+ * (needed), cpuacct and pids where they are. */
+static bool from_cgroup_v1(const char *root, const char *self,
+                           Sbx__V1__StatsReply *s) {
+  _cleanup_free_ char *mounts = slurp(root, "/proc/self/mountinfo");
+  char mem[600], dir[600];
+  uint64_t v = 0;
+  if (!mounts || !v1_dir(root, self, mounts, "memory", mem, sizeof(mem)) ||
+      !read_u64(mem, "/memory.usage_in_bytes", &v))
+    return false;
+  s->memory_bytes = v;
+  if (read_u64(mem, "/memory.max_usage_in_bytes", &v))
+    s->memory_peak_bytes = v;
+  /* No limit is the largest page-aligned number, not "max". */
+  if (read_u64(mem, "/memory.limit_in_bytes", &v) && v < (1ull << 62))
+    s->memory_limit_bytes = v;
+  if (v1_dir(root, self, mounts, "cpuacct", dir, sizeof(dir)) &&
+      read_u64(dir, "/cpuacct.usage", &v))
+    s->cpu_usec = v / 1000;
+  if (v1_dir(root, self, mounts, "pids", dir, sizeof(dir))) {
+    if (read_u64(dir, "/pids.current", &v))
+      s->pids = (uint32_t)(v > UINT32_MAX ? UINT32_MAX : v);
+    if (read_u64(dir, "/pids.max", &v))
+      s->pids_limit = (uint32_t)(v > UINT32_MAX ? UINT32_MAX : v);
+  }
+  s->source = "cgroup";
+  return true;
+}
+
 struct proc_row {
   int pid, ppid;
   uint64_t ticks; /* utime + stime + cutime + cstime */
@@ -197,7 +282,8 @@ static int from_proc(const char *root, int self, Sbx__V1__StatsReply *s) {
 }
 
 int stats_read(const char *root, int self, Sbx__V1__StatsReply *out) {
-  if (from_cgroup(root, out))
+  _cleanup_free_ char *cg = slurp(root, "/proc/self/cgroup");
+  if (from_cgroup(root, out) || (cg && from_cgroup_v1(root, cg, out)))
     return 0;
   return from_proc(root, self, out);
 }

@@ -71,6 +71,47 @@ Test(stats, reads_the_cgroup_at_the_namespace_root) {
   cr_expect_eq(s.pids_limit, 512);
 }
 
+/* cgroup v1 as a container sees it: each hierarchy mounted with the
+ * container's cgroup as its root. */
+Test(stats, reads_v1_hierarchies_mounted_at_its_own_cgroup) {
+  put("/proc/self/cgroup", "9:pids:/pod/c1\n4:memory:/pod/c1\n"
+                           "2:cpu,cpuacct:/pod/c1\n0::/pod/c1\n");
+  put("/proc/self/mountinfo",
+      "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+      "30 1 0:26 /pod/c1 /sys/fs/cgroup/memory ro - cgroup cgroup "
+      "rw,memory\n"
+      "31 1 0:27 /pod/c1 /sys/fs/cgroup/cpu,cpuacct ro - cgroup cgroup "
+      "rw,cpu,cpuacct\n"
+      "32 1 0:28 /pod/c1 /sys/fs/cgroup/pids ro - cgroup cgroup rw,pids\n");
+  put("/sys/fs/cgroup/memory/memory.usage_in_bytes", "4096\n");
+  put("/sys/fs/cgroup/memory/memory.max_usage_in_bytes", "8192\n");
+  put("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  put("/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage", "5000000\n");
+  put("/sys/fs/cgroup/pids/pids.current", "3\n");
+  put("/sys/fs/cgroup/pids/pids.max", "77\n");
+  Sbx__V1__StatsReply s = SBX__V1__STATS_REPLY__INIT;
+  cr_assert_eq(stats_read(root, 1, &s), 0);
+  cr_expect_str_eq(s.source, "cgroup");
+  cr_expect_eq(s.memory_bytes, 4096);
+  cr_expect_eq(s.memory_peak_bytes, 8192);
+  cr_expect_eq(s.memory_limit_bytes, 0, "the v1 \"no limit\" number");
+  cr_expect_eq(s.cpu_usec, 5000);
+  cr_expect_eq(s.pids, 3);
+  cr_expect_eq(s.pids_limit, 77);
+}
+
+/* A host's v1 mounts hold the whole hierarchy (root "/"): not ours. */
+Test(stats, a_hosts_v1_hierarchy_is_not_the_sandboxs) {
+  put("/proc/self/cgroup", "4:memory:/user.slice\n0::/user.slice\n");
+  put("/proc/self/mountinfo",
+      "30 1 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+  put("/sys/fs/cgroup/memory/memory.usage_in_bytes", "4096\n");
+  proc(7, 1, 1, 1);
+  Sbx__V1__StatsReply s = SBX__V1__STATS_REPLY__INIT;
+  cr_assert_eq(stats_read(root, 7, &s), 0);
+  cr_expect_str_eq(s.source, "proc");
+}
+
 /* A cgroup that is not the namespace's root (the host's session, shared
  * with everything else) is not the sandbox's: /proc is summed instead,
  * over sandboxd and its descendants only. */
