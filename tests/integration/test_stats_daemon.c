@@ -103,6 +103,31 @@ Test(stats_daemon, a_wrong_token_gets_no_stats) {
   test_daemon_stop(&t);
 }
 
+/* A Stats from a newer client, with a field this sandboxd does not know,
+ * is answered: unknown fields are ignored (DESIGN.md's wire protocol). */
+Test(stats_daemon, unknown_fields_in_a_stats_request_are_ignored) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  Sbx__V1__Request req = SBX__V1__REQUEST__INIT;
+  req.version = 1;
+  req.id = "stats-1";
+  req.token.data = (uint8_t *)t.token;
+  req.token.len = strlen(t.token);
+  uint8_t buf[512];
+  size_t n = sbx__v1__request__pack(&req, buf);
+  /* Field 90 (Stats), 4 bytes: disk = true, and field 15 = 42. */
+  static const uint8_t stats[] = {0xd2, 0x05, 0x04, 0x08, 0x01, 0x78, 0x2a};
+  memcpy(buf + n, stats, sizeof(stats));
+  Sbx__V1__Response *r = test_daemon_raw_call(t.url, buf, n + sizeof(stats));
+  cr_assert_not_null(r);
+  cr_expect(!r->error || r->error->code == SBX__V1__CODE__OK, "%s",
+            r->error ? r->error->message : "");
+  cr_assert_eq(r->body_case, SBX__V1__RESPONSE__BODY_STATS);
+  cr_expect_geq(r->stats->pids, 1);
+  sbx__v1__response__free_unpacked(r, NULL);
+  test_daemon_stop(&t);
+}
+
 /* Hello and Stats, as ls, info and stats send them, are no activity: the
  * sandbox stops after its idle timeout while they keep coming. */
 Test(stats_daemon, idle_timeout_is_not_reset_by_hello_or_stats) {
