@@ -70,6 +70,14 @@ static void usage(FILE *f) {
           "                        close a connection that sends no valid "
           "token within\n"
           "                        SECONDS of connecting (default %d)\n"
+          "  --expires-at SECONDS  stop (processes killed, sandboxd exits) at "
+          "this Unix\n"
+          "                        time; refuses to start after it\n"
+          "  --idle-timeout SECONDS\n"
+          "                        stop after SECONDS without a request "
+          "(Hello and\n"
+          "                        Stats do not count; one in progress "
+          "does)\n"
           "  --log-level LEVEL     error | warn | info | debug (default "
           "warn)\n"
           "  --version             print the version and exit\n"
@@ -124,6 +132,8 @@ enum {
   O_MAX_CONN,
   O_MAX_UNAUTH,
   O_HANDSHAKE,
+  O_EXPIRES,
+  O_IDLE,
   O_LOG,
   O_VERSION,
   O_HELP,
@@ -152,6 +162,8 @@ static const struct option base_opts[] = {
     {"max-connections", required_argument, NULL, O_MAX_CONN},
     {"max-unauthenticated", required_argument, NULL, O_MAX_UNAUTH},
     {"handshake-timeout", required_argument, NULL, O_HANDSHAKE},
+    {"expires-at", required_argument, NULL, O_EXPIRES},
+    {"idle-timeout", required_argument, NULL, O_IDLE},
     {"log-level", required_argument, NULL, O_LOG},
     {"version", no_argument, NULL, O_VERSION},
     {"help", no_argument, NULL, O_HELP},
@@ -195,6 +207,8 @@ static const struct {
     {O_MAX_CONN, "--max-connections", 1, 65536, ": expected 1..65536"},
     {O_MAX_UNAUTH, "--max-unauthenticated", 1, 65536, ": expected 1..65536"},
     {O_HANDSHAKE, "--handshake-timeout", 1, 3600, ": expected 1..3600 seconds"},
+    {O_EXPIRES, "--expires-at", 1, 1ull << 40, ": expected Unix seconds"},
+    {O_IDLE, "--idle-timeout", 1, 1u << 30, ": expected 1..2^30 seconds"},
 };
 
 /* The --seccomp modes. */
@@ -319,6 +333,12 @@ static int parse_option(int opt, const char *arg, struct daemon_options *o,
   case O_HANDSHAKE:
     o->handshake_timeout_ms = (unsigned)v * 1000;
     break;
+  case O_EXPIRES:
+    o->expires_at = (int64_t)v;
+    break;
+  case O_IDLE:
+    o->idle_timeout_s = (unsigned)v;
+    break;
   case O_LOG: {
     enum sbx_log_level lvl;
     if (sbx_log_parse_level(arg, &lvl) < 0) {
@@ -419,6 +439,8 @@ static int enter_sandbox(const struct isolate_options *io,
   o->listen_dir_fd = d.dir_fd;
   o->gate_fd = d.gate_fd;
   o->isolated = true;
+  o->memory_limit = io->limits.memory_bytes;
+  o->pids_limit = io->limits.pids;
   return 0;
 }
 

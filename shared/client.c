@@ -588,6 +588,24 @@ int sbx_exec_list(struct sbx_client *c, Sbx__V1__Response **out,
   return call_body(c, SBX__V1__REQUEST__BODY_EXEC_LIST, &l, 0, out, e);
 }
 
+int sbx_stats(struct sbx_client *c, bool disk, Sbx__V1__Response **out,
+              struct sbx_error *e) {
+  Sbx__V1__Stats st = SBX__V1__STATS__INIT;
+  st.disk = disk;
+  Sbx__V1__Response *r = NULL;
+  int ret = call_body(c, SBX__V1__REQUEST__BODY_STATS, &st, 0, &r, e);
+  if (ret < 0)
+    return ret;
+  const char *src = r->stats->source;
+  if (!src || (strcmp(src, "cgroup") && strcmp(src, "proc"))) {
+    sbx_client_reply_free(r);
+    return sbx_error_set(e, SBX_INTERNAL, EPROTO,
+                         "sandboxd sent stats of an unknown source");
+  }
+  *out = r;
+  return 0;
+}
+
 int sbx_exec_release(struct sbx_client *c, uint64_t exec_id,
                      struct sbx_error *e) {
   Sbx__V1__ExecRelease r = SBX__V1__EXEC_RELEASE__INIT;

@@ -120,6 +120,11 @@ int sbx_exec_list(struct sbx_client *c, Sbx__V1__Response **out,
                   struct sbx_error *e);
 int sbx_exec_release(struct sbx_client *c, uint64_t exec_id,
                      struct sbx_error *e);
+/* What the sandbox uses; DISK walks its workspace too. The reply's source
+ * is checked to be "cgroup" or "proc" (EPROTO otherwise). A sandboxd
+ * without Stats answers NOT_SUPPORTED. */
+int sbx_stats(struct sbx_client *c, bool disk, Sbx__V1__Response **out,
+              struct sbx_error *e);
 
 int sbx_file_stat(struct sbx_client *c, const char *path,
                   Sbx__V1__Response **out, struct sbx_error *e);

@@ -488,6 +488,7 @@ static int finish_sandbox(struct sandbox *s, struct docker *d,
 }
 
 static int create_container(const struct backend_options *bo,
+                            const struct sandbox_spec *spec,
                             struct sandbox **out, struct sbx_error *e) {
   struct docker_options eff;
   effective_options(bo, &eff);
@@ -555,6 +556,10 @@ static int create_container(const struct backend_options *bo,
        * whom a user namespace cannot write; a volume it hands to the
        * container's user. */
       .workspace_volume = facts.podman && userns && strcmp(userns, "host"),
+      .labels = spec ? spec->labels : NULL,
+      .nlabels = spec ? spec->nlabels : 0,
+      .expires_at = spec ? spec->expires_at : 0,
+      .idle_timeout_s = spec ? spec->idle_timeout_s : 0,
   };
   r = docker_spec_json(o, &sp, &spec_json, e);
   if (r < 0)
@@ -592,7 +597,7 @@ int docker_create(const struct backend_options *bo,
     return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
                          "extra_path_grants and local_bind mounts are not "
                          "supported by backend docker; use its mounts option");
-  int r = create_container(bo, out, e);
+  int r = create_container(bo, spec, out, e);
   if (r < 0 || !spec || !spec->token_path)
     return r;
   struct docker *d = (*out)->priv;

@@ -380,8 +380,20 @@ int docker_spec_json(const struct docker_options *o,
                          "runtime directory path is too long");
   (void)snprintf(token, sizeof(token), "%s/%s/token", DOCKER_RUN_DIR,
                  DOCKER_LISTEN_DIR);
-  const char *cmd[] = {"--listen",     listen, "--root",    sp->root,
-                       "--token-file", token,  "--seccomp", sp->seccomp};
+  char expires[32], idle[32];
+  (void)snprintf(expires, sizeof(expires), "%lld", (long long)sp->expires_at);
+  (void)snprintf(idle, sizeof(idle), "%u", sp->idle_timeout_s);
+  const char *cmd[12] = {"--listen",     listen, "--root",    sp->root,
+                         "--token-file", token,  "--seccomp", sp->seccomp};
+  size_t ncmd = 8;
+  if (sp->expires_at > 0) {
+    cmd[ncmd++] = "--expires-at";
+    cmd[ncmd++] = expires;
+  }
+  if (sp->idle_timeout_s > 0) {
+    cmd[ncmd++] = "--idle-timeout";
+    cmd[ncmd++] = idle;
+  }
 
   _cleanup_json_ json_t *c = json_object();
   json_t *host, *labels, *mounts, *entry;
@@ -394,7 +406,7 @@ int docker_spec_json(const struct docker_options *o,
       !push(entry, json_string(sp->sandboxd)))
     goto oom;
   if (!put(c, "Image", json_string(sp->image)) ||
-      !put(c, "Cmd", string_array(cmd, SBX_ARRAY_SIZE(cmd))) ||
+      !put(c, "Cmd", string_array(cmd, ncmd)) ||
       !put(c, "WorkingDir", json_string(sp->root)) ||
       !put(c, "Env", string_array(o->env, o->n_env)) ||
       (o->user && !put(c, "User", json_string(o->user))) ||
@@ -403,6 +415,11 @@ int docker_spec_json(const struct docker_options *o,
 
   for (size_t i = 0; i < o->n_labels; i++)
     if (!put(labels, o->labels[i].key, json_string(o->labels[i].value)))
+      goto oom;
+  for (size_t i = 0; i < sp->nlabels; i++)
+    if (strcmp(sp->labels[i].key, "sbx") &&
+        strncmp(sp->labels[i].key, "sbx.", 4) &&
+        !put(labels, sp->labels[i].key, json_string(sp->labels[i].value)))
       goto oom;
   if (!put(labels, DOCKER_LABEL_SESSION, json_string(sp->session_id)) ||
       !put(labels, DOCKER_LABEL_MANAGED, json_string("true")) ||

@@ -21,6 +21,12 @@ struct docker_spec {
   const char *seccomp;   /* sandboxd's --seccomp */
   const char *userns;    /* HostConfig.UsernsMode, or NULL: the engine's */
   bool workspace_volume; /* the workspace is an anonymous volume */
+  /* The operator's labels (sandbox_spec's), put over the labels option;
+   * sbx.* stay sbx's. */
+  const struct sandbox_label *labels;
+  size_t nlabels;
+  int64_t expires_at;      /* sandboxd's --expires-at; 0: none */
+  unsigned idle_timeout_s; /* sandboxd's --idle-timeout; 0: none */
 };
 
 /* The create body for O (already checked) and SP. *OUT is new. */

@@ -98,6 +98,17 @@ const char **local_sandboxd_argv(const struct local *l, struct local_argv *as) {
     argv[n++] = "--grant";
     argv[n++] = l->grants[i];
   }
+  if (l->expires_at > 0) {
+    (void)snprintf(as->num[8], sizeof(as->num[8]), "%lld",
+                   (long long)l->expires_at);
+    argv[n++] = "--expires-at";
+    argv[n++] = as->num[8];
+  }
+  if (l->idle_timeout_s > 0) {
+    (void)snprintf(as->num[9], sizeof(as->num[9]), "%u", l->idle_timeout_s);
+    argv[n++] = "--idle-timeout";
+    argv[n++] = as->num[9];
+  }
   if (l->opt.isolate)
     isolation_argv(l, as, &n);
   argv[n] = NULL;

@@ -444,6 +444,13 @@ static int take_options(struct local *l, const struct backend_options *o,
     l->opt = *(const struct local_options *)o->own;
   else
     local_options_default(&l->opt);
+  if (spec->idle_timeout_s && l->opt.workspace_bytes)
+    return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                         "an idle timeout cannot be combined with "
+                         "workspace_bytes: the workspace is in memory and an "
+                         "idle stop would lose it");
+  l->expires_at = spec->expires_at;
+  l->idle_timeout_s = spec->idle_timeout_s;
   if (!l->opt.isolate) {
     for (size_t i = 0; i < spec->nbinds; i++)
       if (spec->binds[i].read_only)
@@ -679,6 +686,11 @@ static int local_save(const struct sandbox *s, json_t *obj) {
                 "sandboxd", l->sandboxd, "seccomp", l->seccomp, "token_file",
                 l->token_path, "log_file", l->log_path, "grants", g);
   if (!o || (l->opt.isolate && save_isolation(l, o) < 0) ||
+      (l->expires_at > 0 &&
+       json_object_set_new(o, "expires_at", json_integer(l->expires_at)) < 0) ||
+      (l->idle_timeout_s > 0 &&
+       json_object_set_new(o, "idle_timeout", json_integer(l->idle_timeout_s)) <
+           0) ||
       backend_heartbeat_save(l->heartbeat_ms, o) < 0) {
     json_decref(o);
     return -ENOMEM;
@@ -729,6 +741,10 @@ static int local_attach(const struct backend_options *o, json_t *obj,
   }
   if ((r = attach_isolation(l, json_object_get(obj, "isolation"), e)) < 0)
     goto fail;
+  json_int_t ex = json_integer_value(json_object_get(obj, "expires_at"));
+  json_int_t idle = json_integer_value(json_object_get(obj, "idle_timeout"));
+  l->expires_at = ex > 0 ? (int64_t)ex : 0;
+  l->idle_timeout_s = idle > 0 && idle <= (1 << 30) ? (unsigned)idle : 0;
   l->pid = (pid_t)json_integer_value(json_object_get(obj, "pid"));
   l->start =
       (unsigned long long)json_integer_value(json_object_get(obj, "pid_start"));

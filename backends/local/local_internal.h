@@ -47,12 +47,14 @@ struct local {
   size_t nbinds;
   uint16_t ports[LOCAL_MAX_PORTS], host_ports[LOCAL_MAX_PORTS];
   size_t nports;
+  int64_t expires_at;      /* sandboxd's --expires-at; 0: none */
+  unsigned idle_timeout_s; /* sandboxd's --idle-timeout; 0: none */
 };
 
 /* sandboxd's command line for a sandbox, and the strings it points to. */
 struct local_argv {
   const char *argv[48 + 2 * (2 * LOCAL_MAX_GRANTS + LOCAL_MAX_PORTS)];
-  char num[8][64];
+  char num[10][64];
   char fwd[LOCAL_MAX_PORTS][16];
   char etc[PATH_MAX];
 };

@@ -101,6 +101,12 @@ struct sandbox_bind {
   bool read_only;     /* with BACKEND_READ_ONLY_BIND */
 };
 
+/* A label the operator gave a sandbox (sbx sandbox create --label): not
+ * "sbx" nor "sbx.*", which are sbx's own. */
+struct sandbox_label {
+  const char *key, *value;
+};
+
 struct sandbox_spec {
   const char *root; /* the manifest's root, where commands see the
                      * workspace (NULL: the backend's default) */
@@ -111,6 +117,16 @@ struct sandbox_spec {
   bool detached;          /* developer-owned: outlives this process */
   const char *token_path; /* detached: token file to write, 0600 */
   const char *log_path;   /* detached: sandboxd's output */
+  /* The operator's labels; a backend that can label what it makes (a
+   * container) puts them on it beside its own. */
+  const struct sandbox_label *labels;
+  size_t nlabels;
+  /* Its sandboxd stops by itself (processes killed, sandboxd gone, the
+   * sandbox stopped) at this Unix time, and after this many seconds
+   * without a request (sandboxd's --expires-at and --idle-timeout), also
+   * after a start; 0: never. A backend that cannot refuses them. */
+  int64_t expires_at;
+  unsigned idle_timeout_s;
 };
 
 struct backend {

@@ -97,6 +97,19 @@ int cli_sandbox_resume(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_ps(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_kill(struct cli_common *c, int argc, char **argv);
 int cli_sandbox_logs(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_stats(struct cli_common *c, int argc, char **argv);
+int cli_sandbox_prune(struct cli_common *c, int argc, char **argv);
+
+/* The records of the state directory that pass FS, as shown (status and
+ * time left): *OUT is a new array. -1, or the exit status for SUB after
+ * saying why not (sandbox_inspect.c). */
+struct meta_filters;
+int cli_sandbox_select(struct cli_common *c, const char *sub,
+                       const struct meta_filters *fs, json_t **out);
+/* Takes --filter SPEC into FS: -1, or the exit status (2) after saying
+ * why not. */
+int cli_take_filter(struct cli_common *c, const char *sub,
+                    struct meta_filters *fs, const char *spec);
 
 /* Prints "PROG: MESSAGE" and where to read the subcommand SUB's usage on
  * stderr; returns 2. */

@@ -4,12 +4,14 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/registry.h"
 #include "controller/cli/backend_flags.h"
 #include "controller/cli/cli_internal.h"
 #include "controller/config/agent.h"
+#include "controller/sandbox/meta.h"
 #include "controller/sandbox/progress.h"
 #include "shared/cleanup.h"
 
@@ -22,7 +24,11 @@ struct create_cmd {
   struct cli_backend_flags flags;
   uint16_t ports[LIFECYCLE_MAX_PORTS];
   char base[4096]; /* local sources are relative to it */
+  const char *name;
+  unsigned ttl_s, idle_s;
+  struct sandbox_label labelv[META_LABELS_MAX]; /* borrowed from labels */
   /* Owned. */
+  json_t *labels;           /* --label's, an object */
   struct agent_set *agents; /* --agent's */
   void *own;                /* lo.backend's own options */
   struct manifest *m;
@@ -33,6 +39,7 @@ static void create_cmd_clear(struct create_cmd *x) {
     backend_options_free(x->lo.backend, x->own);
   manifest_free(x->m);
   agent_set_free(x->agents);
+  json_decref(x->labels);
 }
 
 enum {
@@ -43,6 +50,10 @@ enum {
   O_SECCOMP,
   O_EXPOSE,
   O_CONC,
+  O_NAME,
+  O_LABEL,
+  O_TTL,
+  O_IDLE,
 };
 
 static const struct option create_opts[] = {
@@ -53,6 +64,10 @@ static const struct option create_opts[] = {
     {"seccomp", required_argument, NULL, O_SECCOMP},
     {"expose", required_argument, NULL, O_EXPOSE},
     {"concurrency", required_argument, NULL, O_CONC},
+    {"name", required_argument, NULL, O_NAME},
+    {"label", required_argument, NULL, O_LABEL},
+    {"ttl", required_argument, NULL, O_TTL},
+    {"idle-timeout", required_argument, NULL, O_IDLE},
     {"state-dir", required_argument, NULL, 'S'},
     {"json", no_argument, NULL, 'J'},
     {"help", no_argument, NULL, 'h'},
@@ -99,6 +114,23 @@ static int take_option(struct create_cmd *x, int ch, const char *arg) {
   case O_CONC:
     if (materialize_parse_limits(arg, &x->lo.mo.limits, &e) < 0)
       return cli_usage_error(c, "create", "--%s", e.msg);
+    return -1;
+  case O_NAME:
+    if (meta_check_name(arg, &e) < 0)
+      return cli_usage_error(c, "create", "--name: %s", e.msg);
+    x->name = arg;
+    return -1;
+  case O_LABEL:
+    if (!x->labels && !(x->labels = json_object()))
+      return cli_fail(c, &e, -ENOMEM);
+    if (meta_add_label(x->labels, arg, &e) < 0)
+      return cli_usage_error(c, "create", "--label: %s", e.msg);
+    return -1;
+  case O_TTL:
+  case O_IDLE:
+    if (meta_parse_duration(arg, ch == O_TTL ? &x->ttl_s : &x->idle_s, &e) < 0)
+      return cli_usage_error(c, "create", "--%s: %s",
+                             ch == O_TTL ? "ttl" : "idle-timeout", e.msg);
     return -1;
   default:
     return cli_common_option(c, "create", ch);
@@ -176,6 +208,21 @@ static int load_manifest(struct create_cmd *x) {
   return -1;
 }
 
+/* -1 when no sandbox of DIR is named NAME, else the exit status after
+ * saying which is. */
+static int name_free(struct cli_common *c, const char *dir, const char *name) {
+  struct sbx_error e = {0};
+  char other[STATE_ID_LEN + 1];
+  int r = state_find_name(dir, name, other, &e);
+  if (r < 0)
+    return cli_fail(c, &e, r);
+  if (r > 0)
+    return cli_error(c, SBX_ALREADY_EXISTS, 1,
+                     "the name \"%s\" is already used by sandbox %s", name,
+                     other);
+  return -1;
+}
+
 /* Creates the sandbox in state directory DIR and records it; prints its
  * id (or --json's object). */
 static int create_and_record(struct create_cmd *x, const char *dir) {
@@ -188,6 +235,26 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
       state_path(dir, id, "log", logp, sizeof(logp)) < 0)
     return cli_fail(c, &e, r ? r : -ENAMETOOLONG);
   state_now(created);
+  /* Rounded up: a time to live is never cut short by the clock's
+   * fraction of a second. */
+  struct timespec ts;
+  (void)clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t now = (int64_t)ts.tv_sec + (ts.tv_nsec > 0);
+  _cleanup_json_ json_t *extra =
+      meta_record(x->name, x->labels, x->ttl_s, x->idle_s, now);
+  if (!extra)
+    return cli_fail(c, &e, -ENOMEM);
+  x->lo.expires_at = meta_expires_at(extra);
+  x->lo.idle_timeout_s = x->idle_s;
+  const char *k;
+  json_t *v;
+  json_object_foreach(x->labels, k, v) {
+    x->labelv[x->lo.nlabels++] =
+        (struct sandbox_label){k, json_string_value(v)};
+  }
+  x->lo.labels = x->labelv;
+  if (x->name && (r = name_free(c, dir, x->name)) >= 0)
+    return r;
   struct sandbox *sb = NULL;
   r = lifecycle_create(&x->lo, x->m, true, tok, logp, &sb, &e);
   if (r < 0) {
@@ -197,8 +264,21 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
     state_remove(dir, id);
     return cli_fail_status(c, &e, r, config ? 2 : 1);
   }
-  r = lifecycle_save(dir, id, sb, x->m, x->lo.bo.ports, x->lo.bo.nports,
-                     created, (long)getpid(), &e);
+  /* The name is checked again and taken under the lock: two creates of
+   * one name at once leave one sandbox with it. */
+  _cleanup_close_ int lock = state_lock(dir, &e);
+  r = lock < 0 ? lock : 0;
+  if (r == 0 && x->name) {
+    char other[STATE_ID_LEN + 1];
+    r = state_find_name(dir, x->name, other, &e);
+    if (r > 0)
+      r = sbx_error_set(&e, SBX_ALREADY_EXISTS, EEXIST,
+                        "the name \"%s\" is already used by sandbox %s",
+                        x->name, other);
+  }
+  if (r == 0)
+    r = lifecycle_save_extra(dir, id, sb, x->m, x->lo.bo.ports, x->lo.bo.nports,
+                             created, (long)getpid(), extra, &e);
   /* A restore of its session resolves local sources where these were. */
   if (r == 0)
     r = lifecycle_save_base_dir(dir, id, x->lo.mo.base_dir, &e);
@@ -213,6 +293,8 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
     _cleanup_json_ json_t *j = json_pack(
         "{s:s, s:s, s:s, s:s}", "id", id, "session_id", sb->session_id,
         "backend", sb->backend->name, "root", sb->root);
+    if (j && json_object_update(j, extra) < 0)
+      j = (json_decref(j), NULL);
     code = cli_print_json(c, j);
   } else {
     printf("%s\n", id);

@@ -4,68 +4,126 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "controller/cli/cli_internal.h"
+#include "controller/sandbox/meta.h"
 #include "shared/cleanup.h"
 
-/* The record of REC as shown: status filled in, no secrets. New, or NULL
- * when out of memory. */
+/* The record of REC as shown: status and time left filled in, no
+ * secrets. New, or NULL when out of memory. */
 static json_t *shown(json_t *rec, bool running) {
   json_t *j = json_deep_copy(rec);
-  if (j && json_object_set_new(
-               j, "status", json_string(running ? "running" : "stopped")) < 0) {
+  if (j && meta_show(j, running, (int64_t)time(NULL)) < 0) {
     json_decref(j);
     return NULL;
   }
   return j;
 }
 
+/* What the EXPIRES column says of REC as shown: "-" without a time to
+ * live, "in 5m3s" before it ends, "expired" once over. */
+static void expires_text(json_t *rec, char *out, size_t n) {
+  json_t *left = json_object_get(rec, "expires_in_seconds");
+  if (!left) {
+    (void)snprintf(out, n, "-");
+    return;
+  }
+  json_int_t s = json_integer_value(left);
+  if (s <= 0) {
+    (void)snprintf(out, n, "expired");
+    return;
+  }
+  char d[40];
+  meta_format_duration((uint64_t)s, d, sizeof(d));
+  (void)snprintf(out, n, "in %s", d);
+}
+
 /* The table ls prints of OUT (the records as shown). */
 static void print_table(json_t *out) {
-  printf("%-12s  %-8s  %-8s  %-20s  %s\n", "ID", "BACKEND", "STATUS", "CREATED",
-         "WORKSPACE");
+  printf("%-12s  %-16s  %-8s  %-8s  %-12s  %-20s  %s\n", "ID", "NAME",
+         "BACKEND", "STATUS", "EXPIRES", "CREATED", "WORKSPACE");
   size_t i;
   json_t *rec;
   json_array_foreach(out, i, rec) {
-    const char *s[5] = {
+    const char *s[6] = {
         json_string_value(json_object_get(rec, "id")),
+        json_string_value(json_object_get(rec, "name")),
         json_string_value(json_object_get(rec, "backend")),
         json_string_value(json_object_get(rec, "status")),
         json_string_value(json_object_get(rec, "created_at")),
         json_string_value(json_object_get(rec, "root")),
     };
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < 6; k++)
       if (!s[k])
         s[k] = "-";
-    printf("%-12s  %-8s  %-8s  %-20s  %s\n", s[0], s[1], s[2], s[3], s[4]);
+    char ex[48];
+    expires_text(rec, ex, sizeof(ex));
+    printf("%-12s  %-16s  %-8s  %-8s  %-12s  %-20s  %s\n", s[0], s[1], s[2],
+           s[3], ex, s[4], s[5]);
   }
 }
 
-int cli_sandbox_ls(struct cli_common *c, int argc, char **argv) {
-  int u = cli_parse_common_only(c, "ls", argc, argv, NULL);
-  if (u >= 0)
-    return u;
-  if (optind != argc)
-    return cli_usage_error(c, "ls", "unexpected argument \"%s\"", argv[optind]);
+int cli_sandbox_select(struct cli_common *c, const char *sub,
+                       const struct meta_filters *fs, json_t **out) {
   char dir[4096];
   struct sbx_error e = {0};
   if (state_dir_resolve(c->state_dir, dir, sizeof(dir), &e) < 0)
-    return cli_usage_error(c, "ls", "%s", e.msg);
+    return cli_usage_error(c, sub, "%s", e.msg);
   _cleanup_json_ json_t *list = NULL;
   int r = state_list(dir, &list, &e);
   if (r < 0)
     return cli_fail(c, &e, r);
-  _cleanup_json_ json_t *out = json_array();
-  if (!out)
+  _cleanup_json_ json_t *sel = json_array();
+  if (!sel)
     return cli_fail(c, &e, -ENOMEM);
   size_t i;
   json_t *rec;
   json_array_foreach(list, i, rec) {
     const char *id = json_string_value(json_object_get(rec, "id"));
-    if (json_array_append_new(out,
-                              shown(rec, id && lifecycle_running(dir, id))) < 0)
+    json_t *j = shown(rec, id && lifecycle_running(dir, id));
+    if (!j || json_array_append_new(sel, j) < 0)
       return cli_fail(c, &e, -ENOMEM);
+    if (!meta_filter_match(fs, j))
+      (void)json_array_remove(sel, json_array_size(sel) - 1);
   }
+  *out = TAKE_PTR(sel);
+  return -1;
+}
+
+/* Takes --filter SPEC into FS: -1, or the exit status after saying why
+ * not. */
+int cli_take_filter(struct cli_common *c, const char *sub,
+                    struct meta_filters *fs, const char *spec) {
+  struct sbx_error e = {0};
+  if (meta_filter_add(fs, spec, &e) < 0)
+    return cli_usage_error(c, sub, "--filter: %s", e.msg);
+  return -1;
+}
+
+int cli_sandbox_ls(struct cli_common *c, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"state-dir", required_argument, NULL, 'S'},
+      {"json", no_argument, NULL, 'J'},
+      {"filter", required_argument, NULL, 'f'},
+      {"help", no_argument, NULL, 'h'},
+      {0},
+  };
+  struct meta_filters fs = {0};
+  int ch;
+  optind = 0;
+  while ((ch = getopt_long(argc, argv, "hf:", opts, NULL)) != -1) {
+    int k = ch == 'f' ? cli_take_filter(c, "ls", &fs, optarg)
+                      : cli_common_option(c, "ls", ch);
+    if (k >= 0)
+      return k;
+  }
+  if (optind != argc)
+    return cli_usage_error(c, "ls", "unexpected argument \"%s\"", argv[optind]);
+  _cleanup_json_ json_t *out = NULL;
+  int k = cli_sandbox_select(c, "ls", &fs, &out);
+  if (k >= 0)
+    return k;
   if (c->json && cli_print_json(c, out))
     return 1;
   if (!c->json)
@@ -91,15 +149,42 @@ static void print_backend_fields(json_t *b) {
   }
 }
 
+/* What info shows of the operator's labels, time to live and idle
+ * timeout in J, where it has them. */
+static void print_meta(json_t *j) {
+  json_t *ttl = json_object_get(j, "ttl_seconds");
+  char d[40], ex[48];
+  if (ttl) {
+    meta_format_duration((uint64_t)json_integer_value(ttl), d, sizeof(d));
+    expires_text(j, ex, sizeof(ex));
+    printf("ttl:         %s, ends %s (%s)\n", d,
+           json_string_value(json_object_get(j, "expires_at")), ex);
+  }
+  json_t *idle = json_object_get(j, "idle_timeout_seconds");
+  if (idle) {
+    meta_format_duration((uint64_t)json_integer_value(idle), d, sizeof(d));
+    printf("idle stop:   after %s without a request\n", d);
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach(json_object_get(j, "labels"), k, v) {
+    printf("label:       %s=%s\n", k, json_string_value(v));
+  }
+}
+
 /* info's text for record REC shown as J (with its endpoints EPS). */
 static void print_info(const struct lifecycle_record *rec, json_t *j,
                        json_t *eps, bool running) {
   const struct manifest *m = rec->manifest;
   printf("id:          %s\n", rec->id);
+  json_t *name = json_object_get(j, "name");
+  if (name)
+    printf("name:        %s\n", json_string_value(name));
   printf("session:     %s\n",
          json_string_value(json_object_get(j, "session_id")));
   printf("backend:     %s\n", json_string_value(json_object_get(j, "backend")));
-  printf("status:      %s\n", running ? "running" : "stopped");
+  printf("status:      %s\n", json_string_value(json_object_get(j, "status")));
+  print_meta(j);
   printf("created:     %s by pid %lld\n",
          json_string_value(json_object_get(j, "created_at")),
          (long long)json_integer_value(json_object_get(j, "owner_pid")));

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backends/registry.h"
+#include "controller/sandbox/meta.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
 
@@ -73,7 +74,11 @@ int lifecycle_create(const struct lifecycle_options *o,
                               .binds = binds,
                               .detached = detached,
                               .token_path = token_path,
-                              .log_path = log_path};
+                              .log_path = log_path,
+                              .labels = o->labels,
+                              .nlabels = o->nlabels,
+                              .expires_at = o->expires_at,
+                              .idle_timeout_s = o->idle_timeout_s};
   for (size_t i = 0; i < m->ngrants; i++)
     grants[spec.ngrants++] =
         (struct sandbox_grant){m->grants[i].path, m->grants[i].read_only};
@@ -133,6 +138,15 @@ int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
                    const struct manifest *m, const uint16_t *ports,
                    size_t nports, const char *created_at, long owner_pid,
                    struct sbx_error *e) {
+  return lifecycle_save_extra(dir, id, sb, m, ports, nports, created_at,
+                              owner_pid, NULL, e);
+}
+
+int lifecycle_save_extra(const char *dir, const char *id,
+                         const struct sandbox *sb, const struct manifest *m,
+                         const uint16_t *ports, size_t nports,
+                         const char *created_at, long owner_pid, json_t *extra,
+                         struct sbx_error *e) {
   if (!sb->backend->save)
     return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
                          "backend %s cannot save a sandbox", sb->backend->name);
@@ -143,7 +157,7 @@ int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
                 (json_int_t)owner_pid, "root", sb->root, "manifest",
                 manifest_to_json(m), "exposed_ports", ports_json(ports, nports),
                 "snapshot_excludes", snapshot_excludes(m), sb->backend->name);
-  if (!rec)
+  if (!rec || (extra && json_object_update(rec, extra) < 0))
     return -ENOMEM;
   int r = sb->backend->save(sb, json_object_get(rec, sb->backend->name));
   if (r < 0)
@@ -246,10 +260,21 @@ int lifecycle_resave(struct lifecycle_record *r, const struct sandbox *sb,
   const char *created =
       json_string_value(json_object_get(r->rec, "created_at"));
   json_int_t owner = json_integer_value(json_object_get(r->rec, "owner_pid"));
-  int k = lifecycle_save(r->dir, r->id, sb, m ? m : r->manifest, r->ports,
-                         r->nports, created ? created : "", (long)owner, e);
+  _cleanup_json_ json_t *extra = json_object();
+  if (!extra)
+    return -ENOMEM;
+  for (size_t i = 0; meta_record_keys[i]; i++) {
+    json_t *v = json_object_get(r->rec, meta_record_keys[i]);
+    if (v && json_object_set(extra, meta_record_keys[i], v) < 0)
+      return -ENOMEM;
+  }
+  /* And the base directory a restore resolves local sources against. */
   const char *base = lifecycle_base_dir(r);
-  return k == 0 && base ? put_base_dir(r->dir, r->id, base, e) : k;
+  if (base && json_object_set_new(extra, "base_dir", json_string(base)) < 0)
+    return -ENOMEM;
+  return lifecycle_save_extra(r->dir, r->id, sb, m ? m : r->manifest, r->ports,
+                              r->nports, created ? created : "", (long)owner,
+                              extra, e);
 }
 
 int lifecycle_check_cwd(struct sandbox *sb, const char *cwd, const char *run_as,

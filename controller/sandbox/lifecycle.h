@@ -29,6 +29,12 @@ struct lifecycle_options {
   const struct backend *backend;
   struct backend_options bo; /* with the exposed ports */
   struct materialize_options mo;
+  /* Developer-owned: the operator's labels and when the sandbox stops by
+   * itself (struct sandbox_spec's; 0: never). */
+  const struct sandbox_label *labels;
+  size_t nlabels;
+  int64_t expires_at;
+  unsigned idle_timeout_s;
 };
 
 /* A developer-owned sandbox as loaded from its record. */
@@ -72,6 +78,14 @@ int lifecycle_save(const char *dir, const char *id, const struct sandbox *sb,
                    size_t nports, const char *created_at, long owner_pid,
                    struct sbx_error *e);
 
+/* As lifecycle_save, with EXTRA's keys (borrowed; may be NULL) in the
+ * record too: meta.h's name, labels, time to live and idle timeout. */
+int lifecycle_save_extra(const char *dir, const char *id,
+                         const struct sandbox *sb, const struct manifest *m,
+                         const uint16_t *ports, size_t nports,
+                         const char *created_at, long owner_pid, json_t *extra,
+                         struct sbx_error *e);
+
 /* Records in the record ID of DIR the base directory its manifest's
  * local sources were resolved against (made absolute), so that a restore
  * resolves them there too, wherever it runs. */
@@ -82,7 +96,8 @@ const char *lifecycle_base_dir(const struct lifecycle_record *r);
 /* Whether M has local_file or local_dir entries, read from the host. */
 bool lifecycle_has_local_sources(const struct manifest *m);
 
-/* Loads the record of WANT (an id or a unique prefix) from DIR. */
+/* Loads the record of WANT (an id, a name or a unique id prefix) from
+ * DIR. */
 int lifecycle_load(const char *dir, const char *want,
                    struct lifecycle_record *r, struct sbx_error *e);
 void lifecycle_record_clear(struct lifecycle_record *r);
@@ -97,7 +112,7 @@ int lifecycle_attach(const struct lifecycle_record *r,
  * record cannot be read. */
 bool lifecycle_running(const char *dir, const char *id);
 /* Rewrites R's record for SB (after start, stop or new entries), keeping
- * its base directory. */
+ * its name, labels, time to live, idle timeout and base directory. */
 int lifecycle_resave(struct lifecycle_record *r, const struct sandbox *sb,
                      const struct manifest *m, struct sbx_error *e);
 

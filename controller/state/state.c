@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -176,20 +177,57 @@ static int find_one(void *arg, const char *id) {
   return 0;
 }
 
-int state_read(const char *dir, const char *want, json_t **out,
-               char id[STATE_ID_LEN + 1], struct sbx_error *e) {
-  if (!valid_id(want, strlen(want)))
-    return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
-                         "no sandbox \"%.64s\" (ids are hex, see sbx sandbox "
-                         "ls)",
-                         want);
-  struct find f = {.want = want};
-  int r = each_id(dir, find_one, &f, e);
+struct by_name {
+  const char *dir, *want;
+  char id[STATE_ID_LEN + 1];
+  int matches;
+};
+
+static int find_name(void *arg, const char *id) {
+  struct by_name *f = arg;
+  json_t *j = NULL;
+  struct sbx_error ignored = {0};
+  if (load(f->dir, id, &j, &ignored) < 0)
+    return 0;
+  const char *name = json_string_value(json_object_get(j, "name"));
+  if (name && strcmp(name, f->want) == 0 && f->matches++ == 0)
+    memcpy(f->id, id, sizeof(f->id));
+  json_decref(j);
+  return 0;
+}
+
+int state_find_name(const char *dir, const char *name,
+                    char id[STATE_ID_LEN + 1], struct sbx_error *e) {
+  struct by_name f = {.dir = dir, .want = name};
+  int r = each_id(dir, find_name, &f, e);
   if (r < 0)
     return r;
+  if (f.matches)
+    memcpy(id, f.id, STATE_ID_LEN + 1);
+  return f.matches > 0;
+}
+
+int state_read(const char *dir, const char *want, json_t **out,
+               char id[STATE_ID_LEN + 1], struct sbx_error *e) {
+  bool hex = valid_id(want, strlen(want));
+  struct find f = {.want = want};
+  int r = hex ? each_id(dir, find_one, &f, e) : 0;
+  if (r < 0)
+    return r;
+  /* As docker: a whole id, then a name, then an id prefix. */
+  if (!(f.matches == 1 && strlen(want) == STATE_ID_LEN)) {
+    char named[STATE_ID_LEN + 1];
+    r = state_find_name(dir, want, named, e);
+    if (r < 0)
+      return r;
+    if (r > 0) {
+      memcpy(f.id, named, sizeof(f.id));
+      f.matches = 1;
+    }
+  }
   if (f.matches == 0)
     return sbx_error_set(e, SBX_NOT_FOUND, ENOENT,
-                         "no sandbox \"%s\" in \"%s\" (see sbx sandbox ls)",
+                         "no sandbox \"%.64s\" in \"%s\" (see sbx sandbox ls)",
                          want, dir);
   if (f.matches > 1)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
@@ -199,6 +237,24 @@ int state_read(const char *dir, const char *want, json_t **out,
   if (r == 0)
     memcpy(id, f.id, STATE_ID_LEN + 1);
   return r;
+}
+
+int state_lock(const char *dir, struct sbx_error *e) {
+  char p[PATH_MAX];
+  int k = snprintf(p, sizeof(p), "%s/sandboxes/.lock", dir);
+  if (k < 0 || (size_t)k >= sizeof(p))
+    return -ENAMETOOLONG;
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return sbx_error_set(e, SBX_OK, errno, "cannot open \"%s\": %m", p);
+  while (flock(fd, LOCK_EX) < 0)
+    if (errno != EINTR) {
+      int err = errno;
+      close(fd);
+      return sbx_error_set(e, SBX_OK, err, "cannot lock \"%s\": %s", p,
+                           strerror(err));
+    }
+  return fd;
 }
 
 struct lister {

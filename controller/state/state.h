@@ -37,10 +37,20 @@ int state_path(const char *dir, const char *id, const char *ext, char *out,
 /* Writes the record of ID (0600, atomically). */
 int state_write(const char *dir, const char *id, json_t *rec,
                 struct sbx_error *e);
-/* Finds the record whose id is or starts with WANT: *OUT is new, ID the
- * full id. "no sandbox ..." (-ENOENT) or "... is ambiguous" (-EINVAL). */
+/* Finds the record WANT names, as docker does: the one whose id is WANT,
+ * else whose "name" is WANT, else whose id starts with WANT. *OUT is new,
+ * ID the full id. "no sandbox ..." (-ENOENT) or "... is ambiguous"
+ * (-EINVAL). */
 int state_read(const char *dir, const char *want, json_t **out,
                char id[STATE_ID_LEN + 1], struct sbx_error *e);
+/* The id of the record whose "name" is NAME into ID: 1 when there is one,
+ * 0 when none, or a negative errno. */
+int state_find_name(const char *dir, const char *name,
+                    char id[STATE_ID_LEN + 1], struct sbx_error *e);
+/* Takes the state directory's lock (DIR/sandboxes/.lock, which must
+ * exist as a directory), waiting for it: an fd to close to let go, or a
+ * negative errno. Held while a name is checked and taken. */
+int state_lock(const char *dir, struct sbx_error *e);
 /* Every record, sorted by creation time then id. New array. A missing
  * directory is an empty list. */
 int state_list(const char *dir, json_t **out, struct sbx_error *e);

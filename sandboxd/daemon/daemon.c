@@ -19,6 +19,7 @@
 #include "sandboxd/rpc/version.h"
 #include "sandboxd/server/server.h"
 #include "shared/cleanup.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 
 #define TOKEN_MAX 4096
@@ -187,6 +188,11 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   if (!o->listen)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "--listen is required");
+  if (o->expires_at > 0 && (int64_t)(sbx_wall_ms() / 1000) >= o->expires_at)
+    return sbx_error_set(e, SBX_CONFLICT, ETIME,
+                         "the sandbox's time to live has ended (--expires-at "
+                         "%lld): not starting",
+                         (long long)o->expires_at);
   int r = server_check_url(o->listen, o->insecure, e);
   if (r < 0)
     return r;
@@ -231,6 +237,11 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   d.gate_wait = o->gate_fd >= 0;
   if (pthread_mutex_init(&d.gate_mu, NULL) != 0)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "cannot set up a mutex");
+  d.expires_at = o->expires_at;
+  d.idle_timeout_s = o->idle_timeout_s;
+  d.active_at_ms = sbx_now_ms();
+  d.memory_limit = o->memory_limit;
+  d.pids_limit = o->pids_limit;
   d.uid = geteuid();
   d.gid = getegid();
   d.is_root = d.uid == 0;
@@ -291,6 +302,12 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
     int sig = sigtimedwait(&stop, NULL, &now);
     if (sig > 0) {
       log_info("signal %d: shutting down", sig);
+      break;
+    }
+    char why[128];
+    if (rpc_expiry_due(&d, (int64_t)(sbx_wall_ms() / 1000), why, sizeof(why))) {
+      /* Said at warn: the sandbox's log is where an operator looks. */
+      log_warn("stopping: %s", why);
       break;
     }
     server_wait_shutdown(srv, 200);

@@ -4,6 +4,7 @@
 #define SANDBOXD_DAEMON_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "sandboxd/rpc/sandboxd.h"
 #include "shared/errors.h"
@@ -30,6 +31,12 @@ struct daemon_options {
   bool isolated;
   int listen_dir_fd; /* -1, or an fd to close once listening */
   int gate_fd;       /* -1, or readable once the limits and network are set */
+  /* Stopping by itself: at this Unix time, or after this long without
+   * activity (0: never). */
+  int64_t expires_at;
+  unsigned idle_timeout_s;
+  /* The limits isolation set, reported by Stats (0: none). */
+  uint64_t memory_limit, pids_limit;
 };
 
 void daemon_options_init(struct daemon_options *o);
@@ -47,8 +54,10 @@ int daemon_open_roots(struct sandboxd *d, const char *root,
 /* Closes and frees what daemon_open_roots opened. */
 void daemon_close_roots(struct sandboxd *d);
 
-/* Sets up everything, serves until Shutdown, SIGTERM or SIGINT, tears
- * down. Returns 0 or a negative errno with E filled. */
+/* Sets up everything, serves until Shutdown, SIGTERM, SIGINT, the time
+ * to live's end or the idle timeout, tears down. A time to live that has
+ * already ended is refused (SBX_CONFLICT). Returns 0 or a negative errno with E
+ * filled. */
 int daemon_run(const struct daemon_options *o, struct sbx_error *e);
 
 #endif

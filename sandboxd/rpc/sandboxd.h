@@ -34,6 +34,18 @@ struct sandboxd_limits {
  * an import writes. */
 void sandboxd_limits_default(struct sandboxd_limits *l);
 
+struct sandboxd;
+/* A request that counts as activity began or ended (activity.c). Any
+ * thread. */
+void rpc_activity_begin(struct sandboxd *d);
+void rpc_activity_end(struct sandboxd *d);
+/* Milliseconds since the last activity; 0 while a request is in
+ * progress. */
+uint64_t rpc_idle_ms(struct sandboxd *d);
+/* Whether D must stop now: its time to live has ended (WALL_S, Unix
+ * seconds) or it has been idle for its idle timeout; WHY says which. */
+bool rpc_expiry_due(struct sandboxd *d, int64_t wall_s, char *why, size_t n);
+
 enum sandboxd_seccomp {
   SANDBOXD_SECCOMP_DEFAULT = 0, /* refuse what container runtimes refuse */
   SANDBOXD_SECCOMP_NO_NETWORK,  /* and AF_INET/AF_INET6 sockets */
@@ -70,6 +82,18 @@ struct sandboxd {
   uid_t uid; /* sandboxd's own identity */
   gid_t gid;
   bool is_root; /* may switch users, chown */
+
+  /* When the sandbox stops by itself (--expires-at, --idle-timeout; 0:
+   * never), and the activity that an idle timeout measures: requests
+   * other than Hello and Stats, counted by the server (activity.c). */
+  int64_t expires_at; /* Unix seconds */
+  unsigned idle_timeout_s;
+  _Atomic uint64_t active_at_ms; /* CLOCK_MONOTONIC of the last start or end */
+  _Atomic unsigned active_calls; /* requests in progress */
+  /* The limits isolation set (--memory-bytes, --pids-limit), for Stats
+   * where sandboxd cannot read its cgroup; 0: none known. */
+  uint64_t memory_limit;
+  uint64_t pids_limit;
 
   /* Set by a Shutdown request: how long processes get between TERM and
    * KILL (0 until then). Written by one request, read after the server

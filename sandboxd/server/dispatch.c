@@ -4,12 +4,15 @@
 #include "sandboxd/fs/files.h"
 #include "sandboxd/patch/patch_rpc.h"
 #include "sandboxd/proc/proc.h"
+#include "sandboxd/stats/stats.h"
 #include "sandboxd/users/users.h"
 
 #define B(x) SBX__V1__REQUEST__BODY_##x
 
 static const struct rpc_entry table[] = {
-    [B(HELLO)] = {rpc_hello, 0, "hello"},
+    /* Hello and Stats are what `sbx sandbox ls`, info and stats send:
+     * looking at a sandbox does not keep it from being idle. */
+    [B(HELLO)] = {rpc_hello, RPC_QUIET, "hello"},
     [B(SHUTDOWN)] = {rpc_shutdown, RPC_MUTATING, "shutdown"},
 
     /* A retried start, write, signal or release must not happen twice:
@@ -62,6 +65,9 @@ static const struct rpc_entry table[] = {
 
     [B(USERS_ENSURE)] = {rpc_users_ensure, RPC_BLOCKING | RPC_MUTATING,
                          "users_ensure"},
+
+    /* Reads cgroup and /proc files, walks the workspace. */
+    [B(STATS)] = {rpc_stats, RPC_BLOCKING | RPC_QUIET, "stats"},
 };
 
 const struct rpc_entry *dispatch_lookup(Sbx__V1__Request__BodyCase body) {

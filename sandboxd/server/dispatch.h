@@ -7,6 +7,7 @@
 enum {
   RPC_BLOCKING = 1 << 0, /* run on the worker pool */
   RPC_MUTATING = 1 << 1, /* replies are cached by request id */
+  RPC_QUIET = 1 << 2,    /* not activity: an idle sandbox stays idle */
 };
 
 struct rpc_entry {

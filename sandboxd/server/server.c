@@ -206,6 +206,8 @@ static void send_bytes(struct work *w, const uint8_t *bytes, size_t n) {
 /* Finishes W with handler result R: fills the error, packs, caches and
  * sends the reply, and answers any followers. Runs on any thread, once. */
 static void finish(struct work *w, int r) {
+  if (w->entry && !(w->entry->flags & RPC_QUIET))
+    rpc_activity_end(w->s->d);
   if (r < 0) {
     struct sbx_error *e = &w->call.err;
     if (e->code == SBX_OK) {
@@ -401,6 +403,8 @@ static void handle(struct work *w, nng_msg *msg) {
   }
   if ((w->entry->flags & RPC_MUTATING) && cache_check(w))
     return;
+  if (!(w->entry->flags & RPC_QUIET))
+    rpc_activity_begin(s->d);
   w->shutdown_after = w->req->body_case == SBX__V1__REQUEST__BODY_SHUTDOWN;
   log_debug("request \"%s\": %s", w->req->id, w->entry->name);
   if (w->entry->flags & RPC_BLOCKING) {
@@ -815,10 +819,10 @@ int rpc_hello(struct rpc_call *c) {
   sbx__v1__hello_reply__init(h);
   sbx__v1__limits__init(l);
   /* run_as last: it is left out when sandboxd is not root. */
-  static char *features[] = {"exec",          "pty",         "files",
-                             "patch",         "archive",     "zstd",
-                             "users",         "seccomp",     "exec_start_wait",
-                             "export_stream", "hello_proof", "run_as"};
+  static char *features[] = {
+      "exec",        "pty",   "files",   "patch",           "archive",
+      "zstd",        "users", "seccomp", "exec_start_wait", "export_stream",
+      "hello_proof", "stats", "run_as"};
   h->version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
   h->server_version = (char *)sandboxd_version();
   h->features = features;

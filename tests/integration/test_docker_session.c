@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "backends/docker/engine.h"
 #include "tests/support/httpget.h"
 #include "tests/support/model_server.h"
 #include "tests/support/sbxrun.h"
@@ -567,4 +569,85 @@ Test(docker_session, option_refusals_name_the_option) {
   cr_expect_eq(r.status, 0, "%s", r.err);
   cr_expect_str_eq(r.out, "[]\n");
   sbx_run_free(&r);
+}
+
+/* The engine's labels of the container of recorded sandbox ID (new). */
+static json_t *container_labels(const char *id) {
+  struct sbx_run_out r;
+  const char *info[] = {"info", "--json", id, NULL};
+  sbx(&r, info);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  json_t *j = json_loads(r.out, 0, NULL);
+  sbx_run_free(&r);
+  const char *c = json_string_value(
+      json_object_get(json_object_get(j, "docker"), "container"));
+  cr_assert_not_null(c);
+  struct docker_engine *en = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(docker_engine_open(NULL, &en, &e), 0, "%s", e.msg);
+  char path[256];
+  (void)snprintf(path, sizeof(path), "/containers/%s/json", c);
+  json_decref(j);
+  struct docker_request req = {.method = "GET", .path = path};
+  json_t *ins = NULL;
+  cr_assert_eq(docker_engine_json(en, &req, &ins, &e), 0, "%s", e.msg);
+  docker_engine_free(en);
+  json_t *labels =
+      json_incref(json_object_get(json_object_get(ins, "Config"), "Labels"));
+  json_decref(ins);
+  return labels;
+}
+
+/* --label goes on the container beside the labels option (over it for a
+ * key both give) and sbx's own; --ttl is kept by sandboxd inside, so the
+ * container stops by itself; stats reads the container's cgroup. */
+Test(docker_session, labels_ttl_and_stats_on_a_container) {
+  const char *a = test_write_file(
+      dir, "l.json",
+      "{\"name\": \"L\", \"run_config\": {\"backend\": \"docker\", "
+      "\"labels\": {\"team\": \"t1\", \"other\": \"o\"}}}");
+  char ap[256];
+  (void)snprintf(ap, sizeof(ap), "%s", a);
+  const char *create[] = {"create", "--agent", ap,        "--name",
+                          "dk",     "--label", "team=t2", "--label",
+                          "env=x",  "--ttl",   "6s",      NULL};
+  char *id = sbx_sandbox_line(sdir, create);
+  json_t *l = container_labels("dk");
+  cr_expect_str_eq(json_string_value(json_object_get(l, "team")), "t2");
+  cr_expect_str_eq(json_string_value(json_object_get(l, "other")), "o");
+  cr_expect_str_eq(json_string_value(json_object_get(l, "env")), "x");
+  cr_expect_str_eq(json_string_value(json_object_get(l, "sbx.managed")),
+                   "true");
+  json_decref(l);
+  struct sbx_run_out r;
+  const char *stats[] = {"stats", "--json", "dk", NULL};
+  sbx(&r, stats);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  json_t *j = json_loads(r.out, 0, NULL);
+  cr_expect_geq(json_integer_value(json_object_get(j, "pids")), 1, "%s", r.out);
+  cr_expect_gt(json_integer_value(json_object_get(j, "memory_bytes")), 0);
+  if (strcmp(json_string_value(json_object_get(j, "source")), "cgroup") == 0)
+    cr_expect_gt(json_integer_value(json_object_get(j, "pids_limit")), 0,
+                 "the container's pids limit: %s", r.out);
+  json_decref(j);
+  sbx_run_free(&r);
+  /* Nobody stops it: its sandboxd does at the end of its time to live. */
+  const char *ls[] = {"ls", "--json", "--filter", "status=expired", NULL};
+  bool expired = false;
+  for (int i = 0; i < 40 && !expired; i++) {
+    sbx(&r, ls);
+    expired = strstr(r.out, id) != NULL;
+    sbx_run_free(&r);
+    if (!expired) {
+      struct timespec ts = {0, 250 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  cr_expect(expired, "the container still runs past its time to live");
+  const char *start[] = {"start", "dk", NULL};
+  sbx(&r, start);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "has expired"), "%s", r.err);
+  sbx_run_free(&r);
+  free(id);
 }
