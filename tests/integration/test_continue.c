@@ -399,3 +399,32 @@ Test(continue_run, a_chained_continuation_is_retried_on_its_chain) {
   free(id2);
   free(id);
 }
+
+/* A completed run whose conversation is not in the store (one of an sbx
+ * that did not keep it) is refused, saying so; --resume of a completed
+ * run points at --continue. */
+Test(continue_run, a_run_without_its_conversation_is_refused) {
+  test_model_server_start(&srv, "[{\"text\": \"done\"}]", NULL);
+  const char *a = write_agent("{\"name\": \"A\", \"model\": \"m1\"}");
+  char *id = first_run(a, "one", "done\n");
+  struct sbx_run_out r;
+  const char *res[] = {"run", "--state-dir", state, "--resume", id, NULL};
+  sbx_run(&r, NULL, res);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "is completed; nothing to resume (sbx run "
+                          "--continue RUN_ID PROMPT goes on"),
+            "%s", r.err);
+  sbx_run_free(&r);
+  char sql[160];
+  (void)snprintf(sql, sizeof(sql),
+                 "UPDATE runs SET state = NULL WHERE id = '%s'", id);
+  test_store_exec(state, sql);
+  cont(&r, id, "more");
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "kept no conversation to continue"), "%s", r.err);
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  cr_expect_eq(json_array_size(reqs), 1, "no model call for a refusal");
+  json_decref(reqs);
+  free(id);
+}
