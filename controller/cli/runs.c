@@ -337,7 +337,12 @@ int cli_runs(int argc, char **argv) {
            "(sqlite:PATH or postgres://...; default sqlite:STATE-DIR/sbx.db) "
            "and\n"
            "--state-dir DIR. With --server URL they ask that server "
-           "instead.\n");
+           "instead.\n"
+           "Each first ends the failed runs of sbx run kept for a retry "
+           "whose time has\n"
+           "passed (sbx run --keep-failed): their sandboxes are closed, "
+           "their state\n"
+           "removed. A cancel ends a kept failed run at once.\n");
     return 0;
   }
   fprintf(stderr, "usage: sbx runs ls|show|cancel|logs ... (see sbx runs "
