@@ -46,26 +46,45 @@ struct cli_run_store {
   uint64_t last_seq;    /* the resumed run's last event */
   json_t *result;       /* the row's result so far */
   struct runs_rec rec;
+  /* --continue: the completed run's conversation (new), its last response
+   * id (new, or NULL) and its row's request (new). */
+  json_t *history;
+  char *response_id;
+  json_t *prev_request;
   volatile bool cancel; /* asked in the store: the runner stops */
   bool watching, stop;
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
-/* Opens the store (DB, else in STATE_DIR); with RESUME, checks that it is
- * a run of sbx run that may go on and reads what started it (new). -1
- * when the run goes on, else the exit code after saying why. */
+/* Opens the store (DB, else in STATE_DIR) and ends the failed runs kept
+ * there whose keep time passed (cli_runs_sweep); with RESUME, checks that
+ * it is a run of sbx run that may go on and reads what started it (new);
+ * with CONT, checks that it is a completed run of sbx run and reads its
+ * agent file (new) and conversation. -1 when the run goes on, else the
+ * exit code after saying why. */
 int cli_run_store_open(struct cli_run_store *rs, const char *db,
                        const char *state_dir, const char *resume,
-                       char **agent_path, char **prompt);
+                       const char *cont, char **agent_path, char **prompt);
 /* Gives the run its row (a new one, or the resumed one running again)
  * and points O's store, id, events and cancel at it. */
 int cli_run_store_start(struct cli_run_store *rs, struct run_options *o,
                         struct sbx_error *e);
-/* Records how the run ended (runs_finish). */
+/* Records how the run ended (runs_finish); a failed run kept for a retry
+ * until KEPT_UNTIL_MS (unix ms; 0: not kept) says so in its result. */
 void cli_run_store_finish(struct cli_run_store *rs, int r,
                           const struct run_result *res,
-                          const struct sbx_error *re);
+                          const struct sbx_error *re, int64_t kept_until_ms);
+
+/* What sbx run keeps of its ended runs (run_kept.c). */
+/* Parses a keep time: "0", or a positive number with s, m, h or d (at
+ * most a year) into *MS. -EINVAL, -ERANGE. */
+int cli_parse_keep(const char *s, int64_t *ms);
+/* Ends the failed runs of sbx run in S kept for a retry whose keep time
+ * has passed, or that were asked to stop: their sandboxes (recorded in
+ * STATE_DIR) closed, their state removed, "retry_expired_ms" in their
+ * result. Failures are warned about; the next sweep tries again. */
+void cli_runs_sweep(struct store *s, const char *state_dir);
 void cli_run_store_close(struct cli_run_store *rs);
 /* The commands as clients of the server at SERVER (remote.c). */
 int cli_remote(const char *server, int argc, char **argv);

@@ -13,6 +13,7 @@
 #include "controller/config/agent.h"
 #include "controller/run/runner.h"
 #include "controller/state/store.h"
+#include "controller/telemetry/events.h"
 #include "controller/telemetry/trace.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
@@ -21,11 +22,14 @@
 static void usage_run(FILE *f) {
   fprintf(f,
           "usage: sbx run [options] AGENT.json PROMPT\n"
+          "       sbx run [options] --resume RUN_ID\n"
+          "       sbx run [options] --continue RUN_ID PROMPT\n"
           "\n"
           "Runs the agent defined in AGENT.json on PROMPT inside a fresh "
           "sandbox and\n"
           "prints its final output. The sandbox is removed when the run "
-          "ends.\n"
+          "ends (that of\n"
+          "a failed run is kept for a retry: --keep-failed).\n"
           "\n"
           "  --stream             print events as JSON lines on stdout "
           "instead of\n"
@@ -90,10 +94,29 @@ static void usage_run(FILE *f) {
       "(sbx sandbox\n"
       "                       save): the live one, or its snapshot "
       "restored\n"
-      "  --resume RUN_ID      continue the paused or interrupted "
-      "run RUN_ID of\n"
-      "                       sbx run (its agent file and prompt come "
-      "from it)\n"
+      "  --resume RUN_ID      continue the paused, interrupted or "
+      "failed run RUN_ID of\n"
+      "                       sbx run from its last step (its agent file "
+      "and prompt\n"
+      "                       come from it; no tool call that finished "
+      "runs again)\n"
+      "  --keep-failed TIME   keep the state and sandboxes of a run that "
+      "fails (not one\n"
+      "                       cancelled) for TIME (30m, 24h, 7d; 0: do "
+      "not keep;\n"
+      "                       default 24h), so that --resume retries it; "
+      "then the\n"
+      "                       next sbx run or sbx runs closes them\n"
+      "  --continue RUN_ID    with PROMPT alone: a new run of the agent "
+      "file of the\n"
+      "                       completed run RUN_ID, on its whole "
+      "conversation and\n"
+      "                       PROMPT, in a new sandbox (or --sandbox, "
+      "--session); with\n"
+      "                       model_settings.store true on the Responses "
+      "API, PROMPT\n"
+      "                       and the last response's previous_response_id "
+      "instead\n"
       "  --snapshot MODE      local (default): when the run pauses, "
       "snapshot each of\n"
       "                       its sandboxes (not a --sandbox one, which "
@@ -121,7 +144,9 @@ static void usage_run(FILE *f) {
       "lists and a\n"
       "server on the same store shows too; its state is written there "
       "after every\n"
-      "step and removed when the run ends.\n"
+      "step. A completed run keeps its conversation there (for --continue), "
+      "a failed\n"
+      "one its state for --keep-failed's time, a cancelled one nothing.\n"
       "\n"
       "Tracing environment (OTLP/HTTP with JSON bodies; export never "
       "fails the run,\n"
@@ -145,6 +170,9 @@ static void usage_run(FILE *f) {
       "  OTEL_SDK_DISABLED=true              no OTLP export\n");
 }
 
+/* How long a failed run is kept for a retry by default. */
+#define KEEP_FAILED_MS (24LL * 3600 * 1000)
+
 /* Parses a positive integer option. */
 static int parse_pos(const char *s, int64_t *out) {
   char *end = NULL;
@@ -163,7 +191,8 @@ struct run_cmd {
   struct trace_options to;
   struct cli_backend_flags flags;
   const char *backend; /* --backend, else the agent's run_config */
-  const char *sandbox_id, *state_dir, *resume, *session, *db;
+  const char *sandbox_id, *state_dir, *resume, *session, *db, *cont;
+  int64_t keep_ms; /* --keep-failed */
   bool ask;
   uint16_t ports[LIFECYCLE_MAX_PORTS];
   char cwd[SBX_PATH_MAX];
@@ -221,6 +250,8 @@ enum {
   O_SNAPSHOT,
   O_SNAPSHOT_DIR,
   O_DB,
+  O_KEEP_FAILED,
+  O_CONTINUE,
   O_HELP
 };
 
@@ -246,6 +277,8 @@ static const struct option run_opts[] = {
     {"snapshot", required_argument, NULL, O_SNAPSHOT},
     {"snapshot-dir", required_argument, NULL, O_SNAPSHOT_DIR},
     {"db", required_argument, NULL, O_DB},
+    {"keep-failed", required_argument, NULL, O_KEEP_FAILED},
+    {"continue", required_argument, NULL, O_CONTINUE},
     {"help", no_argument, NULL, O_HELP},
     {0},
 };
@@ -307,6 +340,17 @@ static int take_checked(struct run_cmd *c, int ch, const char *arg) {
     }
     c->o.snapshot = arg;
     return -1;
+  case O_KEEP_FAILED: {
+    int r = cli_parse_keep(arg, &c->keep_ms);
+    if (r < 0) {
+      fprintf(stderr, "sbx run: --keep-failed \"%s\": %s\n", arg,
+              r == -ERANGE ? "at most a year (366d)"
+                           : "expected 0 or a number with s, m, h or d "
+                             "(30m, 24h, 7d)");
+      return 2;
+    }
+    return -1;
+  }
   case O_CONCURRENCY:
     if (materialize_parse_limits(arg, &c->o.materialize.limits, &oe) < 0) {
       fprintf(stderr, "sbx run: --%s\n", oe.msg);
@@ -360,6 +404,9 @@ static int take_option(struct run_cmd *c, int ch, const char *arg) {
   case O_RESUME:
     c->resume = arg;
     return -1;
+  case O_CONTINUE:
+    c->cont = arg;
+    return -1;
   case O_SESSION:
     c->session = arg;
     return -1;
@@ -395,6 +442,7 @@ static int take_option(struct run_cmd *c, int ch, const char *arg) {
     c->to.file = arg;
     return -1;
   case O_MAX_TURNS:
+  case O_KEEP_FAILED:
   case O_CWD:
   case O_SECCOMP:
   case O_APPROVE:
@@ -422,10 +470,18 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
     if (k >= 0)
       return k;
   }
-  if (c->resume ? argc - optind != 0 : argc - optind != 2) {
-    fprintf(stderr, c->resume
-                        ? "sbx run: --resume takes no AGENT.json or PROMPT\n"
-                        : "sbx run: expected AGENT.json and PROMPT\n");
+  if (c->resume && c->cont) {
+    fprintf(stderr, "sbx run: --resume goes on with a run, --continue "
+                    "starts a new one: not both\n");
+    return 2;
+  }
+  int want = c->resume ? 0 : c->cont ? 1 : 2;
+  if (argc - optind != want) {
+    fprintf(stderr, "sbx run: %s\n",
+            c->resume ? "--resume takes no AGENT.json or PROMPT"
+            : c->cont ? "--continue RUN_ID takes a PROMPT and no "
+                        "AGENT.json (the run's agent file is used)"
+                      : "expected AGENT.json and PROMPT");
     usage_run(stderr);
     return 2;
   }
@@ -521,6 +577,45 @@ static void recorded_base_dir(struct run_cmd *c) {
   }
 }
 
+/* --continue: the new run starts from the completed run's conversation
+ * with its agent file's starting agent; a conversation the model server
+ * keeps (model_settings.store on the Responses API) is chained by its last
+ * response id instead of sent again. */
+static void continue_conversation(struct run_cmd *c) {
+  const struct agent *a = c->agents->agents[0];
+  c->o.continues = c->cont;
+  c->o.history = c->store.history;
+  if (a->api == AGENT_API_RESPONSES &&
+      json_is_true(json_object_get(a->model_settings, "store")))
+    c->o.previous_response_id = c->store.response_id;
+  if (c->sandbox_id || c->session)
+    return;
+  /* A developer-owned sandbox (--sandbox, --session) outlives its runs:
+   * the continuation goes on in it while it is there. */
+  const char *prev =
+      json_string_value(json_object_get(c->store.prev_request, "sandbox"));
+  struct lifecycle_record rec = {0};
+  struct sbx_error e = {0};
+  if (prev && lifecycle_load(c->sdir, prev, &rec, &e) == 0) {
+    lifecycle_record_clear(&rec);
+    c->sandbox_id = prev;
+    fprintf(stderr, "sbx: continuing run %s in sandbox %s, where it ran\n",
+            c->cont, prev);
+    return;
+  }
+  if (prev)
+    fprintf(stderr,
+            "sbx: run %s ran in sandbox %s, which is gone: the conversation "
+            "goes on in a new sandbox (its workspace is lost)\n",
+            c->cont, prev);
+  else
+    fprintf(stderr,
+            "sbx: run %s's sandbox was removed when it completed: the "
+            "conversation goes on in a new sandbox (its workspace is not "
+            "carried over; --sandbox ID or --session STATE give it one)\n",
+            c->cont);
+}
+
 /* Everything before the run: -1 when it can start, else the exit code. */
 static int prepare(struct run_cmd *c, int argc, char **argv) {
   int k = parse_args(c, argc, argv);
@@ -533,11 +628,13 @@ static int prepare(struct run_cmd *c, int argc, char **argv) {
   }
   c->o.state_dir = c->sdir;
   c->o.resume_path = c->resume;
-  k = cli_run_store_open(&c->store, c->db, c->sdir, c->resume, &c->agent_path,
-                         &c->prompt);
+  k = cli_run_store_open(&c->store, c->db, c->sdir, c->resume, c->cont,
+                         &c->agent_path, &c->prompt);
   if (k >= 0)
     return k;
   recorded_base_dir(c);
+  c->o.keep_failed = c->keep_ms > 0;
+  c->o.keep_completed = true;
   if (c->ask) {
     c->tty = fopen("/dev/tty", "r+e");
     if (!c->tty || !isatty(fileno(c->tty))) {
@@ -547,13 +644,17 @@ static int prepare(struct run_cmd *c, int argc, char **argv) {
     c->o.approve_ask = true;
     c->o.ask_tty = c->tty;
   }
-  if (agent_load(c->resume ? c->agent_path : argv[optind], &c->agents, &e) <
-      0) {
+  if (agent_load(c->resume || c->cont ? c->agent_path : argv[optind],
+                 &c->agents, &e) < 0) {
     fprintf(stderr, "sbx: %s\n", e.msg);
     return 2;
   }
   c->o.agents = c->agents;
-  c->o.prompt = c->resume ? c->prompt : argv[optind + 1];
+  c->o.prompt = c->resume ? c->prompt
+                : c->cont ? argv[optind]
+                          : argv[optind + 1];
+  if (c->cont)
+    continue_conversation(c);
   k = choose_backend(c);
   if (k >= 0)
     return k;
@@ -566,7 +667,7 @@ static int prepare(struct run_cmd *c, int argc, char **argv) {
 }
 
 int cli_run(int argc, char **argv) {
-  _cleanup_(run_cmd_clear) struct run_cmd c = {0};
+  _cleanup_(run_cmd_clear) struct run_cmd c = {.keep_ms = KEEP_FAILED_MS};
   c.o.materialize.limits = materialize_default_limits();
   int k = prepare(&c, argc, argv);
   if (k >= 0)
@@ -578,7 +679,10 @@ int cli_run(int argc, char **argv) {
     return 1;
   }
   int r = runner_run(&c.o, &c.res, &e);
-  cli_run_store_finish(&c.store, r, &c.res, &e);
+  /* The runner kept the failed run's state (keep_failed). */
+  bool kept = r < 0 && c.res.state_path[0];
+  int64_t until = kept ? store_now_ms() + c.keep_ms : 0;
+  cli_run_store_finish(&c.store, r, &c.res, &e, until);
   const char *id = c.store.id;
   if (r == RUNNER_PAUSED) {
     fprintf(stderr,
@@ -591,6 +695,15 @@ int cli_run(int argc, char **argv) {
   }
   if (r < 0) {
     fprintf(stderr, "sbx: %s\n", e.msg[0] ? e.msg : strerror(-r));
+    if (kept) {
+      char ts[32];
+      events_format_timestamp((uint64_t)until, ts);
+      fprintf(stderr,
+              "sbx: run %s failed; its state and sandboxes are kept until "
+              "%s (--keep-failed)\n"
+              "sbx: retry it from its last step with `sbx run --resume %s`\n",
+              id, ts, id);
+    }
     return c.res.config_error ? 2 : 1;
   }
   const char *out = c.res.final_output;

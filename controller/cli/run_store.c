@@ -1,7 +1,9 @@
 /* sbx run's run in the state store: a new row for it (owner "", so that
- * no server takes it), or the row of the run --resume continues; its
- * events recorded there as they happen; a cancel asked of it (sbx runs
- * cancel, or a server's API) noticed while it runs; its end recorded. */
+ * no server takes it; with --continue, recorded as continuing a completed
+ * run whose conversation it reads), or the row of the run --resume
+ * continues; its events recorded there as they happen; a cancel asked of
+ * it (sbx runs cancel, or a server's API) noticed while it runs; its end
+ * recorded, with until when a failed run is kept for a retry. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include <time.h>
 
 #include "controller/cli/cli_internal.h"
+#include "controller/telemetry/events.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
 
@@ -22,8 +25,8 @@ static int read_started(struct store *s, const char *id, char **agent_path,
   int r = store_state_get(s, id, &text, &len, e);
   if (r == -ENOENT || (r == 0 && len == 0))
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
-                         "run %s has no state to continue from (it ended, or "
-                         "failed before its first step)",
+                         "run %s has no state to continue from (it failed "
+                         "before its first step, or with --keep-failed 0)",
                          id);
   if (r < 0)
     return r;
@@ -38,6 +41,26 @@ static int read_started(struct store *s, const char *id, char **agent_path,
   *agent_path = strdup(ap);
   *prompt = strdup(pr);
   return *agent_path && *prompt ? 0 : -ENOMEM;
+}
+
+/* A failed run is resumed only while it is kept (--keep-failed). */
+static int check_kept(json_t *row, const char *id, struct sbx_error *e) {
+  json_t *res = json_object_get(row, "result");
+  json_t *until = json_object_get(res, "retry_until_ms");
+  json_t *expired = json_object_get(res, "retry_expired_ms");
+  if (!json_is_integer(expired) &&
+      !(json_is_integer(until) && json_integer_value(until) <= store_now_ms()))
+    return 0;
+  char ts[32];
+  events_format_timestamp(
+      (uint64_t)json_integer_value(json_is_integer(expired) ? expired : until),
+      ts);
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, ETIMEDOUT,
+                       "run %s failed and was kept for a retry until %s; "
+                       "that time has passed, so its sandboxes were closed "
+                       "and its state removed: it cannot be resumed "
+                       "(run it again, with a longer --keep-failed)",
+                       id, ts);
 }
 
 /* Checks that the run ID of the store is one sbx run may continue. */
@@ -69,7 +92,14 @@ static int check_resumable(struct cli_run_store *rs, const char *id,
                          id, id);
   if (strcmp(status, "completed") == 0 || strcmp(status, "cancelled") == 0)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
-                         "run %s is %s; nothing to resume", id, status);
+                         "run %s is %s; nothing to resume%s", id, status,
+                         strcmp(status, "completed") == 0
+                             ? " (sbx run --continue RUN_ID PROMPT goes on "
+                               "with its conversation)"
+                             : "");
+  r = check_kept(row, id, e);
+  if (r < 0)
+    return r;
   rs->cancel = json_is_true(json_object_get(row, "cancel_requested"));
   rs->last_seq = (uint64_t)json_integer_value(json_object_get(row, "last_seq"));
   json_t *res = json_object_get(row, "result");
@@ -77,24 +107,83 @@ static int check_resumable(struct cli_run_store *rs, const char *id,
   return rs->result ? 0 : -ENOMEM;
 }
 
+/* Checks that the run ID of the store is a completed run of sbx run
+ * whose conversation a new run may continue, and reads it, with the
+ * agent file it ran (new). */
+static int check_continuable(struct cli_run_store *rs, const char *id,
+                             char **agent_path, struct sbx_error *e) {
+  if (!runs_id_valid(id))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--continue takes a run id (run_ and 32 hex digits, "
+                         "as sbx runs ls shows), not \"%s\"",
+                         id);
+  _cleanup_json_ json_t *row = NULL;
+  int r = store_run_get(rs->store, id, &row, e);
+  if (r == -ENOENT)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
+                         "no run \"%s\" in the state store (sbx runs ls "
+                         "lists them)",
+                         id);
+  if (r < 0)
+    return r;
+  const char *status = json_string_value(json_object_get(row, "status"));
+  if (!runs_of_cli(row))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EPERM,
+                         "run %s was submitted to a server: sbx run "
+                         "continues only its own runs",
+                         id);
+  if (strcmp(status, "failed") == 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "run %s failed: its conversation stops in the "
+                         "middle of a turn; retry it with `sbx run --resume "
+                         "%s`, then continue it",
+                         id, id);
+  if (strcmp(status, "completed") != 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EBUSY,
+                         "run %s is %s: only a completed run's conversation "
+                         "can be continued",
+                         id, status);
+  r = runner_history(rs->store, id, &rs->history, &rs->response_id, e);
+  if (r == -ENOENT)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
+                         "run %s kept no conversation to continue", id);
+  if (r < 0)
+    return r;
+  rs->prev_request = json_incref(json_object_get(row, "request"));
+  const char *ap = json_string_value(
+      json_object_get(json_object_get(rs->prev_request, "agent"), "path"));
+  if (!ap)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "run %s does not say which agent file it ran", id);
+  *agent_path = strdup(ap);
+  return *agent_path ? 0 : -ENOMEM;
+}
+
 int cli_run_store_open(struct cli_run_store *rs, const char *db,
                        const char *state_dir, const char *resume,
-                       char **agent_path, char **prompt) {
+                       const char *cont, char **agent_path, char **prompt) {
   char sdir[4096];
   if (cli_store_open("sbx run", db, state_dir, sdir, sizeof(sdir), &rs->store) <
       0)
     return 2;
-  if (!resume)
+  cli_runs_sweep(rs->store, sdir);
+  if (!resume && !cont)
     return -1;
   struct sbx_error e = {0};
-  int r = check_resumable(rs, resume, &e);
-  if (r == 0)
-    r = read_started(rs->store, resume, agent_path, prompt, &e);
+  int r;
+  if (cont) {
+    r = check_continuable(rs, cont, agent_path, &e);
+  } else {
+    r = check_resumable(rs, resume, &e);
+    if (r == 0)
+      r = read_started(rs->store, resume, agent_path, prompt, &e);
+  }
   if (r < 0) {
     fprintf(stderr, "sbx run: %s\n", e.msg[0] ? e.msg : strerror(-r));
     return 2;
   }
-  (void)snprintf(rs->id, sizeof(rs->id), "%s", resume);
+  if (resume)
+    (void)snprintf(rs->id, sizeof(rs->id), "%s", resume);
   return -1;
 }
 
@@ -135,6 +224,14 @@ static int insert_row(struct cli_run_store *rs, const struct run_options *o,
                 "input", o->prompt);
   if (request && o->max_turns > 0)
     (void)json_object_set_new(request, "max_turns", json_integer(o->max_turns));
+  /* A developer-owned sandbox, which a continuation goes on in. */
+  if (request &&
+      ((o->continues && json_object_set_new(request, "continues",
+                                            json_string(o->continues)) < 0) ||
+       (o->sandbox_record &&
+        json_object_set_new(request, "sandbox",
+                            json_string(o->sandbox_record->id)) < 0)))
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
   rs->result = json_object();
   if (!request || !rs->result)
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
@@ -173,10 +270,14 @@ int cli_run_store_start(struct cli_run_store *rs, struct run_options *o,
 
 void cli_run_store_finish(struct cli_run_store *rs, int r,
                           const struct run_result *res,
-                          const struct sbx_error *re) {
+                          const struct sbx_error *re, int64_t kept_until_ms) {
   if (!rs->rec.pending)
     return;
   struct sbx_error e = {0};
+  (void)json_object_del(rs->result, "retry_until_ms");
+  if (kept_until_ms > 0 && json_object_set_new(rs->result, "retry_until_ms",
+                                               json_integer(kept_until_ms)) < 0)
+    log_warn("run %s: cannot record until when it is kept", rs->id);
   if (runs_finish(&rs->rec, rs->result, r, res, re, &e) < 0)
     log_warn("run %s: cannot record its end: %s", rs->id, e.msg);
 }
@@ -195,5 +296,11 @@ void cli_run_store_close(struct cli_run_store *rs) {
   runs_rec_clear(&rs->rec);
   json_decref(rs->result);
   rs->result = NULL;
+  json_decref(rs->history);
+  rs->history = NULL;
+  json_decref(rs->prev_request);
+  rs->prev_request = NULL;
+  free(rs->response_id);
+  rs->response_id = NULL;
   rs->store = store_close(rs->store);
 }

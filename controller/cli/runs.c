@@ -1,7 +1,8 @@
 /* The runs of the state store without a server: sbx approve, sbx reject
  * and sbx runs ls|show|logs|cancel on the store that sbx run and sbx
  * serve share (--db, default sqlite:STATE-DIR/sbx.db). They act on runs
- * of sbx run and of servers alike, as the API does. */
+ * of sbx run and of servers alike, as the API does. Each first ends the
+ * failed runs of sbx run kept for a retry whose keep time has passed. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -67,10 +68,12 @@ struct runs_cmd {
   const char *pos[2];
   int npos;
   struct store *store;
+  char *sdir; /* the state dir */
 };
 
 static void runs_cmd_clear(struct runs_cmd *c) {
   store_close(c->store);
+  free(c->sdir);
 }
 
 /* Parses ARGV with the options ALLOWED ("drsjf": --db, --reason,
@@ -130,10 +133,16 @@ static int runs_parse(struct runs_cmd *c, int argc, char **argv,
     return 2;
   }
   char sdir[4096];
-  return cli_store_open(c->prog, c->db, c->state_dir, sdir, sizeof(sdir),
-                        &c->store) < 0
-             ? 2
-             : -1;
+  if (cli_store_open(c->prog, c->db, c->state_dir, sdir, sizeof(sdir),
+                     &c->store) < 0)
+    return 2;
+  c->sdir = strdup(sdir);
+  if (!c->sdir) {
+    fprintf(stderr, "%s: out of memory\n", c->prog);
+    return 1;
+  }
+  cli_runs_sweep(c->store, sdir);
+  return -1;
 }
 
 /* The run ID of the store into *ROW (new): 0, or the exit code after
@@ -297,6 +306,8 @@ static int runs_one(int argc, char **argv) {
       fprintf(stderr, "%s: %s\n", prog, e.msg);
       return r == -EALREADY ? 2 : 1;
     }
+    /* A failed run of sbx run kept for a retry ends now. */
+    cli_runs_sweep(c.store, c.sdir);
     printf("%s\n", c.pos[0]);
     return fflush(stdout) != 0;
   }
@@ -326,7 +337,12 @@ int cli_runs(int argc, char **argv) {
            "(sqlite:PATH or postgres://...; default sqlite:STATE-DIR/sbx.db) "
            "and\n"
            "--state-dir DIR. With --server URL they ask that server "
-           "instead.\n");
+           "instead.\n"
+           "Each first ends the failed runs of sbx run kept for a retry "
+           "whose time has\n"
+           "passed (sbx run --keep-failed): their sandboxes are closed, "
+           "their state\n"
+           "removed. A cancel ends a kept failed run at once.\n");
     return 0;
   }
   fprintf(stderr, "usage: sbx runs ls|show|cancel|logs ... (see sbx runs "

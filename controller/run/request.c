@@ -141,6 +141,16 @@ static json_t *turn_input(json_t *items) {
   return TAKE_PTR(out);
 }
 
+/* The items of ITEMS from index FROM on (new reference; NULL on OOM):
+ * what a server that keeps the conversation has not seen. */
+static json_t *items_from(json_t *items, size_t from) {
+  _cleanup_json_ json_t *out = json_array();
+  for (size_t i = from; out && i < json_array_size(items); i++)
+    if (json_array_append(out, json_array_get(items, i)) < 0)
+      return NULL;
+  return TAKE_PTR(out);
+}
+
 /* The request of agent A's turn in RUN to API for MODEL. The agent's
  * instructions are built at its first turn and kept; so are its tools,
  * for as long as its API stays the same. */
@@ -182,7 +192,11 @@ int run_request_build(struct run *run, const struct agent *a,
       json_string_value(json_object_get(tr->settings, "tool_choice"));
   if (st->used_tools && choice && strcmp(choice, "none") != 0)
     (void)json_object_del(tr->settings, "tool_choice");
-  tr->input = turn_input(run->items);
+  struct shared *sh = run->sh;
+  bool chained = run->depth == 0 && sh->chained && sh->response_id &&
+                 api == MODEL_API_RESPONSES;
+  tr->input =
+      chained ? items_from(run->items, sh->chain_from) : turn_input(run->items);
   if (!tr->settings || !tr->input)
     return -ENOMEM;
   if (run_has_cap(a, AGENT_CAP_COMPACTION) &&
@@ -190,6 +204,10 @@ int run_request_build(struct run *run, const struct agent *a,
       !(tr->extra = json_pack("{s:[{s:s, s:I}]}", "context_management", "type",
                               "compaction", "compact_threshold",
                               (json_int_t)model_compaction_threshold(model))))
+    return -ENOMEM;
+  if (chained && ((!tr->extra && !(tr->extra = json_object())) ||
+                  json_object_set_new(tr->extra, "previous_response_id",
+                                      json_string(sh->response_id)) < 0))
     return -ENOMEM;
   if (a->output_type && !(tr->schema = schema_output_for_model(a->output_type)))
     return -ENOMEM;

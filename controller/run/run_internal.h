@@ -68,6 +68,14 @@ struct shared {
    * by path ({"items", "progress", "done"}), each taken (removed) by the
    * nested run that goes on from it; or NULL. */
   json_t *rs_nested;
+  /* The root run's last model response id (saved with its progress), and
+   * for a conversation kept by the server (run_options
+   * .previous_response_id) CHAINED and CHAIN_FROM, the first item the
+   * server does not have: a Responses turn sends the items from there
+   * with RESPONSE_ID as previous_response_id. */
+  char *response_id;
+  bool chained;
+  size_t chain_from;
 };
 
 /* Per agent of one run: its sandbox, manifest and tools. */
@@ -276,6 +284,17 @@ int rs_io_put(struct shared *sh, const char *text, size_t len,
  * (new, both; the journal "" when there is none), up to MAX bytes each. */
 int rs_io_read(struct shared *sh, const char *where, size_t max, char **state,
                size_t *slen, char **journal, size_t *jlen, struct sbx_error *e);
+/* Reads the journal TEXT (LEN) of the run state RS: the conversation
+ * into *ITEMS (new), the outputs of the pending calls that were done into
+ * *DONE (new), the state of the runs nested in them into *NESTED (new),
+ * RS brought up to its newest checkpoint, and *CUT, where to cut the
+ * journal after what counts. -EINVAL when items the state counts are
+ * missing. */
+int run_state_load_journal(const char *text, size_t len, json_t *rs,
+                           json_t **items, json_t **done, json_t **nested,
+                           size_t *cut);
+/* Closes each sandbox recorded in SBS (a progress's "sandboxes"). */
+void run_close_recorded_all(const struct run_options *o, json_t *sbs);
 /* Keeps the first KEEP bytes of the journal. */
 int rs_io_cut(struct shared *sh, size_t keep, struct sbx_error *e);
 /* Removes the state and its journal. */

@@ -19,8 +19,9 @@
 /* The members of the run state that change as a run goes; a checkpoint
  * line in the journal carries these. */
 static const char *const rs_progress_keys[] = {
-    "seq",     "status", "agent",     "turn",         "items_count",
-    "pending", "usage",  "sandboxes", "final_output",
+    "seq",          "status",      "agent",      "turn",
+    "items_count",  "pending",     "usage",      "sandboxes",
+    "final_output", "response_id", "chain_from",
 };
 
 /* The journal's line for a checkpoint: an object with this one member,
@@ -80,10 +81,16 @@ static json_t *progress(struct run *run, const struct agent *a,
       (json_int_t)u->reasoning_tokens, "cached_tokens",
       (json_int_t)u->cached_tokens, "turns", run->res->turns, "sandboxes", sbs,
       "final_output", run->res->final_output);
-  /* Only the root's saves are numbered: nested runs save from the calls'
-   * threads. */
+  /* Only the root's saves are numbered (nested runs save from the calls'
+   * threads), and only the root's responses are chained. */
   if (p && run->depth == 0 &&
-      json_object_set_new(p, "seq", json_integer(++sh->rs_seq)) < 0) {
+      (json_object_set_new(p, "seq", json_integer(++sh->rs_seq)) < 0 ||
+       (sh->response_id &&
+        json_object_set_new(p, "response_id", json_string(sh->response_id)) <
+            0) ||
+       (sh->chained &&
+        json_object_set_new(p, "chain_from",
+                            json_integer((json_int_t)sh->chain_from)) < 0))) {
     json_decref(p);
     return NULL;
   }
@@ -229,10 +236,10 @@ int run_state_begin(struct run *run, struct sbx_error *e) {
     (void)snprintf(abs, sizeof(abs), "%s", path);
   char created[32];
   state_now(created);
-  sh->rs =
-      json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:{}}", "version", 1, "run_id",
-                sh->run_id, "agent_path", abs, "prompt", o->prompt,
-                "created_at", created, "status", "running", "decisions");
+  sh->rs = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:{}, s:s*}", "version", 1,
+                     "run_id", sh->run_id, "agent_path", abs, "prompt",
+                     o->prompt, "created_at", created, "status", "running",
+                     "decisions", "continues", o->continues);
   return sh->rs ? run_snapshots_settle(run, e) : -ENOMEM;
 }
 
@@ -299,7 +306,7 @@ static size_t rs_done_calls(const char *text, size_t len, size_t cut,
  * than the state, and *CUT_OUT, where to cut the journal after what
  * counts: a kill can leave items without their checkpoint, or half a line.
  * Fails (-EINVAL) when items the state counts are missing. */
-static int rs_load_journal(const char *text, size_t len, json_t *rs,
+int run_state_load_journal(const char *text, size_t len, json_t *rs,
                            json_t **items_out, json_t **done_out,
                            json_t **nested_out, size_t *cut_out) {
   *items_out = NULL;
@@ -382,11 +389,11 @@ static int rs_load_journal(const char *text, size_t len, json_t *rs,
  * one. */
 static void progress_load(struct run *run, json_t *p) {
   json_t *turn = json_object_get(p, "turn");
-  run->first_turn = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
-  if (run->first_turn < 1)
-    run->first_turn = 1;
+  int saved = json_is_integer(turn) ? (int)json_integer_value(turn) : 1;
+  run->first_turn = saved < 1 ? 1 : saved;
+  /* Turn 0: saved before any turn finished (a failed run kept). */
   json_t *pending = json_object_get(p, "pending");
-  if (!(json_is_array(pending) && json_array_size(pending) > 0) &&
+  if (saved >= 1 && !(json_is_array(pending) && json_array_size(pending) > 0) &&
       json_array_size(run->items) > 1)
     run->first_turn++;
   json_t *u = json_object_get(p, "usage");
@@ -400,8 +407,7 @@ static void progress_load(struct run *run, json_t *p) {
   run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
 }
 
-/* Closes each sandbox recorded in SBS (a progress's "sandboxes"). */
-static void close_recorded_all(const struct run_options *o, json_t *sbs) {
+void run_close_recorded_all(const struct run_options *o, json_t *sbs) {
   const char *key;
   json_t *sbj;
   json_object_foreach(sbs, key, sbj) {
@@ -456,6 +462,22 @@ static int decisions_from_store(struct shared *sh, struct sbx_error *e) {
   return 0;
 }
 
+/* The root run's last response id and, for a conversation the server
+ * keeps, where its chain stands, from the saved state RS of a run with
+ * NITEMS items. */
+static int chain_load(struct shared *sh, json_t *rs, size_t nitems) {
+  const char *rid = json_string_value(json_object_get(rs, "response_id"));
+  json_t *from = json_object_get(rs, "chain_from");
+  if (!rid)
+    return 0;
+  if (!(sh->response_id = strdup(rid)))
+    return -ENOMEM;
+  json_int_t f = json_integer_value(from);
+  sh->chained = json_is_integer(from) && f >= 0 && (size_t)f <= nitems;
+  sh->chain_from = sh->chained ? (size_t)f : 0;
+  return 0;
+}
+
 /* Loads the run state at o->resume_path: conversation, agent, turn,
  * usage, pending calls, and re-attaches the recorded sandboxes. */
 int run_state_resume(struct run *run, const struct agent **start,
@@ -474,7 +496,8 @@ int run_state_resume(struct run *run, const struct agent **start,
   json_t *rs = json_loadb(text, len, 0, &je);
   json_t *items = NULL, *done = NULL, *nested = NULL;
   if (json_is_object(rs) &&
-      rs_load_journal(jtext, jlen, rs, &items, &done, &nested, &cut) == 0 &&
+      run_state_load_journal(jtext, jlen, rs, &items, &done, &nested, &cut) ==
+          0 &&
       (r = rs_io_cut(sh, cut, e)) < 0) {
     json_decref(items);
     json_decref(done);
@@ -520,7 +543,9 @@ int run_state_resume(struct run *run, const struct agent **start,
   sh->rs_seq = json_integer_value(json_object_get(rs, "seq"));
   *start = o->agents->agents[json_integer_value(agent)];
   progress_load(run, rs);
-  r = run_snapshots_settle(run, e);
+  r = chain_load(sh, rs, json_array_size(items));
+  if (r == 0)
+    r = run_snapshots_settle(run, e);
   if (r < 0)
     return r;
   return reattach_all(run, json_object_get(rs, "sandboxes"), e);
@@ -567,7 +592,7 @@ int run_state_nested(struct run *run, const struct run *parent,
   const char *status = json_string_value(json_object_get(prog, "status"));
   const char *fin = json_string_value(json_object_get(prog, "final_output"));
   if (status && strcmp(status, "finished") == 0 && fin) {
-    close_recorded_all(o, json_object_get(prog, "sandboxes"));
+    run_close_recorded_all(o, json_object_get(prog, "sandboxes"));
     progress_load(run, prog);
     run->res->final_output = strdup(fin);
     run->res->last_agent = (*start)->name;
@@ -598,7 +623,7 @@ void run_state_end(struct run *run, bool keep) {
       const char *path;
       json_t *st;
       json_object_foreach(sh->rs_nested, path, st) {
-        close_recorded_all(
+        run_close_recorded_all(
             sh->o,
             json_object_get(json_object_get(st, "progress"), "sandboxes"));
       }

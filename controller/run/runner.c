@@ -13,6 +13,7 @@
 #include "controller/run/run_internal.h"
 #include "controller/telemetry/trace.h"
 #include "shared/clock.h"
+#include "shared/log.h"
 #include "shared/rand.h"
 
 #define RUNNER_MAX_NESTING 4
@@ -121,6 +122,40 @@ void run_result_clear(struct run_result *r) {
   memset(r, 0, sizeof(*r));
 }
 
+/* A new run that continues a conversation (run_options.history) starts
+ * with its items, and with previous_response_id the server's chain
+ * starts after them. */
+static int continue_from(struct shared *sh, json_t *items) {
+  const struct run_options *o = sh->o;
+  if (o->history && json_array_extend(items, o->history) < 0)
+    return -ENOMEM;
+  if (!o->previous_response_id)
+    return 0;
+  if (!(sh->response_id = strdup(o->previous_response_id)))
+    return -ENOMEM;
+  sh->chained = true;
+  sh->chain_from = json_array_size(items);
+  return 0;
+}
+
+/* Whether the failed RUN, which started with agent START, has a state
+ * to be retried from: one that failed before its first step (its first
+ * model call, say) saves it now, to go on from its first turn. */
+static bool keep_failed(struct run *run, const struct agent *start) {
+  struct shared *sh = run->sh;
+  if (!sh->rs)
+    return false;
+  if (sh->rs_written)
+    return true;
+  struct sbx_error e = {0};
+  run->turn = 0; /* no turn finished */
+  if (run_state_save(run, start, "running", NULL, &e) < 0) {
+    log_warn("run %s: cannot keep it for a retry: %s", sh->run_id, e.msg);
+    return false;
+  }
+  return true;
+}
+
 /* Starts the run's sbx.run span and emits run_started. */
 static void run_begin(struct run *run, const struct agent *start,
                       int64_t max_turns) {
@@ -205,7 +240,7 @@ int runner_run(const struct run_options *o, struct run_result *res,
     r = run_state_begin(run, e);
   if (!run->items)
     run->items = json_array();
-  if (!run->items ||
+  if (!run->items || (!o->resume_path && continue_from(&sh, run->items) < 0) ||
       (!o->resume_path &&
        json_array_append_new(run->items, user_message(o->prompt)) < 0))
     r = r < 0 ? r : -ENOMEM;
@@ -222,9 +257,12 @@ int runner_run(const struct run_options *o, struct run_result *res,
     r = sbx_error_set(e, SBX_UNAVAILABLE, EINTR,
                       "the run was interrupted; it goes on when resumed");
   bool keep = r == RUNNER_PAUSED || (r == -EINTR && sh.rs) ||
-              (o->keep_failed && r < 0 && sh.rs && r != -ECANCELED &&
-               !res->config_error);
+              (o->keep_failed && r < 0 && r != -ECANCELED &&
+               !res->config_error && keep_failed(run, start));
   run_close_sandboxes(run, keep);
+  /* A completed run may keep its conversation, not its sandboxes. */
+  if (r == 0 && o->keep_completed)
+    keep = true;
   if (r == RUNNER_PAUSED)
     events_run_paused(sh.ev, sh.rs_path, res->turns);
   else if (r == -EINTR && keep)
@@ -233,6 +271,7 @@ int runner_run(const struct run_options *o, struct run_result *res,
     run_end(run, r, e, t0);
   run_state_end(run, keep);
   json_decref(run->items);
+  free(sh.response_id);
   free(run);
   run_clients_free(&sh);
   pthread_mutex_destroy(&sh.mu);

@@ -87,6 +87,21 @@ struct run_options {
    * cancelled) keeps its state and sandboxes as a paused one does, so that
    * it can be resumed from its last step (sbx serve's retry). */
   bool keep_failed;
+  /* A run with a state dir that completes keeps its state (status
+   * "finished": the whole conversation and the last response id) so that
+   * a later run can continue the conversation (runner_history); its
+   * sandboxes are closed all the same. */
+  bool keep_completed;
+  /* A continued conversation (sbx run --continue): HISTORY (borrowed; the
+   * previous run's items, the SDK's to_input_list()) comes before the
+   * prompt, and CONTINUES, the run id continued, is recorded in the state.
+   * With PREVIOUS_RESPONSE_ID the conversation is kept by the model server
+   * (the Responses API with store): a turn of the Responses API sends only
+   * the items new since the last response, with that response's id, as
+   * the SDK does when given previous_response_id. */
+  json_t *history;
+  const char *continues;
+  const char *previous_response_id;
 };
 
 /* runner_run's result for a run that stopped to wait for approvals; the
@@ -110,5 +125,20 @@ struct run_result {
 int runner_run(const struct run_options *o, struct run_result *res,
                struct sbx_error *e);
 void run_result_clear(struct run_result *r);
+
+/* The conversation that the run ID (the store's id, "run_...") of STORE
+ * kept when it completed (keep_completed): its items, the SDK's
+ * to_input_list() (new), and the id of its last model response (new; NULL
+ * when the API gave none). -ENOENT when it kept none, -EINVAL when what
+ * it kept is not a finished run state; E says which. */
+int runner_history(struct store *store, const char *id, json_t **items,
+                   char **response_id, struct sbx_error *e);
+/* Ends what the run ID of o->store kept to be resumed (a failed run whose
+ * keep time passed): closes the sandboxes its state records (in
+ * o->state_dir, with o->backend_opts), removes its snapshots, then its
+ * state and journal. A sandbox that cannot be closed is warned about. 0
+ * (also when it kept nothing) or a negative errno with E. */
+int runner_discard(const struct run_options *o, const char *id,
+                   struct sbx_error *e);
 
 #endif

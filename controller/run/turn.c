@@ -61,6 +61,26 @@ static bool is_call(json_t *item) {
                strcmp(t, "apply_patch_call") == 0);
 }
 
+/* Keeps the root run's last response id from the API API; a
+ * conversation the server keeps goes on from it, with the items after
+ * this response's. A response without an id, or one of Chat Completions,
+ * breaks the chain: the whole conversation is sent again. */
+static int turn_chain(struct shared *sh, enum model_api api,
+                      struct model_response *resp, json_t *items) {
+  if (!resp->id || api != MODEL_API_RESPONSES) {
+    sh->chained = false;
+    free(sh->response_id);
+    sh->response_id = NULL;
+    return 0;
+  }
+  free(sh->response_id);
+  sh->response_id = strdup(resp->id);
+  if (!sh->response_id)
+    return -ENOMEM;
+  sh->chain_from = json_array_size(items);
+  return 0;
+}
+
 /* The response of the turn: from the model, or for a resumed run first
  * the calls its last response left pending. Its usage is counted and its
  * output joins the conversation. */
@@ -104,7 +124,11 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
   if (t->resumed)
     return 0;
   run->res->turns++;
-  return json_array_extend(run->items, t->resp.output) < 0 ? -ENOMEM : 0;
+  if (json_array_extend(run->items, t->resp.output) < 0)
+    return -ENOMEM;
+  return run->depth == 0 ? turn_chain(sh, model_client_api(slot->client),
+                                      &t->resp, run->items)
+                         : 0;
 }
 
 /* The text of a message item: its string content, or its text and

@@ -306,17 +306,23 @@ json_t *runs_view(json_t *row) {
   json_t *usage = json_object_get(res, "usage");
   json_t *out = json_object_get(res, "final_output");
   json_t *err = json_object_get(res, "error");
+  json_t *until = json_object_get(res, "retry_until_ms");
+  json_t *cont = json_object_get(req, "continues");
   return json_pack(
-      "{s:O, s:O, s:O?, s:o, s:O, s:O, s:O, s:o, s:b, s:s, s:o, s:o}", "id",
-      json_object_get(row, "id"), "status", json_object_get(row, "status"),
-      "agent", json_object_get(json_object_get(req, "agent"), "name"),
-      "metadata", json_is_object(md) ? json_incref(md) : json_object(),
-      "final_output", out ? out : json_null(), "error", err ? err : json_null(),
-      "usage", usage ? usage : json_null(), "pending_approvals",
+      "{s:O, s:O, s:O?, s:o, s:O, s:O, s:O, s:o, s:b, s:s, s:o, s:o, s:o, "
+      "s:O?}",
+      "id", json_object_get(row, "id"), "status",
+      json_object_get(row, "status"), "agent",
+      json_object_get(json_object_get(req, "agent"), "name"), "metadata",
+      json_is_object(md) ? json_incref(md) : json_object(), "final_output",
+      out ? out : json_null(), "error", err ? err : json_null(), "usage",
+      usage ? usage : json_null(), "pending_approvals",
       json_is_array(pending) ? json_incref(pending) : json_array(),
       "cancel_requested",
       json_is_true(json_object_get(row, "cancel_requested")), "origin",
       runs_of_cli(row) ? "cli" : "api", "created_at",
       time_json(json_object_get(row, "created_at")), "updated_at",
-      time_json(json_object_get(row, "updated_at")));
+      time_json(json_object_get(row, "updated_at")), "retry_until",
+      json_is_integer(until) ? time_json(until) : json_null(), "continues",
+      json_is_string(cont) ? cont : NULL);
 }

@@ -263,7 +263,9 @@ Test(crash, a_nested_run_that_needs_approval_fails_clearly) {
       " {\"text\": \"not reached\"}]",
       NULL);
   struct sbx_run_out r;
-  const char *run[] = {"run", "--state-dir", state, ap, "go", NULL};
+  /* Not kept for a retry (test_retry.c has those). */
+  const char *run[] = {"run", "--state-dir", state, "--keep-failed", "0",
+                       ap,    "go",          NULL};
   sbx_run(&r, srv.base_url, run);
   test_model_server_stop(&srv);
   cr_expect_eq(r.status, 1, "%s", r.err);

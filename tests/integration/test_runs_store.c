@@ -242,8 +242,8 @@ Test(runs_store, a_paused_run_of_sbx_run_is_approved_over_the_api) {
   free(id);
 }
 
-/* A server's run is the server's to execute: sbx run --resume refuses
- * it. */
+/* A server's run is the server's to execute: sbx run --resume and
+ * --continue refuse it. */
 Test(runs_store, sbx_run_does_not_resume_a_run_of_the_server) {
   start("[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c1\", "
         "\"arguments\": {\"cmd\": \"echo x\"}}]},"
@@ -260,6 +260,13 @@ Test(runs_store, sbx_run_does_not_resume_a_run_of_the_server) {
   local(&r, res);
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "was submitted to a server"), "%s", r.err);
+  sbx_run_free(&r);
+  const char *cont[] = {"run", "--continue", id, "more", NULL};
+  local(&r, cont);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "was submitted to a server: sbx run continues only "
+                          "its own runs"),
+            "%s", r.err);
   sbx_run_free(&r);
   /* sbx reject on the store decides it; the server goes on. */
   const char *rej[] = {"reject", id, "c1", "--reason", "not now", NULL};

@@ -234,9 +234,11 @@ char *test_run_state(const char *state_dir) {
     json_t *row;
     json_array_foreach(rows, i, row) {
       const char *id = json_string_value(json_object_get(row, "id"));
+      const char *st = json_string_value(json_object_get(row, "status"));
       char *text = NULL;
       size_t len = 0;
-      if (!found && store_state_get(s, id, &text, &len, NULL) == 0 && len > 0)
+      if (!found && strcmp(st, "completed") != 0 &&
+          store_state_get(s, id, &text, &len, NULL) == 0 && len > 0)
         found = strdup(id);
       free(text);
     }

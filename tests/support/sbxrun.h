@@ -34,7 +34,8 @@ void sbx_sandbox_remove_all(const char *state_dir);
 pid_t sbx_spawn(const char *base_url, const char *err_path, rlim_t fsize,
                 const char *const *argv);
 /* The id of the newest run of the state store in STATE_DIR
- * (sqlite:STATE_DIR/sbx.db) that has a run state (new), or NULL. */
+ * (sqlite:STATE_DIR/sbx.db) that has a run state to resume (new), or
+ * NULL: a completed run's kept conversation does not count. */
 char *test_run_state(const char *state_dir);
 /* Whether the run ID of that store has a run state. */
 bool test_run_has_state(const char *state_dir, const char *id);
