@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the MCP servers the tests run (from the npm registry, pinned)
+# Installs the MCP servers the tests run and the MCP conformance suite
+# (from the npm registry, pinned)
 # into DIR/node_modules: idempotent and quiet, and safe to run from tests
 # running at once (a lock). Prints nothing when they are there already.
 #   scripts/mcp-servers.sh DIR
@@ -8,6 +9,10 @@ dir=${1:?usage: mcp-servers.sh DIR}
 pkgs=(
   @modelcontextprotocol/server-everything@2026.8.31
   @modelcontextprotocol/server-filesystem@2026.8.31
+  # The conformance suite's client scenarios, and the Node (22 or later)
+  # it needs: the npm package "node" brings its binary from the registry.
+  @modelcontextprotocol/conformance@0.1.16
+  node@22.23.3
 )
 mkdir -p "$dir"
 exec 9>"$dir/.lock"

@@ -10,7 +10,8 @@
  * notifications/tools/list_changed), tools/call with the server's
  * client_session_timeout_seconds and notifications/cancelled when it runs
  * out. Progress and logging notifications are ignored; a ping is
- * answered.
+ * answered. Over Streamable HTTP a reply's event stream that ends before
+ * the reply is resumed with Last-Event-ID after its retry time.
  *
  * A server that crashes, hangs or breaks the protocol fails its calls (the
  * model is told, as the Python SDK's default_tool_error_function words

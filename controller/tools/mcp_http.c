@@ -13,9 +13,15 @@
  * usually comes), opening it again a second after it ends, until the
  * server says it has none (405) or the connection is freed.
  *
+ * A reply's event stream that ends before the reply came, after events
+ * with ids, is resumed as the specification says (SEP-1699): a GET with
+ * Last-Event-ID after the stream's retry time (default 1 s, at most 10 s),
+ * at most MCP_HTTP_RESUMES times, within the call's timeout.
+ *
  * Each message is bounded by MCP_MAX_MESSAGE, one reply's stream by
  * MCP_HTTP_MAX_STREAM. A session the server forgot (404) fails the call. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,11 +32,16 @@
 #include "controller/net/sse.h"
 #include "controller/tools/mcp_internal.h"
 #include "shared/cleanup.h"
+#include "shared/clock.h"
 #include "shared/log.h"
 
 #define MCP_HTTP_MAX_STREAM (16 * MCP_MAX_MESSAGE)
 #define MCP_HTTP_MAX_HEADERS (AGENT_MAX_LIST + 8)
 #define MCP_HTTP_CLOSE_MS 2000
+#define MCP_HTTP_RESUMES 5
+#define MCP_HTTP_RETRY_MS 1000 /* when the stream gave no retry */
+#define MCP_HTTP_RETRY_MAX_MS 10000
+#define MCP_HTTP_EVENT_ID_MAX 256
 
 struct http_conn {
   const struct agent_mcp_server *cfg;
@@ -51,6 +62,7 @@ struct exchange {
   bool keep_open;  /* read the stream to its end (initialize: headers) */
   json_t *reply;   /* new, once it came */
   struct sse_parser *sse;
+  char last_id[MCP_HTTP_EVENT_ID_MAX]; /* the stream's last event id */
 };
 
 static int post(struct http_conn *c, json_t *msg, int64_t want_id,
@@ -107,6 +119,8 @@ static void handle_body(struct exchange *x, const char *text, size_t len) {
 
 static int on_event(const struct sse_event *ev, void *arg) {
   struct exchange *x = arg;
+  if (ev->id_len > 0 && ev->id_len < sizeof(x->last_id))
+    memcpy(x->last_id, ev->id, ev->id_len + 1);
   if (ev->data_len > 0)
     handle_body(x, ev->data, ev->data_len);
   return 0;
@@ -123,12 +137,13 @@ static int on_data(void *arg, const char *data, size_t len) {
 }
 
 /* The request's header lines into LINES (pointers into BUF and CFG); a
- * GET (STREAM) accepts only an event stream. */
-static void header_lines(struct http_conn *c, bool stream, const char **lines,
-                         char *buf, size_t cap) {
+ * GET (STREAM) accepts only an event stream, and resumes after LAST_ID
+ * when given. */
+static void header_lines(struct http_conn *c, bool stream, const char *last_id,
+                         const char **lines, char *buf, size_t cap) {
   size_t n = 0, used = 0;
   for (size_t i = 0;
-       c->cfg->headers && c->cfg->headers[i] && n < MCP_HTTP_MAX_HEADERS - 5;
+       c->cfg->headers && c->cfg->headers[i] && n < MCP_HTTP_MAX_HEADERS - 6;
        i++)
     lines[n++] = c->cfg->headers[i];
   lines[n++] = stream ? "Accept: text/event-stream"
@@ -146,9 +161,16 @@ static void header_lines(struct http_conn *c, bool stream, const char **lines,
   if (c->version[0] &&
       (k = snprintf(buf + used, cap - used, "MCP-Protocol-Version: %s",
                     c->version)) > 0 &&
+      (size_t)k < cap - used) {
+    lines[n++] = buf + used;
+    used += (size_t)k + 1;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (last_id && *last_id &&
+      (k = snprintf(buf + used, cap - used, "Last-Event-ID: %s", last_id)) >
+          0 &&
       (size_t)k < cap - used)
     lines[n++] = buf + used;
-  pthread_mutex_unlock(&c->mu);
   lines[n] = NULL;
 }
 
@@ -164,6 +186,62 @@ static void keep_session(struct http_conn *c, struct http_response *resp) {
   pthread_mutex_unlock(&c->mu);
 }
 
+/* Resumes X's event stream after its last event id (SEP-1699) until the
+ * reply came, the stream gave no id to resume from, or DEADLINE_MS (of
+ * sbx_now_ms) would pass. */
+static int resume(struct http_conn *c, struct exchange *x, uint64_t deadline_ms,
+                  struct sbx_error *e) {
+  for (int i = 0; i < MCP_HTTP_RESUMES && !x->reply && x->last_id[0]; i++) {
+    (void)sse_finish(x->sse); /* keeps the last id and the retry time */
+    int64_t wait = sse_retry_ms(x->sse);
+    if (wait < 0)
+      wait = MCP_HTTP_RETRY_MS;
+    if (wait > MCP_HTTP_RETRY_MAX_MS)
+      wait = MCP_HTTP_RETRY_MAX_MS;
+    if (sbx_now_ms() + (uint64_t)wait >= deadline_ms)
+      return -ETIMEDOUT;
+    struct timespec ts = {wait / 1000, (long)(wait % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+      ;
+    char from[sizeof(x->last_id)];
+    memcpy(from, x->last_id, sizeof(from));
+    x->last_id[0] = '\0'; /* the resumed stream must give its own */
+    struct http_client *hc = NULL;
+    int r = http_client_new(&hc, e);
+    if (r < 0)
+      return r;
+    const char *lines[MCP_HTTP_MAX_HEADERS + 1];
+    char buf[1024];
+    header_lines(c, true, from, lines, buf, sizeof(buf));
+    uint64_t left = deadline_ms - sbx_now_ms();
+    struct http_request req = {
+        .url = c->cfg->url,
+        .method = "GET",
+        .headers = lines,
+        .stream_body = true,
+        .timeout_ms = left > UINT_MAX ? 0 : (unsigned)left,
+        .max_response_bytes = MCP_HTTP_MAX_STREAM,
+        .on_data = on_data,
+        .data_arg = x,
+        .cancel = &c->stop,
+    };
+    struct http_response resp = {0};
+    r = http_send(hc, &req, &resp, e);
+    if (r == -EALREADY)
+      r = 0; /* the reply came */
+    else if (r == 0 && (resp.status < 200 || resp.status >= 300))
+      r = sbx_error_set(e, SBX_UNAVAILABLE, EPROTO,
+                        "MCP server \"%s\" did not resume its stream after "
+                        "event \"%.64s\": HTTP %ld",
+                        c->cfg->name, from, resp.status);
+    http_response_clear(&resp);
+    http_client_free(hc);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
 /* POSTs MSG; with WANT_ID >= 0 waits at most TIMEOUT_MS for the reply with
  * that id (new, in *REPLY). */
 static int post(struct http_conn *c, json_t *msg, int64_t want_id,
@@ -175,13 +253,14 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
   struct exchange x = {.c = c,
                        .want_id = want_id,
                        .keep_open = method && !strcmp(method, "initialize")};
+  uint64_t t0 = sbx_now_ms();
   int r = sse_parser_new(MCP_MAX_MESSAGE, on_event, &x, &x.sse);
   struct http_client *hc = NULL;
   if (r == 0)
     r = http_client_new(&hc, e);
   const char *lines[MCP_HTTP_MAX_HEADERS + 1];
   char buf[512];
-  header_lines(c, false, lines, buf, sizeof(buf));
+  header_lines(c, false, NULL, lines, buf, sizeof(buf));
   struct http_request req = {
       .url = c->cfg->url,
       .body = body,
@@ -201,6 +280,10 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
     r = 0;
     resp.status = 200;
   }
+  if (r == 0 && resp.streamed && want_id >= 0 && !x.reply &&
+      resp.status >= 200 && resp.status < 300 && x.last_id[0])
+    r = resume(c, &x, timeout_ms > 0 ? t0 + (uint64_t)timeout_ms : UINT64_MAX,
+               e);
   if (r == -E2BIG && e && !e->msg[0])
     r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
                       "MCP server \"%s\" sent a message over %u bytes",
@@ -249,7 +332,7 @@ static int listen_once(struct http_conn *c) {
   }
   const char *lines[MCP_HTTP_MAX_HEADERS + 1];
   char buf[512];
-  header_lines(c, true, lines, buf, sizeof(buf));
+  header_lines(c, true, NULL, lines, buf, sizeof(buf));
   struct http_request req = {.url = c->cfg->url,
                              .method = "GET",
                              .headers = lines,
@@ -366,7 +449,7 @@ static void http_free(void *arg) {
   if (c->session && http_client_new(&hc, &e) == 0) {
     const char *lines[MCP_HTTP_MAX_HEADERS + 1];
     char buf[512];
-    header_lines(c, false, lines, buf, sizeof(buf));
+    header_lines(c, false, NULL, lines, buf, sizeof(buf));
     struct http_request req = {.url = c->cfg->url,
                                .method = "DELETE",
                                .headers = lines,
