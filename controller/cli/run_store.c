@@ -63,20 +63,22 @@ static int check_kept(json_t *row, const char *id, struct sbx_error *e) {
                        id, ts);
 }
 
-/* Checks that the run ID of the store is one sbx run may continue. */
-static int check_resumable(struct cli_run_store *rs, const char *id,
-                           struct sbx_error *e) {
+/* The row (new) of run ID, which FLAG (--resume, --continue) names: an
+ * error when ID is no run id or names no run of the store, or the run
+ * is a server's, which sbx run goes on with only by WHAT. */
+static int cli_run_row(struct cli_run_store *rs, const char *flag,
+                       const char *id, const char *what, json_t **row,
+                       struct sbx_error *e) {
   if (!runs_id_valid(id))
     return sbx_error_set(
         e, SBX_INVALID_ARGUMENT, EINVAL,
-        "--resume takes a run id (run_ and 32 hex digits, as sbx runs ls "
+        "%s takes a run id (run_ and 32 hex digits, as sbx runs ls "
         "shows), not \"%s\"%s",
-        id,
+        flag, id,
         strchr(id, '/') || strstr(id, ".json")
             ? ": run states are kept in the state store, not in files"
             : "");
-  _cleanup_json_ json_t *row = NULL;
-  int r = store_run_get(rs->store, id, &row, e);
+  int r = store_run_get(rs->store, id, row, e);
   if (r == -ENOENT)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
                          "no run \"%s\" in the state store (sbx runs ls "
@@ -84,12 +86,23 @@ static int check_resumable(struct cli_run_store *rs, const char *id,
                          id);
   if (r < 0)
     return r;
-  const char *status = json_string_value(json_object_get(row, "status"));
-  if (!runs_of_cli(row))
+  if (!runs_of_cli(*row))
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EPERM,
-                         "run %s was submitted to a server, which executes "
-                         "it (sbx --server URL runs show %s)",
-                         id, id);
+                         "run %s was submitted to a server%s", id, what);
+  return 0;
+}
+
+/* Checks that the run ID of the store is one sbx run may continue. */
+static int check_resumable(struct cli_run_store *rs, const char *id,
+                           struct sbx_error *e) {
+  _cleanup_json_ json_t *row = NULL;
+  char what[128];
+  (void)snprintf(what, sizeof(what),
+                 ", which executes it (sbx --server URL runs show %s)", id);
+  int r = cli_run_row(rs, "--resume", id, what, &row, e);
+  if (r < 0)
+    return r;
+  const char *status = json_string_value(json_object_get(row, "status"));
   if (strcmp(status, "completed") == 0 || strcmp(status, "cancelled") == 0)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EALREADY,
                          "run %s is %s; nothing to resume%s", id, status,
@@ -112,26 +125,12 @@ static int check_resumable(struct cli_run_store *rs, const char *id,
  * agent file it ran (new). */
 static int check_continuable(struct cli_run_store *rs, const char *id,
                              char **agent_path, struct sbx_error *e) {
-  if (!runs_id_valid(id))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "--continue takes a run id (run_ and 32 hex digits, "
-                         "as sbx runs ls shows), not \"%s\"",
-                         id);
   _cleanup_json_ json_t *row = NULL;
-  int r = store_run_get(rs->store, id, &row, e);
-  if (r == -ENOENT)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
-                         "no run \"%s\" in the state store (sbx runs ls "
-                         "lists them)",
-                         id);
+  int r = cli_run_row(rs, "--continue", id,
+                      ": sbx run continues only its own runs", &row, e);
   if (r < 0)
     return r;
   const char *status = json_string_value(json_object_get(row, "status"));
-  if (!runs_of_cli(row))
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EPERM,
-                         "run %s was submitted to a server: sbx run "
-                         "continues only its own runs",
-                         id);
   if (strcmp(status, "failed") == 0)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "run %s failed: its conversation stops in the "

@@ -18,18 +18,25 @@
 
 TestSuite(exec_daemon, .timeout = 60);
 
-static uint64_t start_cmd(struct sbx_client *c, const char *cmd, bool tty,
-                          unsigned timeout_ms) {
+/* Starts CMD; HOLD_MS holds its output for a reader that reads within it. */
+static uint64_t start_with(struct sbx_client *c, const char *cmd, bool tty,
+                           unsigned timeout_ms, unsigned hold_ms) {
   Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
   st.command = (char *)cmd;
   st.tty = tty;
   st.timeout_ms = timeout_ms;
+  st.hold_ms = hold_ms;
   Sbx__V1__Response *r = NULL;
   struct sbx_error e = {0};
   cr_assert_eq(sbx_exec_start(c, &st, &r, &e), 0, "start: %s", e.msg);
   uint64_t id = r->exec_start->exec_id;
   sbx_client_reply_free(r);
   return id;
+}
+
+static uint64_t start_cmd(struct sbx_client *c, const char *cmd, bool tty,
+                          unsigned timeout_ms) {
+  return start_with(c, cmd, tty, timeout_ms, 0);
 }
 
 struct chunk {
@@ -231,19 +238,9 @@ Test(exec_daemon, output_beyond_retention_reports_the_gap) {
   test_daemon_stop(&t);
 }
 
-/* Starts CMD with its output held for a reader that reads within HOLD_MS. */
 static uint64_t start_held(struct sbx_client *c, const char *cmd, bool tty,
                            unsigned hold_ms) {
-  Sbx__V1__ExecStart st = SBX__V1__EXEC_START__INIT;
-  st.command = (char *)cmd;
-  st.tty = tty;
-  st.hold_ms = hold_ms;
-  Sbx__V1__Response *r = NULL;
-  struct sbx_error e = {0};
-  cr_assert_eq(sbx_exec_start(c, &st, &r, &e), 0, "start: %s", e.msg);
-  uint64_t id = r->exec_start->exec_id;
-  sbx_client_reply_free(r);
-  return id;
+  return start_with(c, cmd, tty, 0, hold_ms);
 }
 
 static void sleep_ms(unsigned ms) {
