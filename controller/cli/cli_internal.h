@@ -53,6 +53,9 @@ struct cli_run_store {
   json_t *prev_request;
   volatile bool cancel; /* asked in the store: the runner stops */
   bool watching, stop;
+  char *sdir;  /* the state directory (new) */
+  int lock_fd; /* runs/ID.lock of the state dir, flocked while locked */
+  bool locked;
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;

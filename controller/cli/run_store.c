@@ -5,10 +5,14 @@
  * it (sbx runs cancel, or a server's API) noticed while it runs; its end
  * recorded, with until when a failed run is kept for a retry. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "controller/cli/cli_internal.h"
 #include "controller/telemetry/events.h"
@@ -92,6 +96,46 @@ static int cli_run_row(struct cli_run_store *rs, const char *flag,
   return 0;
 }
 
+/* Takes run ID's lock, runs/ID.lock in the state directory: an flock
+ * this process holds while it goes on with the run, so that two sbx never
+ * run one run at once (a --resume of a run that is going on, or two
+ * resumes). The holder's pid is in the file, for the message. */
+static int lock_run(struct cli_run_store *rs, const char *id,
+                    struct sbx_error *e) {
+  char path[4200];
+  (void)snprintf(path, sizeof(path), "%s/runs", rs->sdir);
+  if (mkdir(path, 0700) < 0 && errno != EEXIST)
+    return sbx_error_set(e, SBX_INTERNAL, errno, "cannot make %s: %s", path,
+                         strerror(errno));
+  (void)snprintf(path, sizeof(path), "%s/runs/%s.lock", rs->sdir, id);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return sbx_error_set(e, SBX_INTERNAL, errno, "cannot open %s: %s", path,
+                         strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    int err = errno;
+    char pid[24] = "";
+    ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    (void)close(fd);
+    if (err != EWOULDBLOCK)
+      return sbx_error_set(e, SBX_INTERNAL, err, "cannot lock %s: %s", path,
+                           strerror(err));
+    return sbx_error_set(e, SBX_CONFLICT, EBUSY,
+                         "run %s is going on in another sbx (pid %s): wait "
+                         "for it to end, or stop it with sbx runs cancel %s",
+                         id, pid[0] ? pid : "unknown", id);
+  }
+  char pid[24];
+  int k = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)k, 0) != k)
+    log_debug("run %s: cannot write its lock's pid", id);
+  rs->lock_fd = fd;
+  rs->locked = true;
+  return 0;
+}
+
 /* Checks that the run ID of the store is one sbx run may continue. */
 static int check_resumable(struct cli_run_store *rs, const char *id,
                            struct sbx_error *e) {
@@ -165,6 +209,8 @@ int cli_run_store_open(struct cli_run_store *rs, const char *db,
   if (cli_store_open("sbx run", db, state_dir, sdir, sizeof(sdir), &rs->store) <
       0)
     return 2;
+  if (!(rs->sdir = strdup(sdir)))
+    return 1;
   cli_runs_sweep(rs->store, sdir);
   if (!resume && !cont)
     return -1;
@@ -173,7 +219,10 @@ int cli_run_store_open(struct cli_run_store *rs, const char *db,
   if (cont) {
     r = check_continuable(rs, cont, agent_path, &e);
   } else {
-    r = check_resumable(rs, resume, &e);
+    /* Locked first: what is checked then stays true. */
+    r = runs_id_valid(resume) ? lock_run(rs, resume, &e) : 0;
+    if (r == 0)
+      r = check_resumable(rs, resume, &e);
     if (r == 0)
       r = read_started(rs->store, resume, agent_path, prompt, &e);
   }
@@ -245,6 +294,8 @@ int cli_run_store_start(struct cli_run_store *rs, struct run_options *o,
   int r = rs->id[0] ? store_run_update(rs->store, rs->id, resumable, "running",
                                        NULL, e)
                     : insert_row(rs, o, e);
+  if (r == 0 && !rs->locked)
+    r = lock_run(rs, rs->id, e); /* a new run: no one else has its id */
   if (r == -ESTALE)
     r = sbx_error_set(e, SBX_CONFLICT, ESTALE,
                       "run %s ended while it was being taken up", rs->id);
@@ -302,4 +353,9 @@ void cli_run_store_close(struct cli_run_store *rs) {
   free(rs->response_id);
   rs->response_id = NULL;
   rs->store = store_close(rs->store);
+  if (rs->locked)
+    (void)close(rs->lock_fd); /* the lock goes with it */
+  rs->locked = false;
+  free(rs->sdir);
+  rs->sdir = NULL;
 }

@@ -322,3 +322,50 @@ Test(runs_store, a_cancel_in_the_store_stops_a_run_of_sbx_run) {
   json_decref(test_server_wait(&srv, id, "cancelled", 10000));
   free(id);
 }
+
+/* One sbx at a time goes on with a run: a --resume of a run that another
+ * sbx is running is refused, naming that process, and once it has ended
+ * the run can be taken up again. */
+Test(runs_store, a_run_going_on_is_not_resumed_by_another_sbx) {
+  start("[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c1\", "
+        "\"arguments\": {\"cmd\": \"sleep 60\", \"yield_time_ms\": 3000}}]},"
+        " {\"text\": \"not reached\"}]",
+        "{\"name\": \"A\", \"model\": \"m1\"}");
+  char errp[160];
+  (void)snprintf(errp, sizeof(errp), "%s/err", srv.dir);
+  const char *run[] = {"run", "--state-dir", srv.state, agent, "wait", NULL};
+  pid_t pid = sbx_spawn(ms.base_url, errp, 0, run);
+  for (int i = 0; i < 200; i++) {
+    json_t *reqs = test_model_server_requests(&ms);
+    size_t n = json_array_size(reqs);
+    json_decref(reqs);
+    if (n >= 1)
+      break;
+    usleep(50000);
+  }
+  json_t *view = newest_run();
+  char *id = strdup(json_string_value(json_object_get(view, "id")));
+  json_decref(view);
+  struct sbx_run_out r;
+  const char *resume[] = {"run", "--resume", id, NULL};
+  local(&r, resume);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  char want[96];
+  (void)snprintf(want, sizeof(want), "is going on in another sbx (pid %d)",
+                 (int)pid);
+  cr_expect(strstr(r.err, want), "%s", r.err);
+  sbx_run_free(&r);
+  const char *cancel[] = {"runs", "cancel", id, NULL};
+  local(&r, cancel);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  /* Its process is gone: the lock with it. The run was cancelled, which
+   * a resume now says rather than that it is going on. */
+  local(&r, resume);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "is cancelled; nothing to resume"), "%s", r.err);
+  sbx_run_free(&r);
+  free(id);
+}
