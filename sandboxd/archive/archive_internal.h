@@ -119,6 +119,8 @@ struct xfer {
   enum xfer_state state;
   bool busy;              /* a call is using it; under the table's lock */
   uint64_t last_ms;       /* last use, for idle expiry */
+  uint32_t pipe;          /* the connection of its last call (0: none) */
+  uint64_t orphan_ms;     /* when that connection closed; 0: open */
   int spool_fd;           /* the unlinked archive file; -1 once finished */
   uint64_t size;          /* export: archive bytes; import: bytes received */
   struct xstream *stream; /* a streamed export; NULL otherwise */

@@ -71,7 +71,9 @@
  * An import that has finished or failed keeps only its answer (for a
  * repeated finish; its files are closed then), and its slot goes to a new
  * transfer when every other slot is taken, the one finished longest ago
- * first: a client that does not close it keeps no one out.
+ * first: a client that does not close it keeps no one out. So does the
+ * slot of a transfer abandoned in the middle, whose client's connection
+ * closed (archive_table_pipe_closed), after those.
  * A transfer serves one call at a time: a second one gets CONFLICT.
  * Every handler is thread-safe. */
 #ifndef SANDBOXD_ARCHIVE_H
@@ -89,6 +91,11 @@ void archive_table_free(struct archive_table *t);
  * which then fails with UNAVAILABLE; for shutdown, before the workers are
  * joined. Thread-safe; T may be NULL. */
 void archive_table_stop(struct archive_table *t);
+/* The connection PIPE closed: the transfers it used last are abandoned,
+ * and their slots go to new transfers when every slot is taken (a client
+ * that comes back on another connection before then goes on with them).
+ * Thread-safe; T may be NULL. */
+void archive_table_pipe_closed(struct archive_table *t, uint32_t pipe);
 /* How long a transfer may stay idle before it is dropped (for tests). */
 void archive_table_set_idle_ms(struct archive_table *t, uint64_t ms);
 

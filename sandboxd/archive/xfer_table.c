@@ -96,6 +96,19 @@ void archive_table_set_idle_ms(struct archive_table *t, uint64_t ms) {
   pthread_mutex_unlock(&t->mu);
 }
 
+void archive_table_pipe_closed(struct archive_table *t, uint32_t pipe) {
+  if (!t || pipe == 0)
+    return;
+  pthread_mutex_lock(&t->mu);
+  uint64_t now = sbx_now_ms();
+  for (uint32_t i = 0; i < t->nslots; i++) {
+    struct xfer *x = t->slots[i];
+    if (x && x->pipe == pipe)
+      x->orphan_ms = now ? now : 1;
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
 /* Moves idle transfers and closed ones out of the table and returns them
  * for freeing outside the lock. Called with the lock held. */
 static struct xfer *table_reap_locked(struct archive_table *t) {
@@ -125,7 +138,7 @@ static struct archive_table *table_of(struct rpc_call *c) {
  * not keep others out. -1 when every slot holds a transfer in progress.
  * Called with the lock held. */
 static int table_slot_locked(struct archive_table *t, struct xfer **dead) {
-  int oldest = -1;
+  int oldest = -1, orphan = -1;
   for (uint32_t i = 0; i < t->nslots; i++) {
     struct xfer *x = t->slots[i];
     if (!x)
@@ -133,11 +146,16 @@ static int table_slot_locked(struct archive_table *t, struct xfer **dead) {
     if (x->kind == XFER_IMPORT && x->state != XFER_OPEN && !x->busy &&
         (oldest < 0 || x->last_ms < t->slots[oldest]->last_ms))
       oldest = (int)i;
+    if (x->orphan_ms && !x->busy &&
+        (orphan < 0 || x->orphan_ms < t->slots[orphan]->orphan_ms))
+      orphan = (int)i;
   }
+  if (oldest < 0)
+    oldest = orphan; /* then one whose client has gone */
   if (oldest >= 0) {
     struct xfer *x = t->slots[oldest];
-    log_debug("archive transfer %016" PRIx64 " finished; its slot is taken",
-              x->handle);
+    log_debug("archive transfer %016" PRIx64 " %s; its slot is taken",
+              x->handle, x->orphan_ms ? "was abandoned" : "finished");
     t->slots[oldest] = NULL;
     x->next = *dead;
     *dead = x;
@@ -162,6 +180,8 @@ int xfer_table_insert(struct rpc_call *c, struct xfer *x) {
     } while (!unique);
     x->busy = true;
     x->last_ms = sbx_now_ms();
+    x->pipe = c->pipe;
+    x->orphan_ms = 0;
     t->slots[slot] = x;
   }
   pthread_mutex_unlock(&t->mu);
@@ -220,6 +240,8 @@ static int xfer_table_acquire(struct rpc_call *c, uint64_t handle,
     if (!busy) {
       found->busy = true;
       found->last_ms = sbx_now_ms();
+      found->pipe = c->pipe; /* a client back on another connection */
+      found->orphan_ms = 0;
     }
   }
   pthread_mutex_unlock(&t->mu);

@@ -37,6 +37,8 @@ struct rpc_call {
   /* Set by the server (or a test): finishes a pending call. */
   void (*complete)(struct rpc_call *c, int r);
   void *server_data; /* the server's; handlers leave it alone */
+  uint32_t pipe;     /* the connection the request came on (nng's pipe id;
+                        0: none, as from a test) */
 };
 
 /* Finishes a call a handler returned RPC_PENDING for. R as a handler's

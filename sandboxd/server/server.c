@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sandboxd/archive/transfer.h"
 #include "sandboxd/rpc/auth.h"
 #include "sandboxd/rpc/version.h"
 #include "sandboxd/server/conns.h"
@@ -94,10 +95,13 @@ static void work_reset(struct work *w);
  * did not, which would at worst end the wait early. */
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
   struct server *s = arg;
-  if (ev == NNG_PIPE_EV_ADD_PRE)
+  if (ev == NNG_PIPE_EV_ADD_PRE) {
     conns_add(s->conns, p);
-  else if (ev == NNG_PIPE_EV_REM_POST)
+  } else if (ev == NNG_PIPE_EV_REM_POST) {
     conns_remove(s->conns, p);
+    /* Its transfers in progress are abandoned unless it comes back. */
+    archive_table_pipe_closed(s->d->archives, (uint32_t)nng_pipe_id(p));
+  }
   pthread_mutex_lock(&s->smu);
   if (ev == NNG_PIPE_EV_ADD_PRE)
     s->npipes++;
@@ -363,6 +367,7 @@ static void handle(struct work *w, nng_msg *msg) {
   w->state = W_BUSY;
   w->req = sbx__v1__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
   w->pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
+  w->call.pipe = w->pipe;
   nng_msg_free(msg);
   w->call.req = w->req;
   w->resp.version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;

@@ -320,3 +320,74 @@ Test(archive_daemon, shutdown_during_a_streamed_export_is_clean) {
       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   cr_expect_lt(took, 2.0, "shutdown took %.2f s", took);
 }
+
+/* Starts an import into DIR (a fresh subdirectory of T's root) on client
+ * C: its handle, or 0 with E filled when refused. */
+static uint64_t start_import(struct test_daemon *t, struct sbx_client *c, int i,
+                             struct sbx_error *e) {
+  char p[512], rel[32];
+  (void)snprintf(rel, sizeof(rel), "in%d", i);
+  (void)snprintf(p, sizeof(p), "%s/%s", t->root, rel);
+  (void)mkdir(p, 0755);
+  Sbx__V1__ArchiveImportStart a = SBX__V1__ARCHIVE_IMPORT_START__INIT;
+  a.path = rel;
+  a.compression = SBX__V1__COMPRESSION__COMPRESSION_NONE;
+  Sbx__V1__Response *r = NULL;
+  if (sbx_archive_import_start(c, &a, &r, e) < 0)
+    return 0;
+  uint64_t h = r->archive_import_start->handle;
+  sbx_client_reply_free(r);
+  return h;
+}
+
+/* A transfer abandoned in the middle (its client's connection closed)
+ * gives its slot to a new one when every slot is taken; one whose client
+ * is still there does not, and a client that comes back on another
+ * connection goes on with its transfer. */
+Test(archive_daemon, an_abandoned_transfer_frees_its_slot) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  struct sbx_error e = {0};
+  /* Client b fills all 16 slots, writes a chunk into two, and goes. */
+  struct sbx_client *b = test_daemon_client(&t, NULL);
+  uint64_t hs[16];
+  for (int i = 0; i < 16; i++) {
+    hs[i] = start_import(&t, b, i, &e);
+    cr_assert_neq(hs[i], 0, "%d: %s", i, e.msg);
+  }
+  uint64_t received = 0;
+  for (int i = 0; i < 2; i++)
+    cr_assert_eq(sbx_archive_import_write(b, hs[i], 0, "abc", 3, &received, &e),
+                 0, "%s", e.msg);
+  cr_assert_eq(start_import(&t, t.client, 99, &e), 0, "the table is full");
+  cr_expect_eq(e.code, SBX_LIMIT_EXCEEDED, "%s", e.msg);
+  sbx_client_free(b);
+  /* The daemon learns of the closed connection asynchronously; then the
+   * transfer abandoned first (in the lowest slot on a tie) gives way. */
+  uint64_t h = 0;
+  for (int i = 0; i < 100 && !h; i++) {
+    (void)nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    sbx_error_clear(&e);
+    h = start_import(&t, t.client, 16, &e);
+  }
+  cr_assert_neq(h, 0, "an abandoned slot was given: %s", e.msg);
+  sbx_error_clear(&e);
+  cr_expect_neq(
+      sbx_archive_import_write(t.client, hs[0], 3, "def", 3, &received, &e), 0);
+  cr_expect_eq(e.code, SBX_NOT_FOUND, "%s", e.msg);
+  /* The second, taken up again on this connection, goes on. */
+  sbx_error_clear(&e);
+  cr_expect_eq(
+      sbx_archive_import_write(t.client, hs[1], 3, "def", 3, &received, &e), 0,
+      "%s", e.msg);
+  cr_expect_eq(received, 6);
+  /* The 14 others abandoned give way; then the table is full of this
+   * client's transfers, which keep their slots. */
+  int got = 0;
+  sbx_error_clear(&e);
+  for (int i = 17; i < 40 && start_import(&t, t.client, i, &e); i++)
+    got++;
+  cr_expect_eq(got, 14);
+  cr_expect_eq(e.code, SBX_LIMIT_EXCEEDED, "%s", e.msg);
+  test_daemon_stop(&t);
+}
