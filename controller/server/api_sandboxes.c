@@ -12,6 +12,7 @@
 #include "controller/sandbox/lifecycle.h"
 #include "controller/server/server_internal.h"
 #include "controller/state/state.h"
+#include "controller/telemetry/events.h"
 #include "shared/cleanup.h"
 
 unsigned api_status_for(const struct sbx_error *e, int r) {
@@ -103,18 +104,22 @@ static int check_quota(struct api *a) {
 }
 
 /* A sandbox's row as the API shows it, with its status: "running" when
- * its sandboxd answers (asked of it now), else "stopped". */
+ * its sandboxd answers (asked of it now), else "stopped"; its time in
+ * RFC 3339, as a run's. */
 static json_t *sandbox_view(struct api *a, json_t *row) {
   json_t *rec = json_object_get(row, "record");
   const char *id = json_string_value(json_object_get(row, "id"));
   bool running = id && lifecycle_running(a->srv->cfg->state_dir, id);
+  char created[32];
+  events_format_timestamp(
+      (uint64_t)json_integer_value(json_object_get(row, "created_at")),
+      created);
   return json_pack(
-      "{s:O, s:O?, s:O?, s:O?, s:O?, s:O?, s:s}", "id",
+      "{s:O, s:O?, s:O?, s:O?, s:O?, s:s, s:s}", "id",
       json_object_get(row, "id"), "backend", json_object_get(rec, "backend"),
       "session_id", json_object_get(rec, "session_id"), "root",
       json_object_get(rec, "root"), "owner", json_object_get(row, "owner"),
-      "created_at", json_object_get(row, "created_at"), "status",
-      running ? "running" : "stopped");
+      "created_at", created, "status", running ? "running" : "stopped");
 }
 
 /* Creates the sandbox of the checked request in the state directory. */

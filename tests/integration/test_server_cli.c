@@ -273,6 +273,8 @@ Test(server_cli, sandboxes_are_made_used_and_removed_through_the_server) {
   const char *ls[] = {"sandbox", "ls", NULL};
   client(&r, ls);
   cr_expect(strstr(r.out, id), "%s", r.out);
+  cr_expect(strstr(r.out, "Z\n") && !strstr(r.out, "(null)"),
+            "its creation time is shown: %s", r.out);
   sbx_run_free(&r);
   const char *exec[] = {"sandbox", "exec", "-e",
                         "X=42",    id,     "--",

@@ -344,6 +344,12 @@ Test(server_sandboxes, sandboxes_are_listed_removed_and_limited) {
   cr_expect_eq(json_array_size(data), 1);
   cr_expect_str_eq(
       json_string_value(json_object_get(json_array_get(data, 0), "id")), id);
+  /* Its time as openapi.json says: RFC 3339, as a run's. */
+  const char *created =
+      json_string_value(json_object_get(json_array_get(data, 0), "created_at"));
+  cr_expect(created && strlen(created) == 24 && created[4] == '-' &&
+                created[10] == 'T' && created[23] == 'Z',
+            "created_at: %s", created ? created : "(not a string)");
   test_http_free(&h);
   test_http(&h, &srv, "DELETE", p1(id, ""), srv.token, NULL, NULL);
   cr_expect_eq(h.status, 204, "%s", h.body);

@@ -57,9 +57,8 @@ function say(text) {
   $('status').textContent = text;
 }
 
-// A time of the API as milliseconds: RFC 3339 text, or (a sandbox's
-// created_at) unix milliseconds.
-const ms = (t) => (typeof t === 'number' ? t : Date.parse(t));
+// A time of the API (RFC 3339 text) as milliseconds.
+const ms = (t) => Date.parse(t);
 
 function age(t) {
   const s = Math.max(0, (Date.now() - ms(t)) / 1000);
