@@ -21,7 +21,7 @@
 static const char *const rs_progress_keys[] = {
     "seq",          "status",      "agent",      "turn",
     "items_count",  "pending",     "usage",      "sandboxes",
-    "final_output", "response_id", "chain_from",
+    "final_output", "response_id", "chain_from", "used_tools",
 };
 
 /* The journal's line for a checkpoint: an object with this one member,
@@ -70,9 +70,23 @@ static json_t *progress(struct run *run, const struct agent *a,
       return NULL;
     }
   }
+  /* The agents that have called tools: their tool_choice is not sent
+   * again after a resume either (the SDK's reset_tool_choice). */
+  json_t *used = json_array();
+  for (size_t i = 0; used && i < AGENT_MAX_AGENTS; i++)
+    if (run->states[i].used_tools &&
+        json_array_append_new(used, json_integer((json_int_t)i)) < 0) {
+      json_decref(used);
+      used = NULL;
+    }
+  if (!sbs || !used) {
+    json_decref(sbs);
+    json_decref(used);
+    return NULL;
+  }
   json_t *p = json_pack(
       "{s:s, s:I, s:i, s:I, s:O?, s:{s:I, s:I, s:I, s:I, s:I, s:i}, s:o, "
-      "s:s*}",
+      "s:s*, s:o}",
       "status", status, "agent", (json_int_t)a->index, "turn", run->turn,
       "items_count", (json_int_t)json_array_size(run->items), "pending",
       pending, "usage", "input_tokens", (json_int_t)u->input_tokens,
@@ -80,7 +94,7 @@ static json_t *progress(struct run *run, const struct agent *a,
       (json_int_t)u->total_tokens, "reasoning_tokens",
       (json_int_t)u->reasoning_tokens, "cached_tokens",
       (json_int_t)u->cached_tokens, "turns", run->res->turns, "sandboxes", sbs,
-      "final_output", run->res->final_output);
+      "final_output", run->res->final_output, "used_tools", used);
   /* Only the root's saves are numbered (nested runs save from the calls'
    * threads), and only the root's responses are chained. */
   if (p && run->depth == 0 &&
@@ -405,6 +419,13 @@ static void progress_load(struct run *run, json_t *p) {
       json_integer_value(json_object_get(u, "reasoning_tokens"));
   mu->cached_tokens = json_integer_value(json_object_get(u, "cached_tokens"));
   run->res->turns = (int)json_integer_value(json_object_get(u, "turns"));
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(p, "used_tools"), i, v) {
+    json_int_t k = json_integer_value(v);
+    if (json_is_integer(v) && k >= 0 && k < AGENT_MAX_AGENTS)
+      run->states[k].used_tools = true;
+  }
 }
 
 void run_close_recorded_all(const struct run_options *o, json_t *sbs) {

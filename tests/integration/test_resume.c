@@ -121,6 +121,54 @@ Test(resume, paused_for_approval_approved_from_another_process) {
   free(rs);
 }
 
+/* The SDK's reset_tool_choice holds across a kill: an agent that has
+ * called tools is not forced to call one again by the process that
+ * resumes it (the run state keeps which agents have called tools). */
+Test(resume, tool_choice_stays_reset_after_a_resume) {
+  const char *a = write_agent("{\"name\": \"A\", \"model_settings\": "
+                              "{\"tool_choice\": \"required\"}}");
+  static const char script[] =
+      "{\"by_turn\": true, \"steps\": ["
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c1\", "
+      "\"arguments\": {\"cmd\": \"true\"}}]},"
+      " {\"delay_ms\": 3000, \"text\": \"all done\"}]}";
+  struct test_model_server srv;
+  test_model_server_start(&srv, script, NULL);
+  const char *run[] = {"run", "--state-dir", state, a, "go", NULL};
+  pid_t pid = sbx_spawn(srv.base_url, NULL, 0, run);
+  /* Killed while it waits for the second answer, its first turn done. */
+  size_t n = 0;
+  for (int i = 0; i < 400 && n < 2; i++) {
+    (void)nanosleep(&(struct timespec){0, 25 * 1000 * 1000}, NULL);
+    json_t *reqs = test_model_server_requests(&srv);
+    n = json_array_size(reqs);
+    json_decref(reqs);
+  }
+  cr_assert_eq(n, 2, "the second model call was never made");
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  char *rs = test_run_state(state);
+  cr_assert_not_null(rs);
+  struct sbx_run_out r;
+  const char *res[] = {"run", "--state-dir", state, "--resume", rs, NULL};
+  sbx_run(&r, srv.base_url, res);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "all done\n");
+  sbx_run_free(&r);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_assert_eq(json_array_size(reqs), 3);
+  json_t *b0 = json_object_get(json_array_get(reqs, 0), "body");
+  json_t *b2 = json_object_get(json_array_get(reqs, 2), "body");
+  cr_expect_str_eq(json_string_value(json_object_get(b0, "tool_choice")),
+                   "required");
+  cr_expect_null(json_object_get(b2, "tool_choice"),
+                 "reset, also in the process that resumed");
+  json_decref(reqs);
+  free(rs);
+}
+
 Test(resume, rejected_call_reason_reaches_the_model) {
   const char *a = write_agent(
       "{\"name\": \"A\", \"approvals\": {\"exec_command\": \"always\"}}");
