@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "controller/config/agent_internal.h"
+#include "controller/config/skills.h"
 #include "shared/cleanup.h"
 
 static int failv(const struct agent_ctx *c, enum sbx_code code, int err,
@@ -69,6 +70,7 @@ static void agent_free(struct agent *a) {
   free(a->instructions);
   free(a->base_instructions);
   json_decref(a->default_manifest);
+  skills_free(a->skills);
   free(a->run_as);
   json_decref(a->model_settings);
   free(a->api_key_env);

@@ -19,6 +19,8 @@ struct instructions_input {
   const char *base;                /* NULL: the default */
   const char *agent;               /* NULL or "": no agent section */
   bool shell;                      /* the shell capability is on */
+  const char *skills;              /* the skills fragment, or NULL */
+  bool skills_first;               /* skills comes before shell */
   const struct manifest *manifest; /* may be NULL */
   const char *root;                /* the workspace root commands see */
   const char *cwd;                 /* workspace-relative run cwd, or NULL */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backends/registry.h"
+#include "controller/config/skills.h"
 #include "controller/sandbox/meta.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
@@ -365,13 +366,56 @@ int lifecycle_resolve_port(const struct sandbox *sb, const uint16_t *ports,
   return 0;
 }
 
+/* The SDK's processManifest of a skills capability with "from": the
+ * source becomes the entry at skills_path, which no entry of M (borrowed,
+ * or NULL) may overlap. *OUT is new. */
+static int with_skills(const struct agent *a, json_t *m, json_t **res,
+                       struct sbx_error *e) {
+  _cleanup_json_ json_t *out = m ? json_deep_copy(m) : json_object();
+  if (!out)
+    return -ENOMEM;
+  json_t *entries = json_object_get(out, "entries");
+  if (!entries) {
+    entries = json_object();
+    if (json_object_set_new(out, "entries", entries) < 0)
+      return -ENOMEM;
+  }
+  const char *sp = a->skills->skills_path, *key;
+  size_t n = strlen(sp);
+  json_t *v;
+  json_object_foreach(entries, key, v) {
+    size_t k = strlen(key);
+    while (k > 1 && key[k - 1] == '/')
+      k--;
+    size_t c = k < n ? k : n;
+    if (strncmp(key, sp, c) == 0 &&
+        (k == n || (k < n && sp[k] == '/') || (k > n && key[n] == '/'))) {
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "%s: skills path overlaps existing manifest "
+                           "entries: %s",
+                           a->path, key);
+    }
+  }
+  if (json_object_set(entries, sp, a->skills->from) < 0)
+    return -ENOMEM;
+  *res = TAKE_PTR(out);
+  return 0;
+}
+
 int lifecycle_agent_manifest(const struct agent *a, struct manifest **out,
                              struct sbx_error *e) {
   int r;
-  if (a->default_manifest) {
+  _cleanup_json_ json_t *mj = NULL;
+  json_t *src = a->default_manifest;
+  if (a->skills && a->skills->from) {
+    if ((r = with_skills(a, src, &mj, e)) < 0)
+      return r;
+    src = mj;
+  }
+  if (src) {
     char where[600];
     (void)snprintf(where, sizeof(where), "%s: default_manifest", a->path);
-    r = manifest_parse(a->default_manifest, where, out, e);
+    r = manifest_parse(src, where, out, e);
   } else {
     json_t *empty = json_object();
     r = manifest_parse(empty, "manifest", out, e);
@@ -405,7 +449,7 @@ int lifecycle_apply_to_live(const struct lifecycle_options *o,
   json_decref(pj);
   if (r < 0)
     return r;
-  if (!a->default_manifest)
+  if (!a->default_manifest && !(a->skills && a->skills->from))
     return 0;
   struct manifest *next = NULL;
   r = lifecycle_agent_manifest(a, &next, e);
