@@ -236,8 +236,11 @@ int skills_frontmatter(const char *md, size_t len, char **name,
     if (ind != root)
       continue;
     char *v = read_value(ls, &i, end, ind, value);
-    if (!v)
+    if (!v) {
+      free(*name), free(*description);
+      *name = *description = NULL;
       return -ENOMEM;
+    }
     char **slot = key.n == 4 && memcmp(key.s, "name", 4) == 0 ? name
                   : key.n == 11 && memcmp(key.s, "description", 11) == 0
                       ? description
