@@ -74,22 +74,11 @@ char *instructions_build(const struct instructions_input *in) {
     if (r == 0)
       r = append_trimmed(&b, in->agent);
   }
-  /* The fragments in the agent's capability order. */
-  const char *frags[2] = {in->shell ? instructions_shell_fragment : NULL,
-                          in->skills};
-  if (in->skills_first) {
-    frags[0] = in->skills;
-    frags[1] = in->shell ? instructions_shell_fragment : NULL;
-  }
-  bool head = false;
-  for (size_t i = 0; r == 0 && i < 2; i++) {
-    if (!frags[i])
-      continue;
-    r = sbx_buf_append_str(
-        &b, head ? "\n\n" : "\n\n# Sandbox capability instructions\n\n");
-    head = true;
+  for (size_t i = 0; r == 0 && i < in->nfragments; i++) {
+    r = sbx_buf_append_str(&b, i ? "\n\n"
+                                 : "\n\n# Sandbox capability instructions\n\n");
     if (r == 0)
-      r = sbx_buf_append_str(&b, frags[i]);
+      r = sbx_buf_append_str(&b, in->fragments[i]);
   }
   if (r == 0 && in->manifest) {
     _cleanup_free_ char *tree =

@@ -167,7 +167,6 @@ int run_request_build(struct run *run, const struct agent *a,
   struct instructions_input ii = {
       .base = a->base_instructions,
       .agent = a->instructions,
-      .shell = run_has_cap(a, AGENT_CAP_SHELL),
       .manifest = st->manifest,
       .root = st->sb ? st->sb->root : "/workspace",
       .cwd = o->cwd,
@@ -177,13 +176,16 @@ int run_request_build(struct run *run, const struct agent *a,
     int r = run_skills_fragment(a, st, o->cwd, &skills);
     if (r < 0)
       return r;
-    ii.skills = skills;
-    for (size_t i = 0; i < a->ncapabilities; i++)
-      if (a->capabilities[i] == AGENT_CAP_SHELL ||
-          a->capabilities[i] == AGENT_CAP_SKILLS) {
-        ii.skills_first = a->capabilities[i] == AGENT_CAP_SKILLS;
-        break;
-      }
+    /* The capabilities' fragments in the agent's order (filesystem and
+     * compaction have none). */
+    for (size_t i = 0; i < a->ncapabilities; i++) {
+      const char *f = a->capabilities[i] == AGENT_CAP_SHELL
+                          ? instructions_shell_fragment
+                      : a->capabilities[i] == AGENT_CAP_SKILLS ? skills
+                                                               : NULL;
+      if (f && ii.nfragments < INSTRUCTIONS_MAX_FRAGMENTS)
+        ii.fragments[ii.nfragments++] = f;
+    }
     if (!(st->instr = instructions_build(&ii)))
       return -ENOMEM;
   }
