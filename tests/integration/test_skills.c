@@ -377,3 +377,58 @@ Test(skills, bad_and_oversized_skill_files) {
   cr_expect(strstr(ins, "(file: .agents/plain)") != NULL, "%s", ins);
   fixture_free(&f);
 }
+
+/* With a run cwd the listed paths and load_skill's are absolute, as the
+ * SDK's modelResourcePath makes them. */
+Test(skills, paths_are_absolute_with_a_run_cwd) {
+  char root[128];
+  (void)snprintf(root, sizeof(root), "%s/skills", dir);
+  write_skills(root);
+  const char *path = test_write_file(
+      dir, "agent.json",
+      "{\"name\": \"A\", \"model\": \"m\", \"default_manifest\": {\"entries\": "
+      "{\"repo\": {\"type\": \"dir\"}}}, \"capabilities\": [\"shell\", "
+      "{\"type\": \"skills\", " LAZY "}]}");
+  char agent_path[256];
+  (void)snprintf(agent_path, sizeof(agent_path), "%s", path);
+  struct fixture f = {0};
+  test_model_server_start(
+      &f.srv,
+      "[{\"tool_calls\": [{\"name\": \"load_skill\", \"call_id\": \"c1\", "
+      "\"arguments\": {\"skill_name\": \"plain\"}}]}, {\"text\": \"done\"}]",
+      NULL);
+  const char *argv[] = {"run", "--cwd", "repo", agent_path, "x", NULL};
+  sbx_run(&f.out, f.srv.base_url, argv);
+  f.reqs = test_model_server_requests(&f.srv);
+  test_model_server_stop(&f.srv);
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  const char *ins = instructions(f.reqs);
+  cr_assert_not_null(ins);
+  cr_expect(strstr(ins, "- plain: No description provided. (file: "
+                        "/workspace/.agents/plain)") != NULL,
+            "%s", ins);
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "c1"),
+                   "{\"status\":\"loaded\",\"skill_name\":\"plain\",\"path\":"
+                   "\"/workspace/.agents/plain\"}");
+  fixture_free(&f);
+}
+
+/* A "from" source without skills gets the SDK's discovery text. */
+Test(skills, from_without_skills_says_where_to_discover_them) {
+  char root[128];
+  (void)snprintf(root, sizeof(root), "%s/empty", dir);
+  cr_assert_eq(mkdir(root, 0755), 0);
+  struct fixture f = {0};
+  run_script(&f, "[{\"text\": \"done\"}]",
+             AGENT("{\"type\": \"skills\", \"from\": {\"type\": "
+                   "\"local_dir\", \"src\": \"empty\"}}"));
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  const char *ins = instructions(f.reqs);
+  cr_assert_not_null(ins);
+  cr_expect(strstr(ins, "skill.\n\n### Skill source\n- Skills are materialized "
+                        "under .agents. Discover available skills by "
+                        "inspecting child directories and their SKILL.md "
+                        "files at runtime.\n\n### How to use skills\n") != NULL,
+            "%s", ins);
+  fixture_free(&f);
+}
