@@ -363,8 +363,22 @@ Test(skills, bad_and_oversized_skill_files) {
   free(text);
   refused(AGENT("{\"type\": \"skills\", " LAZY "}"),
           "/skills/bad/SKILL.md is over 262144 bytes");
-  /* A symbolic link in the source is skipped, as the SDK skips it. */
+  /* At most 256 skills are read from a source. */
   cr_assert_eq(test_rm_rf(p), 0);
+  for (int i = 0; i < 255; i++) {
+    char d[256];
+    (void)snprintf(d, sizeof(d), "%s/skills/s%03d", dir, i);
+    cr_assert_eq(mkdir(d, 0755), 0);
+    test_write_file(d, "SKILL.md", "x\n");
+  }
+  refused(AGENT("{\"type\": \"skills\", " LAZY "}"),
+          "/skills\" holds more than 256 skills");
+  for (int i = 0; i < 255; i++) {
+    char d[256];
+    (void)snprintf(d, sizeof(d), "%s/skills/s%03d", dir, i);
+    cr_assert_eq(test_rm_rf(d), 0);
+  }
+  /* A symbolic link in the source is skipped, as the SDK skips it. */
   (void)snprintf(p, sizeof(p), "%s/skills/link", dir);
   cr_assert_eq(symlink("/etc", p), 0);
   struct fixture f = {0};
