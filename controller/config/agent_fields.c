@@ -779,5 +779,6 @@ int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root) {
   }
   if (!a->name)
     return agent_invalid(c, "missing required key \"name\"");
-  return agent_check_model_settings(c, a);
+  int r = agent_check_skills(c, a);
+  return r < 0 ? r : agent_check_model_settings(c, a);
 }

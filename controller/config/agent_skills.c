@@ -15,6 +15,7 @@
 #include "controller/config/agent_internal.h"
 #include "controller/config/manifest.h"
 #include "controller/config/skills.h"
+#include "shared/buf.h"
 #include "shared/cleanup.h"
 #include "shared/fileio.h"
 #include "shared/path.h"
@@ -127,6 +128,10 @@ static int read_skill_md(int root, const char *dir, char **md, size_t *len) {
   *md = TAKE_PTR(buf);
   *len = n;
   return 0;
+}
+
+static int by_string(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
 static int by_dir(const void *x, const void *y) {
@@ -308,6 +313,60 @@ static int parse_skills_path(const struct agent_ctx *c, const char *key,
   free(s->skills_path);
   s->skills_path = strdup(norm);
   return s->skills_path ? 0 : agent_nomem(c);
+}
+
+/* Whether the relative paths A and B (normalized) are one inside the
+ * other, or the same. */
+static bool overlap(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  size_t n = na < nb ? na : nb;
+  return strncmp(a, b, n) == 0 &&
+         (na == nb || (na < nb ? b[na] : a[nb]) == '/');
+}
+
+int agent_check_skills(const struct agent_ctx *c, const struct agent *a) {
+  json_t *entries = json_object_get(a->default_manifest, "entries");
+  if (!a->skills || !json_is_object(entries))
+    return 0;
+  const char *sp = a->skills->skills_path, *key;
+  json_t *v;
+  /* The SDK's message names the first overlap for "from" and all of them,
+   * sorted, for "lazy_from". */
+  _cleanup_json_ json_t *found = json_array();
+  if (!found)
+    return agent_nomem(c);
+  json_object_foreach(entries, key, v) {
+    char norm[SBX_PATH_MAX];
+    if (sbx_path_normalize_rel(key, strlen(key), norm, sizeof(norm), 0, NULL) <
+        0)
+      continue; /* the manifest's to refuse */
+    if (overlap(norm, sp) && json_array_append_new(found, json_string(norm)))
+      return agent_nomem(c);
+  }
+  size_t n = json_array_size(found);
+  if (n == 0)
+    return 0;
+  if (a->skills->from)
+    return agent_invalid(c,
+                         "skills path overlaps existing manifest entries: "
+                         "%s",
+                         json_string_value(json_array_get(found, 0)));
+  _cleanup_free_ const char **names = calloc(n, sizeof(*names));
+  if (!names)
+    return agent_nomem(c);
+  for (size_t i = 0; i < n; i++)
+    names[i] = json_string_value(json_array_get(found, i));
+  qsort(names, n, sizeof(*names), by_string);
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, 64u << 10);
+  for (size_t i = 0; i < n; i++)
+    if (sbx_buf_printf(&b, "%s%s", i ? ", " : "", names[i]) < 0)
+      break;
+  _cleanup_free_ char *list = sbx_buf_steal(&b, NULL);
+  return agent_invalid(c,
+                       "skills lazy_from path overlaps existing manifest "
+                       "entries: %s",
+                       list ? list : "");
 }
 
 int agent_parse_skills(const struct agent_ctx *c, struct agent *a,

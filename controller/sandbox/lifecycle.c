@@ -367,10 +367,9 @@ int lifecycle_resolve_port(const struct sandbox *sb, const uint16_t *ports,
 }
 
 /* The SDK's processManifest of a skills capability with "from": the
- * source becomes the entry at skills_path, which no entry of M (borrowed,
- * or NULL) may overlap. *OUT is new. */
-static int with_skills(const struct agent *a, json_t *m, json_t **res,
-                       struct sbx_error *e) {
+ * source becomes the entry at skills_path of M (borrowed, or NULL). *OUT
+ * is new. */
+static int with_skills(const struct agent *a, json_t *m, json_t **res) {
   _cleanup_json_ json_t *out = m ? json_deep_copy(m) : json_object();
   if (!out)
     return -ENOMEM;
@@ -380,23 +379,8 @@ static int with_skills(const struct agent *a, json_t *m, json_t **res,
     if (json_object_set_new(out, "entries", entries) < 0)
       return -ENOMEM;
   }
-  const char *sp = a->skills->skills_path, *key;
-  size_t n = strlen(sp);
-  json_t *v;
-  json_object_foreach(entries, key, v) {
-    size_t k = strlen(key);
-    while (k > 1 && key[k - 1] == '/')
-      k--;
-    size_t c = k < n ? k : n;
-    if (strncmp(key, sp, c) == 0 &&
-        (k == n || (k < n && sp[k] == '/') || (k > n && key[n] == '/'))) {
-      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                           "%s: skills path overlaps existing manifest "
-                           "entries: %s",
-                           a->path, key);
-    }
-  }
-  if (json_object_set(entries, sp, a->skills->from) < 0)
+  /* No entry overlaps skills_path: the agent file was checked so. */
+  if (json_object_set(entries, a->skills->skills_path, a->skills->from) < 0)
     return -ENOMEM;
   *res = TAKE_PTR(out);
   return 0;
@@ -408,7 +392,7 @@ int lifecycle_agent_manifest(const struct agent *a, struct manifest **out,
   _cleanup_json_ json_t *mj = NULL;
   json_t *src = a->default_manifest;
   if (a->skills && a->skills->from) {
-    if ((r = with_skills(a, src, &mj, e)) < 0)
+    if ((r = with_skills(a, src, &mj)) < 0)
       return r;
     src = mj;
   }

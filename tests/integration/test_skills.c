@@ -341,7 +341,15 @@ Test(skills, refused_configurations) {
           "\"skills\", \"from\": {\"type\": \"local_dir\", \"src\": "
           "\"skills\"}}], \"default_manifest\": {\"entries\": {\".agents/x\": "
           "{\"type\": \"file\", \"content\": \"\"}}}}",
-          "skills path overlaps existing manifest entries: .agents/x");
+          "bad.json: skills path overlaps existing manifest entries: "
+          ".agents/x");
+  refused("{\"name\": \"A\", \"model\": \"m\", \"capabilities\": [{\"type\": "
+          "\"skills\", " LAZY "}], \"default_manifest\": {\"entries\": {"
+          "\"b\": {\"type\": \"dir\"}, \"./.agents/y/\": {\"type\": \"dir\"}, "
+          "\".agents/x\": {\"type\": \"dir\"}, \".agentsx\": {\"type\": "
+          "\"dir\"}, \".\": {\"type\": \"dir\"}}}}",
+          "bad.json: skills lazy_from path overlaps existing manifest "
+          "entries: .agents/x, .agents/y");
 }
 
 Test(skills, bad_and_oversized_skill_files) {
