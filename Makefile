@@ -29,7 +29,7 @@ check: deps
 	@$(call compile,$(BUILD))
 	@bash scripts/check.sh $(BUILD)
 
-# Only the two programs the example runs.
+# Only the two programs the examples run.
 demo: deps
 	@$(call configure,OFF)
 	@$(call compile,$(BUILD),--target sbx sandboxd)

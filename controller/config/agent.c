@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "controller/config/agent_internal.h"
+#include "controller/config/skills.h"
 #include "shared/cleanup.h"
 
 static int failv(const struct agent_ctx *c, enum sbx_code code, int err,
@@ -69,6 +70,7 @@ static void agent_free(struct agent *a) {
   free(a->instructions);
   free(a->base_instructions);
   json_decref(a->default_manifest);
+  skills_free(a->skills);
   free(a->run_as);
   json_decref(a->model_settings);
   free(a->api_key_env);
@@ -351,7 +353,7 @@ static const struct agent *nested_manifest(const struct agent *start) {
   seen[start->index] = true;
   while (n > 0) {
     const struct agent *a = stack[--n];
-    if (a->default_manifest)
+    if (a->default_manifest || (a->skills && a->skills->from))
       return a;
     for (size_t i = 0; i < a->nhandoffs; i++)
       if (!seen[a->handoffs[i]->index]) {
@@ -392,13 +394,15 @@ static int check_parent_sandboxes(const struct agent_set *s,
                              j, t->agent->name, t->agent->path);
       const struct agent *m = nested_manifest(t->agent);
       if (m)
-        return agent_invalid(&c,
-                             "\"tools[%zu].run_config.sandbox\" is "
-                             "\"parent\": agent \"%s\" (%.128s) works in "
-                             "the sandbox of agent \"%s\", where its "
-                             "default_manifest would not apply; list what it "
-                             "needs in the default_manifest of \"%s\"",
-                             j, m->name, m->path, a->name, a->name);
+        return agent_invalid(
+            &c,
+            "\"tools[%zu].run_config.sandbox\" is "
+            "\"parent\": agent \"%s\" (%.128s) works in "
+            "the sandbox of agent \"%s\", where its "
+            "%s would not apply; list what it "
+            "needs in the default_manifest of \"%s\"",
+            j, m->name, m->path, a->name,
+            m->default_manifest ? "default_manifest" : "skills from", a->name);
     }
   }
   return 0;

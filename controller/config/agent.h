@@ -8,8 +8,9 @@
  *   base_instructions  string (replaces the default sandbox instructions)
  *   default_manifest   object (kept as JSON; the manifest module parses it)
  *   capabilities       array of "filesystem" | "shell" | "compaction" |
- *                      "skills" | "memory", in order, no repeats;
- *                      default ["filesystem", "shell", "compaction"]
+ *                      {"type": "skills", ...} (skills.h), in order, no
+ *                      repeats; default ["filesystem", "shell",
+ *                      "compaction"]; "memory" is refused
  *   run_as             string, or {"name": string}: a user name
  *   model_settings     the Python SDK's ModelSettings (docs/
  *                      sdk-compatibility.md): temperature, top_p,
@@ -196,10 +197,11 @@ struct agent {
   json_t *default_manifest; /* object, owned reference, or NULL */
   enum agent_capability capabilities[AGENT_CAP_COUNT];
   size_t ncapabilities;
-  char *run_as;           /* trimmed */
-  json_t *model_settings; /* the checked object without nulls (owned), or
-                             NULL when the file gives none */
-  json_t *output_type;    /* object, owned reference, or NULL */
+  struct agent_skills *skills; /* the skills capability's, or NULL */
+  char *run_as;                /* trimmed */
+  json_t *model_settings;      /* the checked object without nulls (owned), or
+                                  NULL when the file gives none */
+  json_t *output_type;         /* object, owned reference, or NULL */
   json_t *prompt;       /* the reusable prompt {id, version, variables} (owned),
                            or NULL */
   int64_t max_turns;    /* 0 when not given: the runner's default applies */

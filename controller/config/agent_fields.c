@@ -251,6 +251,42 @@ static int parse_version(const struct agent_ctx *c, struct agent *a,
   return 0;
 }
 
+/* One entry of "capabilities": a name, or a capability's object; the
+ * capability, or a negative errno. */
+static int parse_capability(const struct agent_ctx *c, struct agent *a,
+                            const char *k, json_t *item) {
+  if (json_is_object(item)) {
+    const char *type = json_string_value(json_object_get(item, "type"));
+    if (type && strcmp(type, "skills") == 0) {
+      int r = agent_parse_skills(c, a, k, item);
+      return r < 0 ? r : AGENT_CAP_SKILLS;
+    }
+    return agent_invalid(c,
+                         "\"%s.type\" must be \"skills\" in a "
+                         "capability object (got %s)",
+                         k, type ? type : "none");
+  }
+  int cap = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
+                     CAPABILITY_CHOICES);
+  /* The SDK's Skills() without a source is refused there too. */
+  if (cap == AGENT_CAP_SKILLS)
+    return agent_invalid(c,
+                         "\"%s\": skills capability requires `skills`, "
+                         "`from`, or `lazy_from`: write {\"type\": "
+                         "\"skills\", \"from\" or \"lazy_from\": "
+                         "{\"type\": \"local_dir\", \"src\": ...}}",
+                         k);
+  /* A known name with nothing behind it yet: accepting it would give a
+   * weaker agent without a word. */
+  if (cap == AGENT_CAP_MEMORY)
+    return agent_invalid(c,
+                         "\"%s\": the \"memory\" capability is not "
+                         "supported yet: sbx would neither read nor write "
+                         "the memory files",
+                         k);
+  return cap;
+}
+
 static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
                               const char *key, json_t *v) {
   char k[KEY_MAX];
@@ -262,22 +298,9 @@ static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
   a->ncapabilities = 0;
   json_array_foreach(v, i, item) {
     agent_key_path(k, "%s[%zu]", key, i);
-    int cap = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
-                       CAPABILITY_CHOICES);
+    int cap = parse_capability(c, a, k, item);
     if (cap < 0)
       return cap;
-    /* Known names, but nothing behind them yet: accepting them would give
-     * a weaker agent without a word. */
-    if (cap == AGENT_CAP_SKILLS || cap == AGENT_CAP_MEMORY)
-      return agent_invalid(c,
-                           "\"%s\": the \"%s\" capability is not supported "
-                           "yet: %s",
-                           k, capability_names[cap],
-                           cap == AGENT_CAP_SKILLS
-                               ? "sbx would give the model no skills index "
-                                 "and no load_skill tool"
-                               : "sbx would neither read nor write the "
-                                 "memory files");
     for (size_t j = 0; j < a->ncapabilities; j++)
       if (a->capabilities[j] == (enum agent_capability)cap)
         return agent_invalid(c, "\"%s\" repeats \"%s\"", k,
@@ -756,5 +779,6 @@ int agent_parse(const struct agent_ctx *c, struct agent *a, json_t *root) {
   }
   if (!a->name)
     return agent_invalid(c, "missing required key \"name\"");
-  return agent_check_model_settings(c, a);
+  int r = agent_check_skills(c, a);
+  return r < 0 ? r : agent_check_model_settings(c, a);
 }

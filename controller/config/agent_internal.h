@@ -53,6 +53,15 @@ void agent_host_tools_free(struct agent *a);
 /* The OpenAI function name rule: [A-Za-z0-9_-]{1,64}. */
 bool agent_valid_tool_name(const char *s);
 
+/* A {"type": "skills", ...} entry V of "capabilities" (agent_skills.c,
+ * skills.h), KEY naming it: read into a->skills. */
+int agent_parse_skills(const struct agent_ctx *c, struct agent *a,
+                       const char *key, json_t *v);
+
+/* Refuses a default_manifest entry of A that overlaps its skills_path
+ * (the SDK's processManifest); after the whole file is read. */
+int agent_check_skills(const struct agent_ctx *c, const struct agent *a);
+
 /* "model_settings" (agent_settings.c): checks V and keeps it in A. */
 int agent_parse_model_settings(const struct agent_ctx *c, struct agent *a,
                                const char *key, json_t *v);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controller/config/skills.h"
 #include "controller/run/run_internal.h"
 #include "controller/telemetry/trace.h"
 #include "shared/cleanup.h"
@@ -137,6 +138,14 @@ static void run_call(struct call_job *j) {
   if (!out && st->mcp) {
     int r = mcp_set_call(st->mcp, name, args, &out, &j->tc);
     if (r < 0 && r != -ENOENT) {
+      j->rc = r;
+      return;
+    }
+  }
+  if (!out && st->ready && a->skills && a->skills->lazy_src &&
+      strcmp(name, "load_skill") == 0) {
+    int r = run_load_skill(run, a, args, &out, &j->tc);
+    if (r < 0) {
       j->rc = r;
       return;
     }

@@ -74,10 +74,11 @@ char *instructions_build(const struct instructions_input *in) {
     if (r == 0)
       r = append_trimmed(&b, in->agent);
   }
-  if (r == 0 && in->shell) {
-    r = sbx_buf_append_str(&b, "\n\n# Sandbox capability instructions\n\n");
+  for (size_t i = 0; r == 0 && i < in->nfragments; i++) {
+    r = sbx_buf_append_str(&b, i ? "\n\n"
+                                 : "\n\n# Sandbox capability instructions\n\n");
     if (r == 0)
-      r = sbx_buf_append_str(&b, instructions_shell_fragment);
+      r = sbx_buf_append_str(&b, in->fragments[i]);
   }
   if (r == 0 && in->manifest) {
     _cleanup_free_ char *tree =

@@ -15,10 +15,15 @@ extern const char instructions_default_base[];
 /* The shell capability's fragment. */
 extern const char instructions_shell_fragment[];
 
+#define INSTRUCTIONS_MAX_FRAGMENTS 8
+
 struct instructions_input {
-  const char *base;                /* NULL: the default */
-  const char *agent;               /* NULL or "": no agent section */
-  bool shell;                      /* the shell capability is on */
+  const char *base;  /* NULL: the default */
+  const char *agent; /* NULL or "": no agent section */
+  /* The capabilities' fragments, in the agent's capability order (the
+   * shell's, the skills'); none: no capability section. */
+  const char *fragments[INSTRUCTIONS_MAX_FRAGMENTS];
+  size_t nfragments;
   const struct manifest *manifest; /* may be NULL */
   const char *root;                /* the workspace root commands see */
   const char *cwd;                 /* workspace-relative run cwd, or NULL */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "controller/config/skills.h"
 #include "controller/run/instructions.h"
 #include "controller/run/run_internal.h"
 #include "controller/run/schema.h"
@@ -112,6 +113,9 @@ static json_t *build_tools(const struct agent *a, struct mcp_set *mcp,
       model_api_features(api)->hosted_tools);
   if (!caps || json_array_extend(tools, caps) < 0)
     return NULL;
+  if (a->skills && a->skills->lazy_src &&
+      json_array_append_new(tools, run_skills_tool_json()) < 0)
+    return NULL;
   for (size_t i = 0; i < a->nhandoffs; i++)
     if (json_array_append_new(tools, handoff_json(a->handoffs[i])) < 0)
       return NULL;
@@ -163,13 +167,28 @@ int run_request_build(struct run *run, const struct agent *a,
   struct instructions_input ii = {
       .base = a->base_instructions,
       .agent = a->instructions,
-      .shell = run_has_cap(a, AGENT_CAP_SHELL),
       .manifest = st->manifest,
       .root = st->sb ? st->sb->root : "/workspace",
       .cwd = o->cwd,
   };
-  if (!st->instr && !(st->instr = instructions_build(&ii)))
-    return -ENOMEM;
+  if (!st->instr) {
+    _cleanup_free_ char *skills = NULL;
+    int r = run_skills_fragment(a, st, o->cwd, &skills);
+    if (r < 0)
+      return r;
+    /* The capabilities' fragments in the agent's order (filesystem and
+     * compaction have none). */
+    for (size_t i = 0; i < a->ncapabilities; i++) {
+      const char *f = a->capabilities[i] == AGENT_CAP_SHELL
+                          ? instructions_shell_fragment
+                      : a->capabilities[i] == AGENT_CAP_SKILLS ? skills
+                                                               : NULL;
+      if (f && ii.nfragments < INSTRUCTIONS_MAX_FRAGMENTS)
+        ii.fragments[ii.nfragments++] = f;
+    }
+    if (!(st->instr = instructions_build(&ii)))
+      return -ENOMEM;
+  }
   bool relisted = mcp_set_refresh(st->mcp);
   if (!st->tools || st->tools_api != api || relisted) {
     json_decref(st->tools);

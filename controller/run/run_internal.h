@@ -141,6 +141,21 @@ struct call_job {
   bool config_error; /* it failed for the configuration (a nested run's) */
 };
 
+/* skills.c: the skills capability. */
+
+/* The "## Skills" instruction fragment of agent A (*OUT new, or NULL when
+ * A has none or the SDK's would be null); a "from" index is read from A's
+ * sandbox st->sb. */
+int run_skills_fragment(const struct agent *a, struct agent_state *st,
+                        const char *cwd, char **out);
+/* The load_skill tool's definition (new). */
+json_t *run_skills_tool_json(void);
+/* Runs load_skill for agent A with the model's ARGS: *OUTPUT (new) is the
+ * SDK's result as JSON text, or its generic error with the reason in
+ * TC->failure. 0, or -ENOMEM. */
+int run_load_skill(struct run *run, const struct agent *a, const char *args,
+                   json_t **output, struct tool_ctx *tc);
+
 /* Whether agent A has capability C. */
 /* Whether the run was asked to stop (run_options.cancel), with E saying
  * so when it was. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "controller/config/manifest.h"
+#include "controller/config/skills.h"
 #include "controller/run/run_internal.h"
 #include "controller/sandbox/lifecycle.h"
 #include "controller/telemetry/trace.h"
@@ -114,11 +115,12 @@ const char *run_backend_name(const struct run_options *o) {
   return o->backend->name;
 }
 
-/* Whether agent A works in a sandbox: it has the filesystem or shell
+/* Whether agent A works in a sandbox: it has the filesystem, shell or skills
  * capability, or a manifest. */
 static bool uses_sandbox(const struct agent *a) {
   return run_has_cap(a, AGENT_CAP_FILESYSTEM) ||
-         run_has_cap(a, AGENT_CAP_SHELL) || a->default_manifest != NULL;
+         run_has_cap(a, AGENT_CAP_SHELL) || a->skills ||
+         a->default_manifest != NULL;
 }
 
 /* Readies agent A's tools in its sandbox st->sb; a tool's image output is

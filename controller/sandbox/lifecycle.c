@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backends/registry.h"
+#include "controller/config/skills.h"
 #include "controller/sandbox/meta.h"
 #include "shared/cleanup.h"
 #include "shared/log.h"
@@ -365,13 +366,40 @@ int lifecycle_resolve_port(const struct sandbox *sb, const uint16_t *ports,
   return 0;
 }
 
+/* The SDK's processManifest of a skills capability with "from": the
+ * source becomes the entry at skills_path of M (borrowed, or NULL). *OUT
+ * is new. */
+static int with_skills(const struct agent *a, json_t *m, json_t **res) {
+  _cleanup_json_ json_t *out = m ? json_deep_copy(m) : json_object();
+  if (!out)
+    return -ENOMEM;
+  json_t *entries = json_object_get(out, "entries");
+  if (!entries) {
+    entries = json_object();
+    if (json_object_set_new(out, "entries", entries) < 0)
+      return -ENOMEM;
+  }
+  /* No entry overlaps skills_path: the agent file was checked so. */
+  if (json_object_set(entries, a->skills->skills_path, a->skills->from) < 0)
+    return -ENOMEM;
+  *res = TAKE_PTR(out);
+  return 0;
+}
+
 int lifecycle_agent_manifest(const struct agent *a, struct manifest **out,
                              struct sbx_error *e) {
   int r;
-  if (a->default_manifest) {
+  _cleanup_json_ json_t *mj = NULL;
+  json_t *src = a->default_manifest;
+  if (a->skills && a->skills->from) {
+    if ((r = with_skills(a, src, &mj)) < 0)
+      return r;
+    src = mj;
+  }
+  if (src) {
     char where[600];
     (void)snprintf(where, sizeof(where), "%s: default_manifest", a->path);
-    r = manifest_parse(a->default_manifest, where, out, e);
+    r = manifest_parse(src, where, out, e);
   } else {
     json_t *empty = json_object();
     r = manifest_parse(empty, "manifest", out, e);
@@ -405,7 +433,7 @@ int lifecycle_apply_to_live(const struct lifecycle_options *o,
   json_decref(pj);
   if (r < 0)
     return r;
-  if (!a->default_manifest)
+  if (!a->default_manifest && !(a->skills && a->skills->from))
     return 0;
   struct manifest *next = NULL;
   r = lifecycle_agent_manifest(a, &next, e);

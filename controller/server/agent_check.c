@@ -3,7 +3,8 @@
  * a token, so it may not reach the server's files: no other agent files
  * (handoffs and agents as tools name them by path), no manifest entries
  * copied or mounted from the host (local_file, local_dir, mount), no
- * git_repo (cloned by the host), no grants of host paths, no command tools
+ * git_repo (cloned by the host), no skills capability (its sources are
+ * such entries), no grants of host paths, no command tools
  * and no stdio MCP servers (programs run on the server's host); and, unless
  * the token is the operator's (admin), no base_url (the server's API key
  * would go there), no api_key_env (it would read the server's
@@ -109,6 +110,16 @@ static int refuse_references(json_t *agent, struct sbx_error *e) {
   int r = refuse_programs(agent, e);
   if (r < 0)
     return r;
+  /* A skills capability reads its skills from the host (a lazy one when
+   * the file is loaded) or clones them there. */
+  json_t *caps = json_object_get(agent, "capabilities");
+  for (size_t i = 0; i < json_array_size(caps); i++)
+    if (json_is_object(json_array_get(caps, i)))
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "agent: \"capabilities[%zu]\": a skills capability "
+                           "reads the server's own files or network, which "
+                           "an agent sent over the API may not",
+                           i);
   static const char *const members[] = {"handoffs", "tools", NULL};
   for (size_t i = 0; members[i]; i++)
     if (json_array_size(json_object_get(agent, members[i])) > 0)

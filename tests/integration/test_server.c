@@ -431,6 +431,11 @@ Test(server, bad_requests_are_refused_with_a_reason) {
           "\"m\", \"type\": \"stdio\", \"command\": \"/bin/id\"}]}, "
           "\"input\": \"x\"}",
           422, "\"mcp_servers[0]\": stdio MCP servers are programs on the");
+  /* Skills are read from the host (a lazy source when the file loads). */
+  refused("{\"agent\": {\"name\": \"A\", \"capabilities\": [\"shell\", "
+          "{\"type\": \"skills\", \"lazy_from\": {\"type\": \"local_dir\", "
+          "\"src\": \"/etc\"}}]}, \"input\": \"x\"}",
+          422, "\"capabilities[1]\": a skills capability reads the server's");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": \"s\"}",
           422, "no sandbox \"s\"");
   /* Not done rather than ignored: the server's runs publish no ports. */

@@ -142,6 +142,17 @@ Test(parent_sandbox, the_agent_used_must_work_in_it_without_a_manifest) {
                "agent \"Explorer\" (agents/e.json) works in the sandbox of "
                "agent \"Lead\", where its default_manifest would not apply; "
                "list what it needs in the default_manifest of \"Lead\"");
+  /* Nor skills from a source, which would be a manifest entry. */
+  (void)mkdir("agents/skills", 0755);
+  write_file("agents/e.json",
+             "{\"name\": \"Explorer\", \"capabilities\": [\"shell\", "
+             "{\"type\": \"skills\", \"from\": {\"type\": \"local_dir\", "
+             "\"src\": \"skills\"}}]}");
+  expect_error(TOOL("{\"sandbox\": \"parent\"}"),
+               "agents/a.json: \"tools[0].run_config.sandbox\" is \"parent\": "
+               "agent \"Explorer\" (agents/e.json) works in the sandbox of "
+               "agent \"Lead\", where its skills from would not apply; list "
+               "what it needs in the default_manifest of \"Lead\"");
   /* Nor may an agent it hands off to bring one. */
   write_file("agents/e.json",
              "{\"name\": \"Explorer\", \"handoffs\": [\"f.json\"]}");
