@@ -262,22 +262,35 @@ static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
   a->ncapabilities = 0;
   json_array_foreach(v, i, item) {
     agent_key_path(k, "%s[%zu]", key, i);
-    int cap = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
+    /* A capability with options is an object named by its "type". */
+    json_t *name = json_is_object(item) ? json_object_get(item, "type") : item;
+    char tk[KEY_MAX];
+    agent_key_path(tk, "%s%s", k, name == item ? "" : ".type");
+    if (!name)
+      return agent_invalid(c, "\"%s\" has no \"type\"", k);
+    int cap = get_enum(c, tk, name, capability_names, AGENT_CAP_COUNT,
                        CAPABILITY_CHOICES);
     if (cap < 0)
       return cap;
-    /* Known names, but nothing behind them yet: accepting them would give
-     * a weaker agent without a word. */
-    if (cap == AGENT_CAP_SKILLS || cap == AGENT_CAP_MEMORY)
+    if (name != item && cap != AGENT_CAP_MEMORY)
+      return agent_invalid(c,
+                           "\"%s\": the \"%s\" capability takes no "
+                           "options; write it as the string \"%s\"",
+                           k, capability_names[cap], capability_names[cap]);
+    /* A known name, but nothing behind it yet: accepting it would give a
+     * weaker agent without a word. */
+    if (cap == AGENT_CAP_SKILLS)
       return agent_invalid(c,
                            "\"%s\": the \"%s\" capability is not supported "
                            "yet: %s",
                            k, capability_names[cap],
-                           cap == AGENT_CAP_SKILLS
-                               ? "sbx would give the model no skills index "
-                                 "and no load_skill tool"
-                               : "sbx would neither read nor write the "
-                                 "memory files");
+                           "sbx would give the model no skills index "
+                           "and no load_skill tool");
+    if (cap == AGENT_CAP_MEMORY) {
+      int r = agent_parse_memory(c, a, k, name == item ? NULL : item);
+      if (r < 0)
+        return r;
+    }
     for (size_t j = 0; j < a->ncapabilities; j++)
       if (a->capabilities[j] == (enum agent_capability)cap)
         return agent_invalid(c, "\"%s\" repeats \"%s\"", k,
@@ -285,7 +298,7 @@ static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
     /* Five names, no repeats: the array cannot overflow. */
     a->capabilities[a->ncapabilities++] = (enum agent_capability)cap;
   }
-  return 0;
+  return agent_check_memory(c, a);
 }
 
 static int parse_run_as(const struct agent_ctx *c, struct agent *a,

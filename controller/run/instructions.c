@@ -74,10 +74,19 @@ char *instructions_build(const struct instructions_input *in) {
     if (r == 0)
       r = append_trimmed(&b, in->agent);
   }
-  if (r == 0 && in->shell) {
+  if (r == 0 && (in->shell || in->memory)) {
+    /* The fragments in the order of the capabilities. */
+    const char *first = in->shell ? instructions_shell_fragment : in->memory;
+    const char *second = in->shell ? in->memory : NULL;
+    if (in->shell && in->memory && in->memory_first) {
+      first = in->memory;
+      second = instructions_shell_fragment;
+    }
     r = sbx_buf_append_str(&b, "\n\n# Sandbox capability instructions\n\n");
     if (r == 0)
-      r = sbx_buf_append_str(&b, instructions_shell_fragment);
+      r = sbx_buf_append_str(&b, first);
+    if (r == 0 && second)
+      r = sbx_buf_printf(&b, "\n\n%s", second);
   }
   if (r == 0 && in->manifest) {
     _cleanup_free_ char *tree =

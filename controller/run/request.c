@@ -4,9 +4,11 @@
  * compaction. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "controller/run/instructions.h"
+#include "controller/run/memory.h"
 #include "controller/run/run_internal.h"
 #include "controller/run/schema.h"
 #include "controller/sandbox/lifecycle.h"
@@ -151,12 +153,20 @@ static json_t *items_from(json_t *items, size_t from) {
   return TAKE_PTR(out);
 }
 
+/* The position of capability C in A's list (the count when missing). */
+static size_t cap_index(const struct agent *a, enum agent_capability c) {
+  size_t i = 0;
+  while (i < a->ncapabilities && a->capabilities[i] != c)
+    i++;
+  return i;
+}
+
 /* The request of agent A's turn in RUN to API for MODEL. The agent's
  * instructions are built at its first turn and kept; so are its tools,
  * for as long as its API stays the same. */
 int run_request_build(struct run *run, const struct agent *a,
                       enum model_api api, const char *model,
-                      struct turn_request *tr) {
+                      struct turn_request *tr, struct sbx_error *e) {
   memset(tr, 0, sizeof(*tr));
   struct agent_state *st = &run->states[a->index];
   const struct run_options *o = run->sh->o;
@@ -168,6 +178,20 @@ int run_request_build(struct run *run, const struct agent *a,
       .root = st->sb ? st->sb->root : "/workspace",
       .cwd = o->cwd,
   };
+  /* Memory's summary is read again for every call, as the SDK builds its
+   * instructions for every call. */
+  _cleanup_free_ char *memory = NULL;
+  if (a->memory && a->memory->read && st->sb) {
+    int r =
+        memory_read_fragment(st->sb, a->memory, ii.root, o->cwd, &memory, e);
+    if (r < 0)
+      return r;
+    ii.memory = memory;
+    ii.memory_first =
+        cap_index(a, AGENT_CAP_MEMORY) < cap_index(a, AGENT_CAP_SHELL);
+    free(st->instr);
+    st->instr = NULL;
+  }
   if (!st->instr && !(st->instr = instructions_build(&ii)))
     return -ENOMEM;
   bool relisted = mcp_set_refresh(st->mcp);

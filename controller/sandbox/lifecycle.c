@@ -368,15 +368,17 @@ int lifecycle_resolve_port(const struct sandbox *sb, const uint16_t *ports,
 int lifecycle_agent_manifest(const struct agent *a, struct manifest **out,
                              struct sbx_error *e) {
   int r;
+  json_t *mj = agent_memory_manifest(a, a->default_manifest);
+  if (!mj)
+    return -ENOMEM;
   if (a->default_manifest) {
     char where[600];
     (void)snprintf(where, sizeof(where), "%s: default_manifest", a->path);
-    r = manifest_parse(a->default_manifest, where, out, e);
+    r = manifest_parse(mj, where, out, e);
   } else {
-    json_t *empty = json_object();
-    r = manifest_parse(empty, "manifest", out, e);
-    json_decref(empty);
+    r = manifest_parse(mj, "manifest", out, e);
   }
+  json_decref(mj);
   if (r == 0 && a->run_as && (r = manifest_add_user(*out, a->run_as)) < 0)
     *out = manifest_free(*out);
   return r;

@@ -286,17 +286,13 @@ Test(agent, bad_capabilities) {
                "\"memory\" (got \"network\")");
   expect_error("{\"name\": \"a\", \"capabilities\": [\"shell\", \"shell\"]}",
                -EINVAL, "agents/a.json: \"capabilities[1]\" repeats \"shell\"");
-  /* Names the SDK has, refused until they do what it does. */
+  /* A name the SDK has, refused until it does what it does. */
   expect_error("{\"name\": \"a\", \"capabilities\": [\"shell\", "
                "\"skills\"]}",
                -EINVAL,
                "agents/a.json: \"capabilities[1]\": the \"skills\" capability "
                "is not supported yet: sbx would give the model no skills "
                "index and no load_skill tool");
-  expect_error("{\"name\": \"a\", \"capabilities\": [\"memory\"]}", -EINVAL,
-               "agents/a.json: \"capabilities[0]\": the \"memory\" capability "
-               "is not supported yet: sbx would neither read nor write the "
-               "memory files");
 }
 
 Test(agent, bad_model_settings) {
