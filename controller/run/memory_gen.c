@@ -203,12 +203,13 @@ static struct agent *phase_agent(const struct agent *a, const char *name,
 }
 
 /* Runs the phase agent P on INPUT in the sandbox of HOST, as a run of its
- * own (the SDK's Runner.run): its own model (never --model's), no events
- * of the run's stream, no run state; its result in RES. */
-static int run_phase(struct run *parent, const struct agent_state *host,
-                     const struct agent *p, const char *input,
-                     int64_t max_turns, struct run_result *res,
-                     struct sbx_error *e) {
+ * own (the SDK's Runner.run) under the span FLUSH: its own model (never
+ * --model's), no events of the run's stream, no run state; its result in
+ * RES. */
+static int run_phase(struct run *parent, struct trace_span *flush,
+                     const struct agent_state *host, const struct agent *p,
+                     const char *input, int64_t max_turns,
+                     struct run_result *res, struct sbx_error *e) {
   struct run_options o = *parent->sh->o;
   o.model = NULL;
   o.events = NULL;
@@ -229,7 +230,7 @@ static int run_phase(struct run *parent, const struct agent_state *host,
     run->sh = &sh;
     run->res = res;
     run->host = host;
-    run->span = trace_child(parent->span, TRACE_RUN);
+    run->span = trace_child(flush, TRACE_RUN);
     trace_set_str(run->span, "gen_ai.agent.name", p->name);
     run->items = json_pack("[{s:s, s:s}]", "role", "user", "content", input);
     if (run->items)
@@ -391,9 +392,9 @@ static int write_artifacts(struct sandbox *sb, const struct agent_memory *m,
 }
 
 /* Phase one for rollout ID: *WROTE when it wrote its artifacts. */
-static int phase_one(struct run *run, struct agent_state *st,
-                     const struct agent *a, const char *id, bool *wrote,
-                     struct sbx_error *e) {
+static int phase_one(struct run *run, struct trace_span *flush,
+                     struct agent_state *st, const struct agent *a,
+                     const char *id, bool *wrote, struct sbx_error *e) {
   const struct agent_memory *m = a->memory;
   char name[200], path[2200];
   (void)snprintf(name, sizeof(name), "%s.jsonl", id);
@@ -429,7 +430,7 @@ static int phase_one(struct run *run, struct agent_state *st,
     return -ENOMEM;
   p->output_type = schema;
   struct run_result res = {0};
-  r = run_phase(run, st, p, input, PHASE_ONE_MAX_TURNS, &res, e);
+  r = run_phase(run, flush, st, p, input, PHASE_ONE_MAX_TURNS, &res, e);
   json_t *out = res.final_json;
   const char *sum = json_string_value(json_object_get(out, "rollout_summary"));
   const char *slug = json_string_value(json_object_get(out, "rollout_slug"));
@@ -620,8 +621,9 @@ static char *render_selection(json_t *sel, json_t *prior) {
 }
 
 /* Phase two: consolidation of the selected raw memories. */
-static int phase_two(struct run *run, struct agent_state *st,
-                     const struct agent *a, struct sbx_error *e) {
+static int phase_two(struct run *run, struct trace_span *flush,
+                     struct agent_state *st, const struct agent *a,
+                     struct sbx_error *e) {
   const struct agent_memory *m = a->memory;
   _cleanup_json_ json_t *sel = NULL;
   _cleanup_free_ char *joined = NULL;
@@ -655,7 +657,7 @@ static int phase_two(struct run *run, struct agent_state *st,
   if (!input || !ag)
     return -ENOMEM;
   struct run_result res = {0};
-  r = run_phase(run, st, ag, input, m->phase_two_max_turns, &res, e);
+  r = run_phase(run, flush, st, ag, input, m->phase_two_max_turns, &res, e);
   run_result_clear(&res);
   if (r < 0)
     return r;
@@ -719,11 +721,11 @@ void run_memory_generate(struct run *run, int rc, const struct sbx_error *err) {
   }
   bool wrote = false;
   memset(&e, 0, sizeof(e));
-  if ((r = phase_one(run, st, a, id, &wrote, &e)) < 0)
+  if ((r = phase_one(run, sp, st, a, id, &wrote, &e)) < 0)
     log_warn("sandbox memory phase 1 failed (rollout %s): %s", id,
              e.msg[0] ? e.msg : strerror(-r));
   memset(&e, 0, sizeof(e));
-  if (wrote && (r = phase_two(run, st, a, &e)) < 0)
+  if (wrote && (r = phase_two(run, sp, st, a, &e)) < 0)
     log_warn("sandbox memory phase 2 failed: %s",
              e.msg[0] ? e.msg : strerror(-r));
   if (r < 0)

@@ -358,3 +358,48 @@ Test(memory, a_failed_run_is_remembered_as_failed) {
   sbx_run_free(&out);
   free(id);
 }
+
+/* Memory lives in the workspace, so a snapshot carries it: a sandbox
+ * saved, removed and restored holds what the first run wrote, and the
+ * next run there reads it. */
+Test(memory, a_snapshot_carries_memory) {
+  const char *a1 = agent("writer", "\"memory\"");
+  char *id = create(a1);
+  static const char script[] = "[{\"text\": \"noted\"}, " PHASE_ONE(
+      "Saved.", "saved", "The colour is teal.") ", " PHASE_TWO("The "
+                                                               "colour is "
+                                                               "teal.") "]";
+  struct sbx_run_out out;
+  json_t *reqs;
+  run_in(id, a1, "The colour is teal.", script, &out, &reqs);
+  cr_expect_eq(out.status, 0, "%s", out.err);
+  json_decref(reqs);
+  sbx_run_free(&out);
+  char snaps[128];
+  (void)snprintf(snaps, sizeof(snaps), "%s/snaps", dir);
+  sbx_sandbox_run(
+      &out, state,
+      (const char *const[]){"save", id, "--snapshot-dir", snaps, NULL});
+  cr_assert_eq(out.status, 0, "%s", out.err);
+  char *saved = strdup(test_write_file(dir, "saved.json", out.out));
+  sbx_run_free(&out);
+  sbx_sandbox_run(&out, state, (const char *const[]){"rm", "-f", id, NULL});
+  cr_assert_eq(out.status, 0, "%s", out.err);
+  sbx_run_free(&out);
+  char *id2 =
+      sbx_sandbox_line(state, (const char *const[]){"resume", saved, NULL});
+  id2[strcspn(id2, "\n")] = '\0';
+  cr_expect_str_neq(id2, id, "a new sandbox from the snapshot");
+  const char *a2 = agent("reader", "{\"type\": \"memory\", \"generate\": "
+                                   "false}");
+  run_in(id2, a2, "Which colour?", "[{\"text\": \"teal\"}]", &out, &reqs);
+  cr_expect_eq(out.status, 0, "%s", out.err);
+  cr_expect(strstr(instructions(reqs, 0),
+                   "MEMORY_SUMMARY BEGINS =========\nThe colour is teal.\n"),
+            "%s", instructions(reqs, 0));
+  json_decref(reqs);
+  sbx_run_free(&out);
+  free(saved);
+  free(id2);
+  free(id);
+}
