@@ -288,22 +288,22 @@ static bool overlaps(json_t *entries, const char *path) {
 
 json_t *agent_memory_manifest(const struct agent *a, json_t *manifest) {
   const struct agent_memory *m = a->memory;
-  json_t *out = manifest ? json_deep_copy(manifest) : json_object();
+  _cleanup_json_ json_t *out =
+      manifest ? json_deep_copy(manifest) : json_object();
   if (!out || !m)
-    return out;
+    return TAKE_PTR(out);
   json_t *entries = json_object_get(out, "entries");
-  if (!entries) {
-    if (json_object_set_new(out, "entries", entries = json_object()) < 0)
-      return json_decref(out), NULL;
-  }
+  if (!entries &&
+      json_object_set_new(out, "entries", entries = json_object()) < 0)
+    return NULL;
   if (!json_is_object(entries))
-    return out; /* the manifest's parser says what is wrong */
+    return TAKE_PTR(out); /* the manifest's parser says what is wrong */
   const char *dirs[2] = {m->live_update || m->generate ? m->memories_dir : NULL,
                          m->generate ? m->sessions_dir : NULL};
   for (size_t i = 0; i < 2; i++)
     if (dirs[i] && !overlaps(entries, dirs[i]) &&
         json_object_set_new(entries, dirs[i],
                             json_pack("{s:s}", "type", "dir")) < 0)
-      return json_decref(out), NULL;
-  return out;
+      return NULL;
+  return TAKE_PTR(out);
 }

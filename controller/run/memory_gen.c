@@ -97,24 +97,20 @@ static json_t *rollout_line(struct run *run, const char *id, int rc,
                              : sbx_code_from_errno(rc < 0 ? -rc : EIO));
   if (rc != 0)
     msg = err && err->msg[0] ? err->msg : strerror(rc < 0 ? -rc : EIO);
-  json_t *line =
+  _cleanup_json_ json_t *line =
       json_pack("{s:s, s:s, s:O, s:O, s:{s:s, s:s?, s:s?, s:b}}", "updated_at",
                 now, "rollout_id", id, "input", input, "generated_items", gen,
                 "terminal_metadata", "terminal_state", state, "exception_type",
                 type, "exception_message", msg, "has_final_output", rc == 0);
   if (!line)
     return NULL;
-  json_t *tm = json_object_get(line, "terminal_metadata");
-  if (!type && (json_object_set_new(tm, "exception_type", json_null()) < 0 ||
-                json_object_set_new(tm, "exception_message", json_null()) < 0))
-    return json_decref(line), NULL;
   const struct run_result *res = run->res;
   if (rc == 0 && res->final_output &&
       json_object_set_new(line, "final_output",
                           res->final_json ? json_incref(res->final_json)
                                           : json_string(res->final_output)) < 0)
-    return json_decref(line), NULL;
-  return line;
+    return NULL;
+  return TAKE_PTR(line);
 }
 
 /* Joins A and B with a slash into OUT. */
@@ -293,7 +289,7 @@ static char *terminal_json(const char *jsonl, json_t **last_out,
   for (const char *p = jsonl; *p;) {
     const char *nl = strchr(p, '\n');
     size_t n = nl ? (size_t)(nl - p) : strlen(p);
-    if (!blank(strndupa(p, n))) {
+    if (strspn(p, " \t\r\f\v") < n) {
       json_decref(last);
       if (!(last = json_loadb(p, n, 0, NULL))) {
         (void)sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
@@ -716,6 +712,12 @@ void run_memory_generate(struct run *run, int rc, const struct sbx_error *err) {
     log_warn("failed to enqueue sandbox memory generation: %s",
              e.msg[0] ? e.msg : strerror(-r));
     trace_set_error(sp, "%s", e.msg[0] ? e.msg : strerror(-r));
+    trace_end(sp);
+    return;
+  }
+  /* A cancelled run asks for no more model calls: its rollout is kept,
+   * not extracted. */
+  if (rc == -ECANCELED) {
     trace_end(sp);
     return;
   }
