@@ -63,6 +63,20 @@ char *memory_truncate_tokens(const char *text, size_t len, size_t max_tokens) {
   return sbx_buf_steal(&b, NULL);
 }
 
+char *memory_replace_all(const char *text, const char *from, const char *to) {
+  size_t fl = strlen(from), tl = strlen(to);
+  _cleanup_buf_ struct sbx_buf b;
+  sbx_buf_init(&b, 64u << 20);
+  const char *p = text;
+  for (const char *q; (q = strstr(p, from)); p = q + fl)
+    if (sbx_buf_append(&b, p, (size_t)(q - p)) < 0 ||
+        sbx_buf_append(&b, to, tl) < 0)
+      return NULL;
+  if (sbx_buf_append(&b, p, strlen(p) + 1) < 0)
+    return NULL;
+  return sbx_buf_steal(&b, NULL);
+}
+
 char *memory_render(const char *tmpl, ...) {
   _cleanup_free_ char *cur = strdup(tmpl);
   va_list ap;
@@ -71,19 +85,9 @@ char *memory_render(const char *tmpl, ...) {
     const char *value = va_arg(ap, const char *);
     char ph[80];
     (void)snprintf(ph, sizeof(ph), name[0] == '{' ? "%s" : "{%s}", name);
-    size_t pl = strlen(ph), vl = strlen(value);
-    struct sbx_buf b;
-    sbx_buf_init(&b, 64u << 20);
-    const char *p = cur;
-    int r = 0;
-    for (const char *q; r == 0 && (q = strstr(p, ph)); p = q + pl)
-      if ((r = sbx_buf_append(&b, p, (size_t)(q - p))) == 0)
-        r = sbx_buf_append(&b, value, vl);
-    if (r == 0)
-      r = sbx_buf_append(&b, p, strlen(p) + 1);
+    char *next = memory_replace_all(cur, ph, value);
     free(cur);
-    cur = r == 0 ? sbx_buf_steal(&b, NULL) : NULL;
-    sbx_buf_free(&b);
+    cur = next;
   }
   va_end(ap);
   return TAKE_PTR(cur);

@@ -50,6 +50,9 @@ int memory_write(struct sandbox *sb, const char *path, const char *text,
 int memory_mkdir(struct sandbox *sb, const char *path, const char *owner,
                  struct sbx_error *e);
 
+/* TEXT with every FROM (not empty) replaced by TO. New; NULL on OOM. */
+char *memory_replace_all(const char *text, const char *from, const char *to);
+
 /* The SDK's templates, filled: {name} (or "{{ name }}") replaced by
  * values in order, each pair (name, value) of the NULL-ended list. New. */
 char *memory_render(const char *tmpl, ...);

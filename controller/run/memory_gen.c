@@ -318,7 +318,11 @@ static char *terminal_json(const char *jsonl, json_t **last_out,
                       "final_terminal_metadata", tm ? tm : json_object(),
                       "terminal_states", states);
   *last_out = TAKE_PTR(last);
-  return meta ? json_dumps(meta, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+  /* The SDK's stableJsonPrettyStringify: JSON.stringify(v, null, 2) with
+   * every '": ' then made '":' (in strings too). */
+  _cleanup_free_ char *text =
+      meta ? json_dumps(meta, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+  return text ? memory_replace_all(text, "\": ", "\":") : NULL;
 }
 
 /* The phase-one user message for the rollout JSONL. New. */

@@ -144,9 +144,11 @@ Test(memory, what_one_run_writes_the_next_reads) {
                     "`raw_memory`, `rollout_summary`, and `rollout_slug`",
                     80) == 0,
             "%s", p1);
-  cr_expect(strstr(p1, "```json\n{\n  \"exception_message\": null,\n  "
-                       "\"exception_type\": null,\n  \"has_final_output\": "
-                       "true,\n  \"terminal_state\": \"completed\"\n}\n```"),
+  /* The SDK's stable JSON: sorted keys, two spaces, no space after a
+   * colon. */
+  cr_expect(strstr(p1, "```json\n{\n  \"exception_message\":null,\n  "
+                       "\"exception_type\":null,\n  \"has_final_output\":"
+                       "true,\n  \"terminal_state\":\"completed\"\n}\n```"),
             "%s", p1);
   cr_expect(strstr(p1, "\"input\":[{\"role\":\"user\",\"content\":"
                        "\"Remember the code word owl.\"}]"),
@@ -350,9 +352,9 @@ Test(memory, a_failed_run_is_remembered_as_failed) {
   cr_expect_eq(out.status, 1, "%s", out.err);
   cr_assert_eq(json_array_size(reqs), 2);
   const char *p1 = first_input(reqs, 1);
-  cr_expect(strstr(p1, "\"exception_type\": \"MaxTurnsExceededError\""), "%s",
+  cr_expect(strstr(p1, "\"exception_type\":\"MaxTurnsExceededError\""), "%s",
             p1);
-  cr_expect(strstr(p1, "\"terminal_state\": \"max_turns_exceeded\""), "%s", p1);
+  cr_expect(strstr(p1, "\"terminal_state\":\"max_turns_exceeded\""), "%s", p1);
   cr_expect(strstr(p1, "\"type\":\"function_call_output\""), "%s", p1);
   json_decref(reqs);
   sbx_run_free(&out);

@@ -326,3 +326,16 @@ Test(agent_memory, the_fragment_follows_the_capability_order) {
                       "Memory\n\nM\n");
   free(t);
 }
+
+/* Agent instructions go in as written, as the SDK adds them: phase one's
+ * prompt ends with a newline, which stays. */
+Test(agent_memory, agent_instructions_are_kept_as_written) {
+  struct instructions_input in = {
+      .base = "B", .agent = "Do it.\n", .root = "/workspace"};
+  char *t = instructions_build(&in);
+  cr_expect_str_eq(t, "B\n\n# Agent instructions\n\nDo it.\n");
+  free(t);
+  t = memory_replace_all("{\n  \"a\": \"x\\\": y\"\n}", "\": ", "\":");
+  cr_expect_str_eq(t, "{\n  \"a\":\"x\\\":y\"\n}");
+  free(t);
+}
