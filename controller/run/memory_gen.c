@@ -6,7 +6,6 @@
  * MEMORY.md and the summary. A phase that fails is warned about and does
  * not fail the run (the SDK logs it). */
 #include <errno.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
