@@ -70,6 +70,35 @@ static void iso_now(char out[40]) {
                  (int)(ts.tv_nsec / 1000000) % 1000);
 }
 
+/* The calls among ITEMS (from FIRST on) that have no output yet: those a
+ * paused run waits to have approved (the SDK's interruptions). New. */
+static json_t *pending_calls(json_t *items, size_t first) {
+  _cleanup_json_ json_t *out = json_array();
+  size_t i;
+  json_t *it;
+  json_array_foreach(items, i, it) {
+    const char *type = json_string_value(json_object_get(it, "type"));
+    const char *id = json_string_value(json_object_get(it, "call_id"));
+    if (i < first || !type || !id || !out)
+      continue;
+    size_t n = strlen(type);
+    if (n > 7 && strcmp(type + n - 7, "_output") == 0) {
+      size_t j;
+      json_t *c;
+      json_array_foreach(out, j, c) {
+        if (strcmp(json_string_value(json_object_get(c, "call_id")), id) == 0) {
+          (void)json_array_remove(out, j);
+          break;
+        }
+      }
+    } else if (n > 5 && strcmp(type + n - 5, "_call") == 0 &&
+               json_array_append(out, it) < 0) {
+      return NULL;
+    }
+  }
+  return TAKE_PTR(out);
+}
+
 /* One run segment of the rollout (the SDK's buildMemoryRolloutPayload):
  * the user's input, the generated items, how it ended. New. */
 static json_t *rollout_line(struct run *run, const char *id, int rc,
@@ -77,15 +106,22 @@ static json_t *rollout_line(struct run *run, const char *id, int rc,
   char now[40];
   iso_now(now);
   _cleanup_json_ json_t *input = json_array(), *gen = json_array();
+  /* The segment starts at this run's prompt: a continued conversation's
+   * earlier items are not its own (the SDK's original input). */
+  const json_t *history = run->depth == 0 ? run->sh->o->history : NULL;
+  size_t first = history ? json_array_size(history) : 0;
   size_t i;
   json_t *it;
   json_array_foreach(run->items, i, it) {
-    if (keep_item(it) && json_array_append(i == 0 ? input : gen, it) < 0)
+    if (i >= first && keep_item(it) &&
+        json_array_append(i == first ? input : gen, it) < 0)
       return NULL;
   }
   const char *state = "failed", *type = NULL, *msg = NULL;
   if (rc == 0)
     state = "completed";
+  else if (rc == RUNNER_PAUSED)
+    state = "interrupted";
   else if (rc == -ECANCELED)
     state = "cancelled", type = "CancelledError";
   else if (err && strstr(err->msg, "max turns") == err->msg)
@@ -94,14 +130,20 @@ static json_t *rollout_line(struct run *run, const char *id, int rc,
     type = sbx_code_name(err && err->code != SBX_OK
                              ? err->code
                              : sbx_code_from_errno(rc < 0 ? -rc : EIO));
-  if (rc != 0)
-    msg = err && err->msg[0] ? err->msg : strerror(rc < 0 ? -rc : EIO);
+  if (rc < 0)
+    msg = err && err->msg[0] ? err->msg : strerror(-rc);
   _cleanup_json_ json_t *line =
       json_pack("{s:s, s:s, s:O, s:O, s:{s:s, s:s?, s:s?, s:b}}", "updated_at",
                 now, "rollout_id", id, "input", input, "generated_items", gen,
                 "terminal_metadata", "terminal_state", state, "exception_type",
                 type, "exception_message", msg, "has_final_output", rc == 0);
   if (!line)
+    return NULL;
+  _cleanup_json_ json_t *waiting =
+      rc == RUNNER_PAUSED ? pending_calls(run->items, first) : NULL;
+  if (rc == RUNNER_PAUSED &&
+      (!waiting || (json_array_size(waiting) > 0 &&
+                    json_object_set(line, "interruptions", waiting) < 0)))
     return NULL;
   const struct run_result *res = run->res;
   if (rc == 0 && res->final_output &&
@@ -718,9 +760,9 @@ void run_memory_generate(struct run *run, int rc, const struct sbx_error *err) {
     trace_end(sp);
     return;
   }
-  /* A cancelled run asks for no more model calls: its rollout is kept,
-   * not extracted. */
-  if (rc == -ECANCELED) {
+  /* A cancelled run asks for no more model calls, nor one stopped to go
+   * on later: its rollout is kept, not extracted. */
+  if (rc == -ECANCELED || rc == -EINTR) {
     trace_end(sp);
     return;
   }

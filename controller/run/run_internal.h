@@ -334,12 +334,13 @@ void run_close_recorded(const struct run_options *o, const char *record_id);
 
 /* ---- memory_gen.c ------------------------------------------------- */
 
-/* Generates memory at the end of the run RUN (root or nested; a nested
- * run's rollout gets an id of its own), which ended with RC
- * (ERR saying why it failed), for its agent with the memory capability
- * and "generate" (memory_gen.c): the rollout appended, then phase one and
- * phase two run in that agent's sandbox. Failures are warned about and
- * never change the run's result. */
+/* Generates memory when the run RUN (root or nested; a nested run's
+ * rollout gets an id of its own) stops with RC (ERR saying why it
+ * failed; RUNNER_PAUSED: interrupted), for its agent with the memory
+ * capability and "generate" (memory_gen.c): the rollout appended, then
+ * phase one and phase two run in that agent's sandbox (not after a
+ * cancel or an interruption to go on later). Failures are warned about
+ * and never change the run's result. */
 void run_memory_generate(struct run *run, int rc, const struct sbx_error *err);
 
 /* ---- snapshots.c --------------------------------------------------- */

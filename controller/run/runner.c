@@ -261,10 +261,10 @@ int runner_run(const struct run_options *o, struct run_result *res,
   bool keep = r == RUNNER_PAUSED || (r == -EINTR && sh.rs) ||
               (o->keep_failed && r < 0 && r != -ECANCELED &&
                !res->config_error && keep_failed(run, start));
-  /* Memory is generated when the run ends, whether it answered or failed
-   * (the SDK's finalizeSandboxRuntime), not when it stops to go on later. */
-  if (!keep)
-    run_memory_generate(run, r, e);
+  /* Memory is generated whenever the run stops, answered, failed or
+   * paused (the SDK's finalizeSandboxRuntime), in its sandboxes before
+   * they are closed. */
+  run_memory_generate(run, r, e);
   run_close_sandboxes(run, keep);
   /* A completed run may keep its conversation, not its sandboxes. */
   if (r == 0 && o->keep_completed)

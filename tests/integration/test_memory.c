@@ -405,3 +405,33 @@ Test(memory, a_snapshot_carries_memory) {
   free(id2);
   free(id);
 }
+
+/* A run that stops for an approval is remembered too, as the SDK does at
+ * an interruption: its segment says so and holds the call it waits on. */
+Test(memory, a_paused_run_is_remembered_as_interrupted) {
+  (void)test_write_file(dir, "ask.json",
+                        "{\"name\": \"Asker\", \"model\": \"gpt-test\", " CAPS
+                        "\"memory\"], \"approvals\": {\"exec_command\": "
+                        "\"always\"}}");
+  char a[128];
+  (void)snprintf(a, sizeof(a), "%s/ask.json", dir);
+  char *id = create(a);
+  struct sbx_run_out out;
+  json_t *reqs;
+  run_in(id, a, "Clean up.",
+         "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": "
+         "\"w1\", \"arguments\": {\"cmd\": \"rm -rf build\"}}]}, " PHASE_ONE(
+             "", "", "") "]",
+         &out, &reqs);
+  cr_expect_eq(out.status, 3, "%s", out.err);
+  cr_assert_eq(json_array_size(reqs), 2);
+  const char *p1 = first_input(reqs, 1);
+  cr_expect(strstr(p1, "\"terminal_state\":\"interrupted\""), "%s", p1);
+  cr_expect(strstr(p1, "\"has_final_output\":false"), "%s", p1);
+  cr_expect(strstr(p1, "\"interruptions\":[{\"type\":\"function_call\""), "%s",
+            p1);
+  cr_expect(strstr(p1, "\"call_id\":\"w1\""), "%s", p1);
+  json_decref(reqs);
+  sbx_run_free(&out);
+  free(id);
+}
