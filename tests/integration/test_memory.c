@@ -331,7 +331,8 @@ Test(memory, a_failing_phase_fails_no_run) {
 }
 
 /* A run that fails is remembered too, with how it ended, and keeps its
- * exit status. */
+ * exit status; kept for a retry (sbx run's default), it is remembered
+ * now all the same. */
 Test(memory, a_failed_run_is_remembered_as_failed) {
   const char *a = agent("f", "\"memory\"");
   char *id = create(a);
@@ -345,8 +346,7 @@ Test(memory, a_failed_run_is_remembered_as_failed) {
   struct sbx_run_out out;
   sbx_run(&out, srv.base_url,
           (const char *const[]){"run", "--state-dir", state, "--sandbox", id,
-                                "--max-turns", "1", "--keep-failed", "0", a,
-                                "Loop.", NULL});
+                                "--max-turns", "1", a, "Loop.", NULL});
   json_t *reqs = test_model_server_requests(&srv);
   test_model_server_stop(&srv);
   cr_expect_eq(out.status, 1, "%s", out.err);
