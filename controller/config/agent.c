@@ -71,6 +71,7 @@ static void agent_free(struct agent *a) {
   free(a->base_instructions);
   json_decref(a->default_manifest);
   skills_free(a->skills);
+  agent_memory_free(a->memory);
   free(a->run_as);
   json_decref(a->model_settings);
   free(a->api_key_env);

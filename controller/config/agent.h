@@ -8,9 +8,10 @@
  *   base_instructions  string (replaces the default sandbox instructions)
  *   default_manifest   object (kept as JSON; the manifest module parses it)
  *   capabilities       array of "filesystem" | "shell" | "compaction" |
- *                      {"type": "skills", ...} (skills.h), in order, no
- *                      repeats; default ["filesystem", "shell",
- *                      "compaction"]; "memory" is refused
+ *                      {"type": "skills", ...} (skills.h) | "memory" |
+ *                      {"type": "memory", "layout", "read", "generate"}
+ *                      (struct agent_memory), in order, no repeats;
+ *                      default ["filesystem", "shell", "compaction"]
  *   run_as             string, or {"name": string}: a user name
  *   model_settings     the Python SDK's ModelSettings (docs/
  *                      sdk-compatibility.md): temperature, top_p,
@@ -123,6 +124,25 @@ struct agent_approval {
 
 struct agent;
 
+/* The memory capability ("memory", or {"type": "memory", ...} with the
+ * Python SDK's Memory fields): what is read into the instructions and
+ * what is generated at the end of a run. Strings are owned. */
+struct agent_memory {
+  bool read;                  /* "read" not null/false */
+  bool live_update;           /* read.live_update (default true) */
+  bool generate;              /* "generate" not null/false */
+  char *memories_dir;         /* layout.memories_dir, normalized ("memories") */
+  char *sessions_dir;         /* layout.sessions_dir ("sessions") */
+  char *summary_file;         /* layout.summary_file ("memory_summary.md") */
+  int64_t max_raw_memories;   /* 1..4096 (256) */
+  char *phase_one_model;      /* ("gpt-5.4-mini") */
+  char *phase_two_model;      /* ("gpt-5.4") */
+  json_t *phase_one_settings; /* checked model_settings (owned) */
+  json_t *phase_two_settings;
+  int64_t phase_two_max_turns; /* (500) */
+  char *extra_prompt;          /* or NULL */
+};
+
 /* {"type": "agent_as_tool", ...}. */
 struct agent_tool {
   char *agent_path;    /* as written in the file */
@@ -225,6 +245,7 @@ struct agent {
   size_t n_run_ports;
   struct agent_approval *approvals; /* in file order */
   size_t napprovals;
+  struct agent_memory *memory; /* with the memory capability, else NULL */
 };
 
 /* Every agent reachable from one file. agents[0] is that file; agents[i]
@@ -252,6 +273,15 @@ struct agent_set *agent_set_free(struct agent_set *s);
 
 /* The name used in files: "filesystem", "shell", ...; NULL if out of range. */
 const char *agent_capability_name(enum agent_capability c);
+
+/* Frees M; accepts NULL. */
+void agent_memory_free(struct agent_memory *m);
+/* Agent A's manifest MANIFEST (borrowed JSON, NULL for none) with the
+ * memory capability's directories added as dir entries where no entry
+ * overlaps them, as the SDK's processManifest does: the memories
+ * directory (with live updates or generation) and the sessions directory
+ * (with generation). New reference; NULL on OOM. */
+json_t *agent_memory_manifest(const struct agent *a, json_t *manifest);
 
 /* A's command tool NAME, or NULL (borrowed). */
 const struct agent_command *agent_find_command(const struct agent *a,

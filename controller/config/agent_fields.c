@@ -256,15 +256,32 @@ static int parse_version(const struct agent_ctx *c, struct agent *a,
 static int parse_capability(const struct agent_ctx *c, struct agent *a,
                             const char *k, json_t *item) {
   if (json_is_object(item)) {
-    const char *type = json_string_value(json_object_get(item, "type"));
-    if (type && strcmp(type, "skills") == 0) {
+    /* A capability with options is an object named by its "type". */
+    json_t *type = json_object_get(item, "type");
+    if (!type)
+      return agent_invalid(c, "\"%s\" has no \"type\"", k);
+    char tk[KEY_MAX];
+    agent_key_path(tk, "%s.type", k);
+    int cap = get_enum(c, tk, type, capability_names, AGENT_CAP_COUNT,
+                       CAPABILITY_CHOICES);
+    if (cap < 0)
+      return cap;
+    if (cap == AGENT_CAP_SKILLS) {
+      if (a->skills)
+        return agent_invalid(c, "\"%s\" repeats \"skills\"", k);
       int r = agent_parse_skills(c, a, k, item);
       return r < 0 ? r : AGENT_CAP_SKILLS;
     }
+    if (cap == AGENT_CAP_MEMORY) {
+      if (a->memory)
+        return agent_invalid(c, "\"%s\" repeats \"memory\"", k);
+      int r = agent_parse_memory(c, a, k, item);
+      return r < 0 ? r : AGENT_CAP_MEMORY;
+    }
     return agent_invalid(c,
-                         "\"%s.type\" must be \"skills\" in a "
-                         "capability object (got %s)",
-                         k, type ? type : "none");
+                         "\"%s\": the \"%s\" capability takes no "
+                         "options; write it as the string \"%s\"",
+                         k, capability_names[cap], capability_names[cap]);
   }
   int cap = get_enum(c, k, item, capability_names, AGENT_CAP_COUNT,
                      CAPABILITY_CHOICES);
@@ -276,14 +293,13 @@ static int parse_capability(const struct agent_ctx *c, struct agent *a,
                          "\"skills\", \"from\" or \"lazy_from\": "
                          "{\"type\": \"local_dir\", \"src\": ...}}",
                          k);
-  /* A known name with nothing behind it yet: accepting it would give a
-   * weaker agent without a word. */
-  if (cap == AGENT_CAP_MEMORY)
-    return agent_invalid(c,
-                         "\"%s\": the \"memory\" capability is not "
-                         "supported yet: sbx would neither read nor write "
-                         "the memory files",
-                         k);
+  if (cap == AGENT_CAP_MEMORY) {
+    if (a->memory)
+      return agent_invalid(c, "\"%s\" repeats \"memory\"", k);
+    int r = agent_parse_memory(c, a, k, NULL);
+    if (r < 0)
+      return r;
+  }
   return cap;
 }
 
@@ -308,7 +324,7 @@ static int parse_capabilities(const struct agent_ctx *c, struct agent *a,
     /* Five names, no repeats: the array cannot overflow. */
     a->capabilities[a->ncapabilities++] = (enum agent_capability)cap;
   }
-  return 0;
+  return agent_check_memory(c, a);
 }
 
 static int parse_run_as(const struct agent_ctx *c, struct agent *a,

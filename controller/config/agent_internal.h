@@ -70,4 +70,13 @@ int agent_parse_model_settings(const struct agent_ctx *c, struct agent *a,
 int agent_check_model_settings(const struct agent_ctx *c,
                                const struct agent *a);
 
+/* agent_memory.c: the memory capability V of "capabilities" (KEY names
+ * it): the string "memory" (NULL V: the defaults) or the object
+ * {"type": "memory", ...}, into a->memory. */
+int agent_parse_memory(const struct agent_ctx *c, struct agent *a,
+                       const char *key, json_t *v);
+/* Refuses a memory capability without the capabilities it needs, once
+ * "capabilities" is read. */
+int agent_check_memory(const struct agent_ctx *c, const struct agent *a);
+
 #endif

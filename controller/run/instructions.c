@@ -69,10 +69,11 @@ char *instructions_build(const struct instructions_input *in) {
   _cleanup_buf_ struct sbx_buf b;
   sbx_buf_init(&b, 4u << 20);
   int r = append_trimmed(&b, in->base ? in->base : instructions_default_base);
+  /* The agent's instructions as written, as the SDK adds them. */
   if (r == 0 && in->agent && *in->agent) {
     r = sbx_buf_append_str(&b, "\n\n# Agent instructions\n\n");
     if (r == 0)
-      r = append_trimmed(&b, in->agent);
+      r = sbx_buf_append_str(&b, in->agent);
   }
   for (size_t i = 0; r == 0 && i < in->nfragments; i++) {
     r = sbx_buf_append_str(&b, i ? "\n\n"

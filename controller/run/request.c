@@ -4,10 +4,12 @@
  * compaction. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "controller/config/skills.h"
 #include "controller/run/instructions.h"
+#include "controller/run/memory.h"
 #include "controller/run/run_internal.h"
 #include "controller/run/schema.h"
 #include "controller/sandbox/lifecycle.h"
@@ -156,11 +158,12 @@ static json_t *items_from(json_t *items, size_t from) {
 }
 
 /* The request of agent A's turn in RUN to API for MODEL. The agent's
- * instructions are built at its first turn and kept; so are its tools,
+ * instructions are built at its first turn and kept (with memory, built
+ * again for every call, the summary read anew); so are its tools,
  * for as long as its API stays the same. */
 int run_request_build(struct run *run, const struct agent *a,
                       enum model_api api, const char *model,
-                      struct turn_request *tr) {
+                      struct turn_request *tr, struct sbx_error *e) {
   memset(tr, 0, sizeof(*tr));
   struct agent_state *st = &run->states[a->index];
   const struct run_options *o = run->sh->o;
@@ -171,6 +174,17 @@ int run_request_build(struct run *run, const struct agent *a,
       .root = st->sb ? st->sb->root : "/workspace",
       .cwd = o->cwd,
   };
+  /* Memory's summary is read again for every call, as the SDK builds its
+   * instructions for every call. */
+  _cleanup_free_ char *memory = NULL;
+  if (a->memory && a->memory->read && st->sb) {
+    int r =
+        memory_read_fragment(st->sb, a->memory, ii.root, o->cwd, &memory, e);
+    if (r < 0)
+      return r;
+    free(st->instr);
+    st->instr = NULL;
+  }
   if (!st->instr) {
     _cleanup_free_ char *skills = NULL;
     int r = run_skills_fragment(a, st, o->cwd, &skills);
@@ -179,10 +193,11 @@ int run_request_build(struct run *run, const struct agent *a,
     /* The capabilities' fragments in the agent's order (filesystem and
      * compaction have none). */
     for (size_t i = 0; i < a->ncapabilities; i++) {
-      const char *f = a->capabilities[i] == AGENT_CAP_SHELL
-                          ? instructions_shell_fragment
-                      : a->capabilities[i] == AGENT_CAP_SKILLS ? skills
-                                                               : NULL;
+      enum agent_capability cap = a->capabilities[i];
+      const char *f = cap == AGENT_CAP_SHELL    ? instructions_shell_fragment
+                      : cap == AGENT_CAP_SKILLS ? skills
+                      : cap == AGENT_CAP_MEMORY ? memory
+                                                : NULL;
       if (f && ii.nfragments < INSTRUCTIONS_MAX_FRAGMENTS)
         ii.fragments[ii.nfragments++] = f;
     }

@@ -214,10 +214,12 @@ struct turn_request {
 };
 
 /* The request of agent A's turn in RUN to API for MODEL. The agent's
- * instructions and tools are built at its first turn and kept. */
+ * instructions and tools are built at its first turn and kept (with
+ * memory, the instructions are built again for every turn); a memory
+ * summary that cannot be read fails it, with E. */
 int run_request_build(struct run *run, const struct agent *a,
                       enum model_api api, const char *model,
-                      struct turn_request *tr);
+                      struct turn_request *tr, struct sbx_error *e);
 void run_request_clear(struct turn_request *tr);
 /* Starts agent A's MCP servers on first use; a server that cannot be
  * started or initialized fails the turn. */
@@ -344,6 +346,17 @@ void run_close_sandboxes(struct run *run, bool pause);
 /* Closes the sandbox recorded in the state dir as RECORD_ID, if it is
  * still there, and removes its record; failures are warned about. */
 void run_close_recorded(const struct run_options *o, const char *record_id);
+
+/* ---- memory_gen.c ------------------------------------------------- */
+
+/* Generates memory when the run RUN (root or nested; a nested run's
+ * rollout gets an id of its own) stops with RC (ERR saying why it
+ * failed; RUNNER_PAUSED: interrupted), for its agent with the memory
+ * capability and "generate" (memory_gen.c): the rollout appended, then
+ * phase one and phase two run in that agent's sandbox (not after a
+ * cancel or an interruption to go on later). Failures are warned about
+ * and never change the run's result. */
+void run_memory_generate(struct run *run, int rc, const struct sbx_error *err);
 
 /* ---- snapshots.c --------------------------------------------------- */
 

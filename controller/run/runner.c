@@ -92,6 +92,8 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
     r = run_loop(run, start, max_turns, e);
   else if (r == 1)
     r = 0; /* it had answered before the kill */
+  if (r != RUNNER_PAUSED)
+    run_memory_generate(run, r, e);
   /* A paused run's sandboxes are its caller's: nothing of its own is left
    * running. */
   run_close_sandboxes(run, false);
@@ -259,6 +261,10 @@ int runner_run(const struct run_options *o, struct run_result *res,
   bool keep = r == RUNNER_PAUSED || (r == -EINTR && sh.rs) ||
               (o->keep_failed && r < 0 && r != -ECANCELED &&
                !res->config_error && keep_failed(run, start));
+  /* Memory is generated whenever the run stops, answered, failed or
+   * paused (the SDK's finalizeSandboxRuntime), in its sandboxes before
+   * they are closed. */
+  run_memory_generate(run, r, e);
   run_close_sandboxes(run, keep);
   /* A completed run may keep its conversation, not its sandboxes. */
   if (r == 0 && o->keep_completed)

@@ -112,8 +112,8 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
     }
   } else {
     _cleanup_(run_request_clear) struct turn_request tr = {0};
-    r = run_request_build(run, a, model_client_api(slot->client), t->model,
-                          &tr);
+    r = run_request_build(run, a, model_client_api(slot->client), t->model, &tr,
+                          e);
     if (r == 0)
       r = run_call_model(run, slot, a, &tr.req, &t->resp, e);
     if (r < 0)

@@ -389,22 +389,24 @@ static int with_skills(const struct agent *a, json_t *m, json_t **res) {
 int lifecycle_agent_manifest(const struct agent *a, struct manifest **out,
                              struct sbx_error *e) {
   int r;
-  _cleanup_json_ json_t *mj = NULL;
+  _cleanup_json_ json_t *sk = NULL;
   json_t *src = a->default_manifest;
   if (a->skills && a->skills->from) {
-    if ((r = with_skills(a, src, &mj)) < 0)
+    if ((r = with_skills(a, src, &sk)) < 0)
       return r;
-    src = mj;
+    src = sk;
   }
+  json_t *mj = agent_memory_manifest(a, src);
+  if (!mj)
+    return -ENOMEM;
   if (src) {
     char where[600];
     (void)snprintf(where, sizeof(where), "%s: default_manifest", a->path);
-    r = manifest_parse(src, where, out, e);
+    r = manifest_parse(mj, where, out, e);
   } else {
-    json_t *empty = json_object();
-    r = manifest_parse(empty, "manifest", out, e);
-    json_decref(empty);
+    r = manifest_parse(mj, "manifest", out, e);
   }
+  json_decref(mj);
   if (r == 0 && a->run_as && (r = manifest_add_user(*out, a->run_as)) < 0)
     *out = manifest_free(*out);
   return r;

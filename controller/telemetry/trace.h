@@ -65,6 +65,7 @@
 #define TRACE_SANDBOX_WRITE_STDIN "sandbox.write_stdin"
 #define TRACE_SANDBOX_VIEW_IMAGE "sandbox.view_image"
 #define TRACE_SANDBOX_CLEANUP "sandbox.cleanup"
+#define TRACE_MEMORY_FLUSH "sandbox.memory.flush"
 #define TRACE_SANDBOX_SHUTDOWN "sandbox.shutdown"
 #define TRACE_SANDBOX_APPLY_PATCH "sandbox.apply_patch"
 #define TRACE_SANDBOX_SNAPSHOT "sandbox.snapshot"

@@ -335,8 +335,8 @@ Test(skills, refused_configurations) {
   refused(AGENT("{\"type\": \"skills\", \"lazy_from\": {\"type\": "
                 "\"local_dir\", \"src\": \"missing\"}}"),
           "\"capabilities[0].lazy_from.src\": \"missing\"");
-  refused(AGENT("{\"type\": \"memory\"}"),
-          "\"capabilities[0].type\" must be \"skills\"");
+  refused(AGENT("{\"type\": \"network\"}"),
+          "\"capabilities[0].type\" must be one of");
   refused("{\"name\": \"A\", \"model\": \"m\", \"capabilities\": [{\"type\": "
           "\"skills\", \"from\": {\"type\": \"local_dir\", \"src\": "
           "\"skills\"}}], \"default_manifest\": {\"entries\": {\".agents/x\": "

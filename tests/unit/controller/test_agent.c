@@ -294,11 +294,16 @@ Test(agent, bad_capabilities) {
                "requires `skills`, `from`, or `lazy_from`: write {\"type\": "
                "\"skills\", \"from\" or \"lazy_from\": {\"type\": "
                "\"local_dir\", \"src\": ...}}");
-  /* A name the SDK has, refused until it does what it does. */
-  expect_error("{\"name\": \"a\", \"capabilities\": [\"memory\"]}", -EINVAL,
-               "agents/a.json: \"capabilities[0]\": the \"memory\" capability "
-               "is not supported yet: sbx would neither read nor write the "
-               "memory files");
+  expect_error("{\"name\": \"a\", \"capabilities\": [{\"type\": "
+               "\"network\"}]}",
+               -EINVAL,
+               "agents/a.json: \"capabilities[0].type\" must be one of "
+               "\"filesystem\", \"shell\", \"compaction\", \"skills\", "
+               "\"memory\" (got \"network\")");
+  expect_error("{\"name\": \"a\", \"capabilities\": [\"memory\", "
+               "{\"type\": \"memory\"}]}",
+               -EINVAL,
+               "agents/a.json: \"capabilities[1]\" repeats \"memory\"");
 }
 
 Test(agent, bad_model_settings) {
