@@ -144,6 +144,52 @@ static int stop_sandboxd(struct sandbox *s, struct sbx_error *e) {
   return 0;
 }
 
+static char *make_temp_dir(const char *base, const char *prefix) {
+  char path[512];
+  int n = snprintf(path, sizeof(path), "%s/%sXXXXXX", base, prefix);
+  if (n < 0 || (size_t)n >= sizeof(path))
+    return NULL;
+  if (!mkdtemp(path))
+    return NULL;
+  return strdup(path);
+}
+
+/* A new workspace: BASE/sbx-workspace-XXXXXX/root. The root is 0755, as
+ * the SDK's mkdir makes it, so that a run_as user reads it; the directory
+ * around it is the sandbox's own, 0700, so that other users of the host
+ * do not (0711 without isolation, where a run_as user is one of them and
+ * must pass through it). */
+static char *make_workspace(const char *base, bool isolated) {
+  _cleanup_free_ char *outer = make_temp_dir(base, "sbx-workspace-");
+  if (!outer)
+    return NULL;
+  char path[600];
+  int n = snprintf(path, sizeof(path), "%s/root", outer);
+  if (n < 0 || (size_t)n >= sizeof(path) || mkdir(path, 0755) < 0 ||
+      chmod(path, 0755) < 0 || (!isolated && chmod(outer, 0711) < 0)) {
+    int err = errno;
+    (void)sandbox_rm_rf(outer);
+    errno = err ? err : ENAMETOOLONG;
+    return NULL;
+  }
+  return strdup(path);
+}
+
+/* Removes WS and, for a workspace make_workspace made, the directory
+ * around it. */
+static int remove_workspace(const char *ws) {
+  int r = sandbox_rm_rf(ws);
+  const char *slash = strrchr(ws, '/');
+  if (r < 0 || !slash || strcmp(slash, "/root") != 0)
+    return r;
+  char outer[600];
+  (void)snprintf(outer, sizeof(outer), "%.*s", (int)(slash - ws), ws);
+  const char *name = strrchr(outer, '/');
+  if (name && strncmp(name + 1, "sbx-workspace-", 14) == 0)
+    (void)rmdir(outer);
+  return 0;
+}
+
 static int local_close(struct sandbox *s, struct sbx_error *e) {
   if (!s)
     return 0;
@@ -151,7 +197,7 @@ static int local_close(struct sandbox *s, struct sbx_error *e) {
   (void)stop_sandboxd(s, e);
   int r = 0;
   if (l) {
-    if (l->workspace && sandbox_rm_rf(l->workspace) < 0)
+    if (l->workspace && remove_workspace(l->workspace) < 0)
       r = sbx_error_set(e, SBX_INTERNAL, EIO, "cannot remove workspace \"%s\"",
                         l->workspace);
     if (l->rundir)
@@ -183,16 +229,6 @@ static void local_detach(struct sandbox *s) {
   local_free(s->priv);
   s->priv = NULL;
   sandbox_free(s);
-}
-
-static char *make_temp_dir(const char *base, const char *prefix) {
-  char path[512];
-  int n = snprintf(path, sizeof(path), "%s/%sXXXXXX", base, prefix);
-  if (n < 0 || (size_t)n >= sizeof(path))
-    return NULL;
-  if (!mkdtemp(path))
-    return NULL;
-  return strdup(path);
 }
 
 /* The last line of the log at PATH (what a failed sandboxd said), in BUF. */
@@ -559,7 +595,7 @@ static int local_create(const struct backend_options *o,
       (r = sbx_random_hex(token, SBX_TOKEN_BYTES)) < 0)
     goto fail;
   errno = 0;
-  l->workspace = make_temp_dir(base, "sbx-workspace-");
+  l->workspace = make_workspace(base, l->opt.isolate);
   l->rundir = make_temp_dir("/tmp", "sbx-run-");
   if (!l->workspace || !l->rundir) {
     r = sbx_error_set(e, SBX_OK, errno ? errno : ENOMEM,

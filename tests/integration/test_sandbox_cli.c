@@ -289,7 +289,9 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
   info = parse_json(o.out);
   pid = (pid_t)json_integer_value(
       json_object_get(json_object_get(info, "local"), "pid"));
-  const char *ws = json_string_value(json_object_get(info, "root"));
+  /* The workspace's path on the host (root is the one inside). */
+  const char *ws = json_string_value(
+      json_object_get(json_object_get(info, "local"), "workspace"));
   char wsp[256];
   (void)snprintf(wsp, sizeof(wsp), "%s", ws ? ws : "");
   json_decref(info);
@@ -298,12 +300,51 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
   cr_expect_eq(o.status, 0, "%s", o.err);
   sbx_run_free(&o);
   cr_expect_not(pid_alive(pid));
-  cr_expect_neq(stat(wsp, &st), 0, "the workspace is gone");
+  cr_expect(wsp[0] == '/' && stat(wsp, &st) != 0, "the workspace %s is gone",
+            wsp);
   cr_expect_neq(stat(tokf, &st), 0, "the token file is gone");
   sbx(&o, (const char *const[]){"ls", "--json", NULL});
   cr_expect_str_eq(trim(o.out), "[]");
   sbx_run_free(&o);
   free(token);
+}
+
+/* A run_as user reads the workspace, as in the SDK (its root is 0755, its
+ * entries 0755), while the directory that holds it on the host is the
+ * sandbox's own (0700): other users of the host do not. */
+Test(sandbox_cli, a_run_as_user_reads_the_workspace) {
+  const char *agent =
+      write_in("ra.json", "{\"name\": \"A\", \"run_as\": \"builder\", "
+                          "\"default_manifest\": {\"entries\": {\"f.txt\": "
+                          "{\"type\": \"file\", \"content\": \"hi\"}}}}");
+  char id[32];
+  create((const char *const[]){"--agent", agent, NULL}, id, sizeof(id));
+  struct sbx_run_out o;
+  sbx(&o, (const char *const[]){"exec", "-u", "builder", id, "--", "sh", "-c",
+                                "id -un; ls /workspace; cat /workspace/f.txt",
+                                NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  cr_expect_str_eq(o.out, "builder\nf.txt\nhi");
+  sbx_run_free(&o);
+  sbx(&o, (const char *const[]){"info", "--json", id, NULL});
+  json_t *info = parse_json(o.out);
+  sbx_run_free(&o);
+  const char *ws = json_string_value(
+      json_object_get(json_object_get(info, "local"), "workspace"));
+  cr_assert_not_null(ws);
+  char outer[256];
+  (void)snprintf(outer, sizeof(outer), "%s", ws);
+  char *slash = strrchr(outer, '/');
+  cr_assert_not_null(slash);
+  *slash = '\0';
+  struct stat st;
+  cr_assert_eq(stat(outer, &st), 0, "%s", outer);
+  cr_expect_eq(st.st_mode & 07777, 0700, "%s is %o", outer, st.st_mode & 07777);
+  json_decref(info);
+  sbx(&o, (const char *const[]){"rm", id, NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  sbx_run_free(&o);
+  cr_expect_neq(stat(outer, &st), 0, "%s is removed with it", outer);
 }
 
 Test(sandbox_cli, exec_streams_and_returns_the_exit_code) {
