@@ -431,6 +431,14 @@ Test(server, bad_requests_are_refused_with_a_reason) {
           "\"m\", \"type\": \"stdio\", \"command\": \"/bin/id\"}]}, "
           "\"input\": \"x\"}",
           422, "\"mcp_servers[0]\": stdio MCP servers are programs on the");
+  refused("{\"agent\": {\"name\": \"A\", \"output_guardrails\": [{\"name\": "
+          "\"g\", \"command\": [\"/bin/true\"]}]}, \"input\": \"x\"}",
+          422,
+          "\"output_guardrails[0]\": command guardrails run programs on the "
+          "server's host");
+  refused("{\"agent\": {\"name\": \"A\", \"input_guardrails\": [{\"name\": "
+          "\"g\", \"agent\": \"/etc/passwd\"}]}, \"input\": \"x\"}",
+          422, "\"input_guardrails[0]\": guard agents are other agent files");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": \"s\"}",
           422, "no sandbox \"s\"");
   /* Not done rather than ignored: the server's runs publish no ports. */
