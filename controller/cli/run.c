@@ -89,11 +89,13 @@ static void usage_run(FILE *f) {
       "  --session STATE      run in the sandbox of a saved session state "
       "(sbx sandbox\n"
       "                       save): the live one, or its snapshot "
-      "restored\n"
+      "restored (not\n"
+      "                       with --sandbox or --resume)\n"
       "  --resume RUN_ID      continue the paused or interrupted "
       "run RUN_ID of\n"
-      "                       sbx run (its agent file and prompt come "
-      "from it)\n"
+      "                       sbx run (its agent file, prompt and "
+      "sandboxes come\n"
+      "                       from it; not with --sandbox or --session)\n"
       "  --snapshot MODE      local (default): when the run pauses, "
       "snapshot each of\n"
       "                       its sandboxes (not a --sandbox one, which "
@@ -431,6 +433,18 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
   }
   if (c->o.model_cfg.record_path && c->o.model_cfg.replay_path) {
     fprintf(stderr, "sbx run: --record and --replay cannot be combined\n");
+    return 2;
+  }
+  /* A resumed run goes on in the sandboxes its state recorded, and
+   * --sandbox names the live one the run starts in: the other would be
+   * left unused. */
+  if ((c->session && (c->sandbox_id || c->resume)) ||
+      (c->sandbox_id && c->resume)) {
+    fprintf(stderr, "sbx run: --%s cannot be combined with --%s: %s\n",
+            c->session ? "session" : "sandbox",
+            c->resume ? "resume" : "sandbox",
+            c->resume ? "a resumed run goes on in the sandboxes it recorded"
+                      : "the run starts in one sandbox");
     return 2;
   }
   if (c->ask && (c->o.snapshot || c->o.snapshot_dir)) {
