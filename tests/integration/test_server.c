@@ -730,6 +730,16 @@ Test(server, plain_http_off_loopback_needs_insecure) {
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "--insecure"), "%s", r.err);
   sbx_run_free(&r);
+  /* --insecure would do nothing with TLS. */
+  const char *both[] = {"serve",      "--listen",    "0.0.0.0:0", "--db",
+                        srv.db,       "--state-dir", srv.state,   "--insecure",
+                        "--tls-cert", "c.pem",       "--tls-key", "k.pem",
+                        NULL};
+  sbx_run(&r, NULL, both);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "--insecure allows plain HTTP, but with --tls-cert"),
+            "%s", r.err);
+  sbx_run_free(&r);
   const char *bad[] = {"serve", "--listen", "nowhere", NULL};
   sbx_run(&r, NULL, bad);
   cr_expect_eq(r.status, 2);
