@@ -473,6 +473,35 @@ static int check_guard_agents(const struct agent_set *s, struct sbx_error *e) {
   return 0;
 }
 
+/* Refuses "max_turns" on an agent reached only by handoff: a run's turn
+ * limit is that of the agent that starts it (the first file, an agent
+ * used as a tool, a guard agent), so it would do nothing. */
+static int check_handoff_max_turns(const struct agent_set *s,
+                                   struct sbx_error *e) {
+  bool starts[AGENT_MAX_AGENTS] = {false};
+  starts[0] = true;
+  for (size_t i = 0; i < s->n; i++) {
+    const struct agent *a = s->agents[i];
+    for (size_t j = 0; j < a->ntools; j++)
+      starts[a->tools[j].agent->index] = true;
+    for (size_t j = 0; j < a->ninput_guardrails + a->noutput_guardrails; j++)
+      if (guard_agent(a, j))
+        starts[guard_agent(a, j)->index] = true;
+  }
+  for (size_t i = 0; i < s->n; i++) {
+    const struct agent *a = s->agents[i];
+    if (starts[i] || a->max_turns == 0)
+      continue;
+    struct agent_ctx c = {.path = a->path, .e = e};
+    return agent_invalid(&c,
+                         "\"max_turns\" would do nothing: agent \"%s\" is "
+                         "reached only by handoff here, and a run's turn "
+                         "limit is that of the agent that starts it (%s)",
+                         a->name, s->agents[0]->path);
+  }
+  return 0;
+}
+
 int agent_load(const char *path, struct agent_set **out, struct sbx_error *e) {
   struct agent_set *s = calloc(1, sizeof(*s));
   struct loader L = {.set = s, .e = e};
@@ -488,6 +517,8 @@ int agent_load(const char *path, struct agent_set **out, struct sbx_error *e) {
     r = check_parent_sandboxes(s, e);
   if (r == 0)
     r = check_guard_agents(s, e);
+  if (r == 0)
+    r = check_handoff_max_turns(s, e);
   if (r < 0) {
     agent_set_free(s);
     return r;

@@ -25,7 +25,10 @@
  *   prompt             {"id", "version"?, "variables"?: {name: string or
  *                       input content}}: the Responses API's reusable
  *                      prompt; refused with "api": "chat_completions"
- *   max_turns          integer >= 1
+ *   max_turns          integer >= 1: the turn limit of a run this agent
+ *                      starts (the first file, an agent used as a tool, a
+ *                      guard agent); refused on one reached only by
+ *                      handoff, where it would do nothing
  *   handoffs           array of paths to agent files
  *   tools              array of {"type": "agent_as_tool", "agent": path,
  *                       "name"?: [A-Za-z0-9_-]{1,64}, "description"?: string,
