@@ -54,7 +54,10 @@
  *   base_url           "http://..." or "https://..."
  *   api_key_env        the name of the environment variable that holds this
  *                      agent's API key (default OPENAI_API_KEY)
- *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
+ *   approvals          {<tool name>: "always" | "never" | [command prefix...]};
+ *                      a name that is none of the agent's tools (its MCP
+ *                      servers' included) fails its first turn as a
+ *                      configuration error (run/request.c)
  *   input_guardrails   array of {"name": [A-Za-z0-9_-]{1,64}, and either
  *   output_guardrails   "agent": path (a guard agent whose output_type
  *                       gives a boolean "tripwire_triggered" and optionally

@@ -88,6 +88,7 @@ struct agent_state {
   /* It has called tools in this run: its tool_choice is no longer sent
    * (the SDK's reset_tool_choice). */
   bool used_tools;
+  bool approvals_checked; /* run_check_approvals passed */
 };
 
 struct run {
@@ -250,6 +251,11 @@ void run_request_clear(struct turn_request *tr);
 /* Starts agent A's MCP servers on first use; a server that cannot be
  * started or initialized fails the turn. */
 int run_mcp_ensure(struct run *run, const struct agent *a, struct sbx_error *e);
+/* Refuses (a configuration error) an entry of A's "approvals" that names
+ * none of A's tools (its MCP servers' included, so after run_mcp_ensure):
+ * it would decide nothing. Once per agent and run. */
+int run_check_approvals(struct run *run, const struct agent *a,
+                        struct sbx_error *e);
 /* The function name of the agent used as the tool T. */
 void run_tool_agent_name(const struct agent_tool *t, char *out, size_t cap);
 /* The agent of A's handoff tool NAME, or NULL when NAME is none. */

@@ -82,6 +82,8 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
   int r = run_ensure_sandbox(run, a, e);
   if (r == 0)
     r = run_mcp_ensure(run, a, e);
+  if (r == 0)
+    r = run_check_approvals(run, a, e);
   if (r < 0)
     return r;
   struct client_slot *slot = NULL;
