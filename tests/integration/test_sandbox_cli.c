@@ -812,6 +812,16 @@ Test(sandbox_cli, local_bind_mounts_and_cloud_mounts) {
   cr_expect(strstr(o.err, "cannot enforce a read-only local_bind mount"), "%s",
             o.err);
   sbx_run_free(&o);
+  /* Nor can it put the workspace at a root of the manifest's own. */
+  (void)snprintf(mp, sizeof(mp), "%s",
+                 write_in("root.json", "{\"root\": \"/srv/app\"}"));
+  sbx(&o, (const char *const[]){"create", "--isolation", "none", "--manifest",
+                                mp, NULL});
+  cr_expect_eq(o.status, 2);
+  cr_expect(strstr(o.err, "the manifest's root \"/srv/app\" is not supported "
+                          "with isolation \"none\""),
+            "%s", o.err);
+  sbx_run_free(&o);
   (void)snprintf(mp, sizeof(mp), "%s",
                  write_in("s3.json", "{\"entries\": {\"b\": {\"type\": "
                                      "\"s3_mount\", \"bucket\": \"x\"}}}"));
