@@ -243,6 +243,25 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
   sbx_run_free(&o);
   json_decref(reqs);
 
+  /* Flags that make sandboxes would do nothing for an agent with no
+   * other agent that makes one. */
+  static const char *const nothing[][3] = {
+      {"--memory-bytes", "100000000", "a backend option would do nothing"},
+      {"--seccomp", "off", "--seccomp would do nothing"},
+      {"--expose", "9090", "--expose would do nothing"},
+  };
+  for (size_t i = 0; i < sizeof(nothing) / sizeof(nothing[0]); i++) {
+    run_in(id, other_path, "true",
+           (const char *const[]){nothing[i][0], nothing[i][1], NULL}, &o,
+           &reqs);
+    cr_expect_eq(o.status, 2, "%s", o.err);
+    cr_expect(strstr(o.err, nothing[i][2]), "%s", o.err);
+    cr_expect(strstr(o.err, "the run works in the live sandbox of --sandbox"),
+              "%s", o.err);
+    sbx_run_free(&o);
+    json_decref(reqs);
+  }
+
   /* An additive one is applied and recorded. */
   const char *more = write_in(
       "more.json",
