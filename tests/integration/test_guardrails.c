@@ -374,3 +374,43 @@ Test(guardrails, missing_guard_agent_file_is_a_configuration_error) {
             "%s", r.out.err);
   result_free(&r);
 }
+
+/* An agent used as a tool runs its own guardrails, as the SDK's as_tool
+ * runs a Runner: its output guardrail's tripwire stops the whole run. */
+Test(guardrails, a_nested_agents_output_guardrail_stops_the_run) {
+  script("check-output", "cat > seen.json; echo '{\"tripwire_triggered\": "
+                         "true, \"output_info\": \"nested\"}'");
+  (void)test_write_file(dir, "helper.json",
+                        "{\"name\": \"Helper\", \"capabilities\": [], "
+                        "\"output_guardrails\": [{\"name\": \"policy\", "
+                        "\"command\": [\"./check-output\"]}]}");
+  const char *a = test_write_file(
+      dir, "lead.json",
+      "{\"name\": \"Lead\", \"capabilities\": [], \"tools\": [{\"type\": "
+      "\"agent_as_tool\", \"agent\": \"helper.json\"}]}");
+  char path[128];
+  (void)snprintf(path, sizeof(path), "%s", a);
+  struct result r = {0};
+  run(&r, path,
+      "[{\"tool_calls\": [{\"name\": \"helper\", \"call_id\": \"h1\", "
+      "\"arguments\": {\"input\": \"look\"}}]}, {\"text\": \"the secret\"}, "
+      "{\"text\": \"never asked\"}]",
+      NULL);
+  cr_expect_eq(r.out.status, 1, "stderr: %s", r.out.err);
+  cr_expect(strstr(r.out.err, "Output guardrail triggered: \"nested\" "
+                              "(guardrail \"policy\" of agent \"Helper\")"),
+            "%s", r.out.err);
+  cr_expect_eq(json_array_size(r.reqs), 2, "the lead got no answer back");
+  json_t *ev = event(&r, "guardrail_tripped");
+  cr_assert_not_null(ev);
+  cr_expect_str_eq(json_string_value(json_object_get(ev, "agent")), "Helper");
+  cr_expect_eq(json_integer_value(json_object_get(ev, "depth")), 1);
+  json_decref(ev);
+  char p[128];
+  (void)snprintf(p, sizeof(p), "%s/seen.json", dir);
+  json_t *seen = json_load_file(p, 0, NULL);
+  cr_expect_str_eq(json_string_value(json_object_get(seen, "output")),
+                   "the secret");
+  json_decref(seen);
+  result_free(&r);
+}
