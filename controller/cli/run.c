@@ -570,16 +570,17 @@ static bool makes_sandbox(const struct agent_set *set, size_t i) {
 }
 
 /* Refuses the flags that make sandboxes (--backend, its options,
- * --seccomp, --expose) in a run that starts in a live sandbox when no
+ * --seccomp) in a run that starts in a live sandbox when no
  * agent of the run makes one: they would do nothing. -1, or the exit
  * code after saying why. */
 static int check_live_sandbox_flags(struct run_cmd *c) {
   if (!c->sandbox_id && !c->session)
     return -1;
+  /* --expose still says which of the live sandbox's ports its
+   * sandbox_created event reports. */
   const char *flag = cli_backend_flags_any(&c->flags) ? "a backend option"
                      : c->backend                     ? "--backend"
                      : c->o.backend_opts.seccomp      ? "--seccomp"
-                     : c->o.n_exposed_ports           ? "--expose"
                                                       : NULL;
   if (!flag)
     return -1;

@@ -248,7 +248,7 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
   static const char *const nothing[][3] = {
       {"--memory-bytes", "100000000", "a backend option would do nothing"},
       {"--seccomp", "off", "--seccomp would do nothing"},
-      {"--expose", "9090", "--expose would do nothing"},
+      {"--backend", "local", "--backend would do nothing"},
   };
   for (size_t i = 0; i < sizeof(nothing) / sizeof(nothing[0]); i++) {
     run_in(id, other_path, "true",
