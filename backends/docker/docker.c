@@ -494,6 +494,18 @@ static int create_container(const struct backend_options *bo,
   effective_options(bo, &eff);
   const struct docker_options *o = &eff;
   *out = NULL;
+  /* The workspace is at the manifest's root, as the SDK's docker sandbox
+   * mounts it; the root option places a manifest that leaves its root at
+   * the default, and may not contradict one that names its own. */
+  const char *mroot = spec && spec->root ? spec->root : DOCKER_DEFAULT_ROOT;
+  if (eff.root && strcmp(mroot, DOCKER_DEFAULT_ROOT) != 0 &&
+      strcmp(eff.root, mroot) != 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "the manifest's root \"%s\" and the root option "
+                         "\"%s\" differ: give the workspace's place once",
+                         mroot, eff.root);
+  if (!eff.root)
+    eff.root = mroot;
   /* Everything that can be refused is refused before anything exists. */
   int r = docker_options_check(o, e);
   if (r < 0)

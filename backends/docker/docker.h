@@ -100,7 +100,8 @@ struct docker_options {
   /* The static sandboxd to inject. NULL: $SBX_SANDBOXD_STATIC, then
    * sandboxd-static next to sbx, then ../build-static/sandboxd. */
   const char *sandboxd_static;
-  const char *root;         /* workspace in the container; NULL: /workspace */
+  const char *root;         /* workspace in the container; NULL: the manifest's
+                               root (sandbox_spec.root), else /workspace */
   const char *network_mode; /* NULL: the engine's default; "none" */
   const uint16_t *exposed_ports; /* published on 127.0.0.1 */
   size_t n_exposed_ports;

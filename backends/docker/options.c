@@ -558,8 +558,8 @@ const struct backend_option docker_option_table[] = {
      "sandboxd-static beside sbx)",
      BACKEND_OPTION_STRING, ""},
     {"root", NULL, "PATH",
-     "the workspace in the container (default: "
-     "/workspace)",
+     "the workspace in the container (default: the manifest's root, "
+     "/workspace unless it names one; refused when it names another)",
      BACKEND_OPTION_STRING},
     {"labels", NULL, "{KEY: VALUE}", "the container's labels (not sbx.*)",
      BACKEND_OPTION_STRING_MAP},

@@ -488,6 +488,15 @@ static int take_options(struct local *l, const struct backend_options *o,
   l->expires_at = spec->expires_at;
   l->idle_timeout_s = spec->idle_timeout_s;
   if (!l->opt.isolate) {
+    /* Commands run on the host, in a directory of its own: there is no
+     * other root to put the workspace at. */
+    if (spec->root && strcmp(spec->root, "/workspace") != 0)
+      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                           "the manifest's root \"%s\" is not supported "
+                           "with isolation \"none\": the workspace is a "
+                           "host directory; isolate, or leave root at "
+                           "/workspace",
+                           spec->root);
     for (size_t i = 0; i < spec->nbinds; i++)
       if (spec->binds[i].read_only)
         return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,

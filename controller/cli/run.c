@@ -56,7 +56,12 @@ static void usage_run(FILE *f) {
       "sandbox's processes\n"
       "  --sandbox ID         run the agent in the developer-owned "
       "sandbox ID (from\n"
-      "                       sbx sandbox create) and leave it running\n"
+      "                       sbx sandbox create) and leave it running; "
+      "the flags\n"
+      "                       that make sandboxes then apply to other "
+      "agents' own\n"
+      "                       sandboxes, and are refused when there are "
+      "none\n"
       "  --state-dir DIR      where sandboxes and the state store are "
       "kept (default\n"
       "                       $XDG_STATE_HOME/sbx or "
@@ -93,13 +98,15 @@ static void usage_run(FILE *f) {
       "  --session STATE      run in the sandbox of a saved session state "
       "(sbx sandbox\n"
       "                       save): the live one, or its snapshot "
-      "restored\n"
+      "restored (not\n"
+      "                       with --sandbox or --resume)\n"
       "  --resume RUN_ID      continue the paused, interrupted or "
       "failed run RUN_ID of\n"
-      "                       sbx run from its last step (its agent file "
-      "and prompt\n"
-      "                       come from it; no tool call that finished "
-      "runs again)\n"
+      "                       sbx run from its last step (its agent file, "
+      "prompt and\n"
+      "                       sandboxes come from it; no tool call that "
+      "finished runs\n"
+      "                       again; not with --sandbox or --session)\n"
       "  --keep-failed TIME   keep the state and sandboxes of a run that "
       "fails (not one\n"
       "                       cancelled) for TIME (30m, 24h, 7d; 0: do "
@@ -489,6 +496,18 @@ static int parse_args(struct run_cmd *c, int argc, char **argv) {
     fprintf(stderr, "sbx run: --record and --replay cannot be combined\n");
     return 2;
   }
+  /* A resumed run goes on in the sandboxes its state recorded, and
+   * --sandbox names the live one the run starts in: the other would be
+   * left unused. */
+  if ((c->session && (c->sandbox_id || c->resume)) ||
+      (c->sandbox_id && c->resume)) {
+    fprintf(stderr, "sbx run: --%s cannot be combined with --%s: %s\n",
+            c->session ? "session" : "sandbox",
+            c->resume ? "resume" : "sandbox",
+            c->resume ? "a resumed run goes on in the sandboxes it recorded"
+                      : "the run starts in one sandbox");
+    return 2;
+  }
   if (c->ask && (c->o.snapshot || c->o.snapshot_dir)) {
     fprintf(stderr,
             "sbx run: --%s: a run with --approve ask never pauses, "
@@ -616,6 +635,61 @@ static void continue_conversation(struct run_cmd *c) {
             c->cont);
 }
 
+/* Whether agent I of SET gets a sandbox of its own in a run that starts
+ * in a live one (--sandbox, --session): it is not the first, works in a
+ * sandbox, and is not only an agent used as a tool in its caller's. */
+static bool makes_sandbox(const struct agent_set *set, size_t i) {
+  const struct agent *a = set->agents[i];
+  bool works = a->default_manifest;
+  for (size_t k = 0; k < a->ncapabilities; k++)
+    works = works || a->capabilities[k] == AGENT_CAP_FILESYSTEM ||
+            a->capabilities[k] == AGENT_CAP_SHELL;
+  if (i == 0 || !works)
+    return false;
+  for (size_t j = 0; j < set->n; j++) {
+    const struct agent *b = set->agents[j];
+    for (size_t k = 0; k < b->nhandoffs; k++)
+      if (b->handoffs[k] == a)
+        return true;
+    for (size_t k = 0; k < b->ntools; k++)
+      if (b->tools[k].agent == a && !b->tools[k].parent_sandbox)
+        return true;
+    for (size_t k = 0; k < b->ninput_guardrails; k++)
+      if (b->input_guardrails[k].agent == a)
+        return true;
+    for (size_t k = 0; k < b->noutput_guardrails; k++)
+      if (b->output_guardrails[k].agent == a)
+        return true;
+  }
+  return false;
+}
+
+/* Refuses the flags that make sandboxes (--backend, its options,
+ * --seccomp) in a run that starts in a live sandbox when no
+ * agent of the run makes one: they would do nothing. -1, or the exit
+ * code after saying why. */
+static int check_live_sandbox_flags(struct run_cmd *c) {
+  if (!c->sandbox_id && !c->session)
+    return -1;
+  /* --expose still says which of the live sandbox's ports its
+   * sandbox_created event reports. */
+  const char *flag = cli_backend_flags_any(&c->flags) ? "a backend option"
+                     : c->backend                     ? "--backend"
+                     : c->o.backend_opts.seccomp      ? "--seccomp"
+                                                      : NULL;
+  if (!flag)
+    return -1;
+  for (size_t i = 0; i < c->agents->n; i++)
+    if (makes_sandbox(c->agents, i))
+      return -1;
+  fprintf(stderr,
+          "sbx run: %s would do nothing: the run works in the live sandbox "
+          "of --%s, made with its own options, and no other agent of it "
+          "makes a sandbox (give them to sbx sandbox create)\n",
+          flag, c->sandbox_id ? "sandbox" : "session");
+  return 2;
+}
+
 /* Everything before the run: -1 when it can start, else the exit code. */
 static int prepare(struct run_cmd *c, int argc, char **argv) {
   int k = parse_args(c, argc, argv);
@@ -655,6 +729,9 @@ static int prepare(struct run_cmd *c, int argc, char **argv) {
                           : argv[optind + 1];
   if (c->cont)
     continue_conversation(c);
+  k = check_live_sandbox_flags(c);
+  if (k >= 0)
+    return k;
   k = choose_backend(c);
   if (k >= 0)
     return k;

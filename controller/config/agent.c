@@ -87,6 +87,7 @@ static void agent_free(struct agent *a) {
   }
   free(a->tools);
   agent_host_tools_free(a);
+  agent_guardrails_free(a);
   free(a->base_url);
   free(a->run_backend);
   json_decref(a->run_options);
@@ -204,7 +205,32 @@ static int load_references(struct loader *L, const struct agent_ctx *c,
     if (r < 0)
       return r;
   }
+  for (size_t i = 0; i < a->ninput_guardrails + a->noutput_guardrails; i++) {
+    bool in = i < a->ninput_guardrails;
+    struct agent_guardrail *g =
+        in ? &a->input_guardrails[i]
+           : &a->output_guardrails[i - a->ninput_guardrails];
+    if (!g->agent_path)
+      continue;
+    _cleanup_free_ char *p = resolve_path(a->path, g->agent_path);
+    if (!p)
+      return agent_nomem(c);
+    (void)snprintf(from, sizeof(from), "\"%s[%zu].agent\" of %.128s",
+                   in ? "input_guardrails" : "output_guardrails",
+                   in ? i : i - a->ninput_guardrails, a->path);
+    int r = load_file(L, p, from, depth + 1, &g->agent);
+    if (r < 0)
+      return r;
+  }
   return 0;
+}
+
+/* The guard agent of A's guardrail I (input ones first), or NULL for a
+ * command. */
+static const struct agent *guard_agent(const struct agent *a, size_t i) {
+  return i < a->ninput_guardrails
+             ? a->input_guardrails[i].agent
+             : a->output_guardrails[i - a->ninput_guardrails].agent;
 }
 
 /* Loads PATH (named by FROM, for messages; NULL for the first file) unless a
@@ -298,10 +324,14 @@ static bool reaches(const struct agent *from, const struct agent *to) {
     const struct agent *a = stack[--n];
     if (a == to)
       return true;
-    for (size_t i = 0; i < a->nhandoffs + a->ntools; i++) {
+    size_t ng = a->ninput_guardrails + a->noutput_guardrails;
+    for (size_t i = 0; i < a->nhandoffs + a->ntools + ng; i++) {
       const struct agent *b =
-          i < a->nhandoffs ? a->handoffs[i] : a->tools[i - a->nhandoffs].agent;
-      if (!seen[b->index]) {
+          i < a->nhandoffs ? a->handoffs[i]
+          : i < a->nhandoffs + a->ntools
+              ? a->tools[i - a->nhandoffs].agent
+              : guard_agent(a, i - a->nhandoffs - a->ntools);
+      if (b && !seen[b->index]) {
         seen[b->index] = true;
         stack[n++] = b;
       }
@@ -322,6 +352,16 @@ static int check_tool_cycles(const struct agent_set *s, struct sbx_error *e) {
                              "\"tools[%zu].agent\" (%.128s) leads back to this "
                              "agent: agents used as tools may not form a cycle",
                              j, a->tools[j].agent->path);
+      }
+    }
+    for (size_t j = 0; j < a->ninput_guardrails + a->noutput_guardrails; j++) {
+      const struct agent *g = guard_agent(a, j);
+      if (g && reaches(g, a)) {
+        struct agent_ctx c = {.path = a->path, .e = e};
+        return agent_invalid(&c,
+                             "the guard agent %.128s leads back to this "
+                             "agent: guard agents may not form a cycle",
+                             g->path);
       }
     }
   }
@@ -409,6 +449,64 @@ static int check_parent_sandboxes(const struct agent_set *s,
   return 0;
 }
 
+/* Checks that each guard agent gives a verdict: its output_type has a
+ * boolean "tripwire_triggered" (the runner refuses an answer without
+ * one). */
+static int check_guard_agents(const struct agent_set *s, struct sbx_error *e) {
+  for (size_t i = 0; i < s->n; i++) {
+    const struct agent *a = s->agents[i];
+    for (size_t j = 0; j < a->ninput_guardrails + a->noutput_guardrails; j++) {
+      const struct agent *g = guard_agent(a, j);
+      if (!g)
+        continue;
+      json_t *t = json_object_get(json_object_get(g->output_type, "properties"),
+                                  "tripwire_triggered");
+      const char *type = json_string_value(json_object_get(t, "type"));
+      if (type && strcmp(type, "boolean") == 0)
+        continue;
+      struct agent_ctx c = {.path = a->path, .e = e};
+      bool in = j < a->ninput_guardrails;
+      return agent_invalid(&c,
+                           "\"%s[%zu].agent\": the guard agent %.128s must "
+                           "have an output_type with a boolean "
+                           "\"tripwire_triggered\" property (and optionally "
+                           "\"output_info\")",
+                           in ? "input_guardrails" : "output_guardrails",
+                           in ? j : j - a->ninput_guardrails, g->path);
+    }
+  }
+  return 0;
+}
+
+/* Refuses "max_turns" on an agent reached only by handoff: a run's turn
+ * limit is that of the agent that starts it (the first file, an agent
+ * used as a tool, a guard agent), so it would do nothing. */
+static int check_handoff_max_turns(const struct agent_set *s,
+                                   struct sbx_error *e) {
+  bool starts[AGENT_MAX_AGENTS] = {false};
+  starts[0] = true;
+  for (size_t i = 0; i < s->n; i++) {
+    const struct agent *a = s->agents[i];
+    for (size_t j = 0; j < a->ntools; j++)
+      starts[a->tools[j].agent->index] = true;
+    for (size_t j = 0; j < a->ninput_guardrails + a->noutput_guardrails; j++)
+      if (guard_agent(a, j))
+        starts[guard_agent(a, j)->index] = true;
+  }
+  for (size_t i = 0; i < s->n; i++) {
+    const struct agent *a = s->agents[i];
+    if (starts[i] || a->max_turns == 0)
+      continue;
+    struct agent_ctx c = {.path = a->path, .e = e};
+    return agent_invalid(&c,
+                         "\"max_turns\" would do nothing: agent \"%s\" is "
+                         "reached only by handoff here, and a run's turn "
+                         "limit is that of the agent that starts it (%s)",
+                         a->name, s->agents[0]->path);
+  }
+  return 0;
+}
+
 int agent_load(const char *path, struct agent_set **out, struct sbx_error *e) {
   struct agent_set *s = calloc(1, sizeof(*s));
   struct loader L = {.set = s, .e = e};
@@ -422,6 +520,10 @@ int agent_load(const char *path, struct agent_set **out, struct sbx_error *e) {
     r = check_tool_cycles(s, e);
   if (r == 0)
     r = check_parent_sandboxes(s, e);
+  if (r == 0)
+    r = check_guard_agents(s, e);
+  if (r == 0)
+    r = check_handoff_max_turns(s, e);
   if (r < 0) {
     agent_set_free(s);
     return r;

@@ -27,7 +27,10 @@
  *   prompt             {"id", "version"?, "variables"?: {name: string or
  *                       input content}}: the Responses API's reusable
  *                      prompt; refused with "api": "chat_completions"
- *   max_turns          integer >= 1
+ *   max_turns          integer >= 1: the turn limit of a run this agent
+ *                      starts (the first file, an agent used as a tool, a
+ *                      guard agent); refused on one reached only by
+ *                      handoff, where it would do nothing
  *   handoffs           array of paths to agent files
  *   tools              array of {"type": "agent_as_tool", "agent": path,
  *                       "name"?: [A-Za-z0-9_-]{1,64}, "description"?: string,
@@ -53,7 +56,16 @@
  *   base_url           "http://..." or "https://..."
  *   api_key_env        the name of the environment variable that holds this
  *                      agent's API key (default OPENAI_API_KEY)
- *   approvals          {<tool name>: "always" | "never" | [command prefix...]}
+ *   approvals          {<tool name>: "always" | "never" | [command prefix...]};
+ *                      a name that is none of the agent's tools (its MCP
+ *                      servers' included) fails its first turn as a
+ *                      configuration error (run/request.c)
+ *   input_guardrails   array of {"name": [A-Za-z0-9_-]{1,64}, and either
+ *   output_guardrails   "agent": path (a guard agent whose output_type
+ *                       gives a boolean "tripwire_triggered" and optionally
+ *                       "output_info") or "command": [argv...] with
+ *                       "timeout_s"?: 1..3600 (a program on the
+ *                       controller's host)} (agent_guardrails.c)
  *   run_config         {"backend": name, "exposed_ports": [port...],
  *                      ...that backend's options}: the defaults of
  *                      `sbx run` and `sbx sandbox create --agent`; the
@@ -169,6 +181,20 @@ struct agent_command {
   int64_t timeout_s;
 };
 
+/* One of "input_guardrails" or "output_guardrails": a check of the run's
+ * input or of the agent's final output that may stop the run (its
+ * tripwire). Exactly one of AGENT (a guard agent, run as a nested run) and
+ * ARGV (a program on the controller's host) is set. */
+struct agent_guardrail {
+  char *name;
+  char *agent_path;    /* as written, or NULL */
+  struct agent *agent; /* borrowed from the set, or NULL */
+  char **argv;         /* NULL-terminated, or NULL; argv[0] resolved as a
+                          command tool's */
+  char *dir;           /* the agent file's directory: the command's cwd */
+  int64_t timeout_s;
+};
+
 enum agent_mcp_type {
   AGENT_MCP_STDIO,
   AGENT_MCP_STREAMABLE_HTTP,
@@ -234,6 +260,10 @@ struct agent {
   size_t ncommands;
   struct agent_mcp_server *mcp_servers;
   size_t nmcp_servers;
+  struct agent_guardrail *input_guardrails; /* in file order */
+  size_t ninput_guardrails;
+  struct agent_guardrail *output_guardrails;
+  size_t noutput_guardrails;
   enum agent_api api;
   char *base_url;
   char *api_key_env; /* an environment variable's name, or NULL */

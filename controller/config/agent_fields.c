@@ -760,6 +760,8 @@ static const struct field {
     {"handoffs", parse_handoffs},
     {"tools", parse_tools},
     {"mcp_servers", agent_parse_mcp_servers},
+    {"input_guardrails", agent_parse_guardrails},
+    {"output_guardrails", agent_parse_guardrails},
     {"api", parse_api},
     {"base_url", parse_base_url},
     {"api_key_env", parse_api_key_env},

@@ -48,6 +48,24 @@ int agent_parse_command(const struct agent_ctx *c, struct agent_command *t,
 /* Reads "mcp_servers". */
 int agent_parse_mcp_servers(const struct agent_ctx *c, struct agent *a,
                             const char *key, json_t *v);
+/* The "command" array V (KEY names it) of a program on the controller's
+ * host into *ARGV (new, NULL-terminated), with argv[0] taken from the
+ * agent file's directory when it is a relative path with a slash, and
+ * that directory, absolute, into *DIR (new): the program's cwd. */
+int agent_get_program(const struct agent_ctx *c, const char *key, json_t *v,
+                      char ***argv, char **dir);
+/* A timeout of 1..3600 whole seconds. */
+int agent_get_timeout(const struct agent_ctx *c, const char *key, json_t *v,
+                      int64_t *out);
+/* Frees a NULL-terminated vector; accepts NULL; returns NULL. */
+char **agent_strv_free(char **v);
+
+/* agent_guardrails.c: "input_guardrails" and "output_guardrails". */
+int agent_parse_guardrails(const struct agent_ctx *c, struct agent *a,
+                           const char *key, json_t *v);
+/* Frees A's guardrails. */
+void agent_guardrails_free(struct agent *a);
+
 /* Frees A's commands and MCP servers. */
 void agent_host_tools_free(struct agent *a);
 /* The OpenAI function name rule: [A-Za-z0-9_-]{1,64}. */

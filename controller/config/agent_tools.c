@@ -48,7 +48,7 @@ static char *program_path(const char *dir, const char *p) {
   return strchr(p, '/') ? from_dir(dir, p) : strdup(p);
 }
 
-static char **strv_free(char **v) {
+char **agent_strv_free(char **v) {
   for (size_t i = 0; v && v[i]; i++)
     free(v[i]);
   free(v);
@@ -91,8 +91,8 @@ static int get_str(const struct agent_ctx *c, const char *key, json_t *v,
 }
 
 /* A whole number of seconds in 1..COMMAND_MAX_TIMEOUT_S. */
-static int get_timeout(const struct agent_ctx *c, const char *key, json_t *v,
-                       int64_t *out) {
+int agent_get_timeout(const struct agent_ctx *c, const char *key, json_t *v,
+                      int64_t *out) {
   if (!json_is_integer(v))
     return agent_wrong_type(c, key, "an integer", v);
   json_int_t n = json_integer_value(v);
@@ -102,6 +102,25 @@ static int get_timeout(const struct agent_ctx *c, const char *key, json_t *v,
                          "%" JSON_INTEGER_FORMAT ")",
                          key, COMMAND_MAX_TIMEOUT_S, n);
   *out = n;
+  return 0;
+}
+
+int agent_get_program(const struct agent_ctx *c, const char *key, json_t *v,
+                      char ***argv, char **dir) {
+  *argv = agent_strv_free(*argv);
+  int r = get_strv(c, key, v, 0, true, argv);
+  if (r < 0)
+    return r;
+  free(*dir);
+  if (!(*dir = file_dir(c)))
+    return agent_fail(c, SBX_OK, errno ? errno : ENOMEM,
+                      "cannot resolve the directory of the agent file: %s",
+                      strerror(errno ? errno : ENOMEM));
+  char *p = program_path(*dir, (*argv)[0]);
+  if (!p)
+    return agent_nomem(c);
+  free((*argv)[0]);
+  (*argv)[0] = p;
   return 0;
 }
 
@@ -135,9 +154,9 @@ int agent_parse_command(const struct agent_ctx *c, struct agent_command *t,
       json_decref(t->parameters);
       t->parameters = json_incref(item);
     } else if (strcmp(sub, "command") == 0) {
-      r = get_strv(c, k, item, 0, true, &t->argv);
+      r = agent_get_program(c, k, item, &t->argv, &t->dir);
     } else if (strcmp(sub, "timeout_s") == 0) {
-      r = get_timeout(c, k, item, &t->timeout_s);
+      r = agent_get_timeout(c, k, item, &t->timeout_s);
     } else {
       return agent_invalid(c, "unknown key \"%s\"", k);
     }
@@ -154,15 +173,6 @@ int agent_parse_command(const struct agent_ctx *c, struct agent_command *t,
   if (!t->parameters && !(t->parameters = json_pack("{s:s, s:{}}", "type",
                                                     "object", "properties")))
     return agent_nomem(c);
-  if (!(t->dir = file_dir(c)))
-    return agent_fail(c, SBX_OK, errno ? errno : ENOMEM,
-                      "cannot resolve the directory of the agent file: %s",
-                      strerror(errno ? errno : ENOMEM));
-  char *p = program_path(t->dir, t->argv[0]);
-  if (!p)
-    return agent_nomem(c);
-  free(t->argv[0]);
-  t->argv[0] = p;
   return 0;
 }
 
@@ -476,20 +486,20 @@ void agent_host_tools_free(struct agent *a) {
     free(t->name);
     free(t->description);
     json_decref(t->parameters);
-    strv_free(t->argv);
+    agent_strv_free(t->argv);
     free(t->dir);
   }
   free(a->commands);
   for (size_t i = 0; i < a->nmcp_servers; i++) {
     struct agent_mcp_server *s = &a->mcp_servers[i];
     free(s->name);
-    strv_free(s->argv);
-    strv_free(s->env);
+    agent_strv_free(s->argv);
+    agent_strv_free(s->env);
     free(s->cwd);
     free(s->url);
-    strv_free(s->headers);
-    strv_free(s->allowed);
-    strv_free(s->blocked);
+    agent_strv_free(s->headers);
+    agent_strv_free(s->allowed);
+    agent_strv_free(s->blocked);
     for (size_t j = 0; j < s->napprovals; j++)
       free(s->approvals[j].tool);
     free(s->approvals);

@@ -19,9 +19,12 @@
  *   local_dir   src (a host directory, likewise)
  *   git_repo    repo ("owner/name" on host, default github.com, or a URL),
  *               or url (any git remote, file:// included); ref?; subpath?
- *   mount       source (absolute host path), mount_path?, read_only
- *               (default true), mount_strategy "local_bind" (or
- *               {"type": "local_bind"}); "local_bind" is the same entry
+ *   mount       source (absolute host path), mount_path? (only the
+ *               entry's own path: the key is where it is mounted),
+ *               read_only (default true), mount_strategy "local_bind" (or
+ *               {"type": "local_bind"}); no group, permissions or provider
+ *               (refused: a bind mount keeps its source's owner and mode);
+ *               "local_bind" is the same entry
  *   s3_mount, gcs_mount, r2_mount, azure_blob_mount, box_mount,
  *   s3_files_mount: cloud mounts, checked here, carried out by no backend
  *               yet (lifecycle_check_manifest refuses them).

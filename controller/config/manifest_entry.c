@@ -350,6 +350,35 @@ static int parse_mount(struct entry_ctx *c) {
         "%s: \"mount_path\" must be relative to the root (the "
         "entry's key is where it is mounted)",
         ewhere);
+  /* Where it is mounted is the entry's key; a mount_path elsewhere would
+   * be ignored, so only the key itself is taken. */
+  char mpn[SBX_PATH_MAX];
+  if (mp &&
+      (sbx_path_normalize_rel(json_string_value(mp), json_string_length(mp),
+                              mpn, sizeof(mpn), 0, NULL) < 0 ||
+       strcmp(mpn, ent->path) != 0))
+    return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                         "%s: a \"mount_path\" other than the entry's own "
+                         "path is not supported: the entry's key is where it "
+                         "is mounted",
+                         ewhere);
+  /* A mount keeps its source's owner and mode, and its provider is an
+   * in-container strategy's, which no backend has. */
+  static const char *const mount_unsupported[] = {"group", "permissions",
+                                                  "provider"};
+  for (size_t i = 0;
+       ent->type == MANIFEST_MOUNT && i < SBX_ARRAY_SIZE(mount_unsupported);
+       i++)
+    if (json_object_get(v, mount_unsupported[i]))
+      return sbx_error_set(e, SBX_NOT_SUPPORTED, EOPNOTSUPP,
+                           "%s: \"%s\" is not supported on a mount entry: "
+                           "%s",
+                           ewhere, mount_unsupported[i],
+                           i < 2 ? "a bind mount keeps its source's owner "
+                                   "and mode"
+                                 : "it names an in-container mount "
+                                   "strategy's provider, which no backend "
+                                   "supports");
   json_t *st = json_object_get(v, "mount_strategy");
   if (st) {
     const char *s = json_is_object(st)

@@ -287,6 +287,51 @@ int run_mcp_ensure(struct run *run, const struct agent *a,
   return 0;
 }
 
+/* The name of the tool definition T (new-style, chat or hosted), or
+ * NULL. */
+static const char *tool_def_name(json_t *t) {
+  const char *n = json_string_value(json_object_get(t, "name"));
+  if (!n)
+    n = json_string_value(
+        json_object_get(json_object_get(t, "function"), "name"));
+  if (!n)
+    n = json_string_value(json_object_get(t, "type"));
+  return n;
+}
+
+int run_check_approvals(struct run *run, const struct agent *a,
+                        struct sbx_error *e) {
+  struct agent_state *st = &run->states[a->index];
+  if (st->approvals_checked || a->napprovals == 0)
+    return 0;
+  _cleanup_json_ json_t *tools = build_tools(a, st->mcp, run_agent_api(a));
+  if (!tools)
+    return -ENOMEM;
+  for (size_t i = 0; i < a->napprovals; i++) {
+    const char *want = a->approvals[i].tool;
+    bool found = false;
+    size_t k;
+    json_t *t;
+    json_array_foreach(tools, k, t) {
+      const char *n = tool_def_name(t);
+      if (n && strcmp(n, want) == 0 && !run_find_handoff(a, n))
+        found = true;
+    }
+    if (!found) {
+      run->res->config_error = true;
+      return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                           "agent \"%s\" (%s): \"approvals.%s\" names no "
+                           "tool the agent has%s, so it would decide nothing",
+                           a->name, a->path, want,
+                           run_find_handoff(a, want)
+                               ? " (a handoff is taken without approval)"
+                               : "");
+    }
+  }
+  st->approvals_checked = true;
+  return 0;
+}
+
 /* Frees what run_request_build made for TR. */
 void run_request_clear(struct turn_request *tr) {
   json_decref(tr->settings);

@@ -96,6 +96,7 @@ struct agent_state {
   /* It has called tools in this run: its tool_choice is no longer sent
    * (the SDK's reset_tool_choice). */
   bool used_tools;
+  bool approvals_checked; /* run_check_approvals passed */
 };
 
 struct run {
@@ -194,6 +195,57 @@ void run_trace_usage(struct trace_span *sp, const struct model_usage *u);
  * and the call runs again, going on inside, when it is resumed. */
 int run_nested(struct call_job *j, const struct agent_tool *t,
                const char *input, char **out);
+/* A run nested in another: of an agent used as a tool (CALL_ID its call,
+ * journaled with the root run's state) or of a guard agent (CALL_ID
+ * NULL: not journaled, no agent_tool_started event). */
+struct nested_spec {
+  const struct agent *agent;  /* the agent that runs */
+  const struct agent *caller; /* the agent it runs for */
+  const char *call_id;        /* or NULL */
+  struct trace_span *span;    /* its parent span */
+  int64_t max_turns;          /* 0: the agent's, else the default */
+  bool parent_sandbox;        /* in the caller's sandbox */
+  /* Its usage goes to its result only, for the caller to count (a run in
+   * another thread than its parent's turn): else to the parent's too. */
+  bool own_usage;
+};
+/* Runs NS with the user input INPUT as a run nested in PARENT; its result
+ * into *RES (cleared first; the caller clears it after). Its usage counts
+ * in PARENT's. 0, RUNNER_PAUSED or a negative errno with E. */
+int run_nested_agent(struct run *parent, const struct nested_spec *ns,
+                     const char *input, struct run_result *res,
+                     struct sbx_error *e);
+
+/* ---- guardrails.c -------------------------------------------------- */
+
+/* The input guardrails of agent A, run on RUN's input in a thread of
+ * their own while the first turn asks the model. */
+struct guard_job {
+  struct run *run;
+  const struct agent *a;
+  int turn;
+  json_t *subject; /* the input they check (new) */
+  pthread_t thread;
+  bool started;
+  int rc;
+  struct sbx_error err;
+  /* Set by the thread, taken by the wait: */
+  struct model_usage usage; /* of the guard agents' runs */
+  const struct agent_guardrail *tripped;
+  json_t *info; /* its output_info (new), or NULL */
+};
+/* Starts A's input guardrails on RUN's input (its first turn), if it has
+ * any. 0 or -ENOMEM. */
+int run_guardrails_input_start(struct guard_job *g, struct run *run,
+                               const struct agent *a, int turn);
+/* Waits for them: 0 when every one passed (or none ran), else the
+ * failure, a tripwire (res->guardrail set) or a guardrail that could not
+ * run, in E. Accepts a job never started. */
+int run_guardrails_input_wait(struct guard_job *g, struct sbx_error *e);
+/* Runs A's output guardrails on RUN's final output (res->final_output
+ * and final_json), one after another: 0, or the first failure in E. */
+int run_guardrails_output(struct run *run, const struct agent *a, int turn,
+                          struct sbx_error *e);
 
 /* ---- turn.c -------------------------------------------------------- */
 
@@ -224,6 +276,11 @@ void run_request_clear(struct turn_request *tr);
 /* Starts agent A's MCP servers on first use; a server that cannot be
  * started or initialized fails the turn. */
 int run_mcp_ensure(struct run *run, const struct agent *a, struct sbx_error *e);
+/* Refuses (a configuration error) an entry of A's "approvals" that names
+ * none of A's tools (its MCP servers' included, so after run_mcp_ensure):
+ * it would decide nothing. Once per agent and run. */
+int run_check_approvals(struct run *run, const struct agent *a,
+                        struct sbx_error *e);
 /* The function name of the agent used as the tool T. */
 void run_tool_agent_name(const struct agent_tool *t, char *out, size_t cap);
 /* The agent of A's handoff tool NAME, or NULL when NAME is none. */

@@ -12,6 +12,7 @@
 
 #include "controller/run/run_internal.h"
 #include "controller/telemetry/trace.h"
+#include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/log.h"
 #include "shared/rand.h"
@@ -46,30 +47,27 @@ static json_t *user_message(const char *text) {
   return json_pack("{s:s, s:s}", "role", "user", "content", text);
 }
 
-/* Runs the agent T for the tool call J, as a run nested in J's, under J's
- * span; its answer goes to *OUT (new); failures to j->err. */
-int run_nested(struct call_job *j, const struct agent_tool *t,
-               const char *input, char **out) {
-  struct run *parent = j->run;
-  struct sbx_error *e = &j->err;
+int run_nested_agent(struct run *parent, const struct nested_spec *ns,
+                     const char *input, struct run_result *res,
+                     struct sbx_error *e) {
+  memset(res, 0, sizeof(*res));
   if (parent->depth + 1 > RUNNER_MAX_NESTING)
     return sbx_error_set(e, SBX_LIMIT_EXCEEDED, E2BIG,
-                         "agents used as tools nest deeper than %d",
+                         "agents used as tools or guardrails nest deeper "
+                         "than %d",
                          RUNNER_MAX_NESTING);
-  struct run_result res = {0};
   struct run *run = calloc(1, sizeof(*run));
   if (!run)
     return -ENOMEM;
   run->sh = parent->sh;
-  run->res = &res;
+  run->res = res;
   run->depth = parent->depth + 1;
-  if (t->parent_sandbox)
-    run->host = &parent->states[j->agent->index];
-  const char *call_id = json_string_value(json_object_get(j->item, "call_id"));
+  if (ns->parent_sandbox)
+    run->host = &parent->states[ns->caller->index];
   /* Journaled, and resumed from the journal when a run before this one
    * was killed (or paused) in it. */
-  const struct agent *start = t->agent;
-  int r = run_state_nested(run, parent, call_id, &start, e);
+  const struct agent *start = ns->agent;
+  int r = run_state_nested(run, parent, ns->call_id, &start, e);
   /* It can pause only where everything a resume needs is recorded: its
    * journal, and sandboxes that are the root run's. */
   run->can_pause =
@@ -78,14 +76,16 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
       (!(run->items = json_array()) ||
        json_array_append_new(run->items, user_message(input)) < 0))
     r = -ENOMEM;
-  events_agent_tool_started(
-      run->sh->ev, &(struct events_where){t->agent->name, (int)run->depth, 0},
-      j->agent->name, call_id);
-  run->span = trace_child(j->tc.span, TRACE_RUN);
-  trace_set_str(run->span, "gen_ai.agent.name", t->agent->name);
+  if (ns->call_id)
+    events_agent_tool_started(
+        run->sh->ev,
+        &(struct events_where){ns->agent->name, (int)run->depth, 0},
+        ns->caller->name, ns->call_id);
+  run->span = trace_child(ns->span, TRACE_RUN);
+  trace_set_str(run->span, "gen_ai.agent.name", ns->agent->name);
   trace_set_int(run->span, "sbx.depth", run->depth);
   int64_t max_turns =
-      turns_for(&(struct run_options){0}, t->agent, t->max_turns);
+      turns_for(&(struct run_options){0}, ns->agent, ns->max_turns);
   if (run->first_turn > 0)
     max_turns += run->first_turn - 1;
   if (r == 0)
@@ -97,8 +97,8 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   /* A paused run's sandboxes are its caller's: nothing of its own is left
    * running. */
   run_close_sandboxes(run, false);
-  trace_set_int(run->span, "sbx.turns", res.turns);
-  run_trace_usage(run->span, &res.usage);
+  trace_set_int(run->span, "sbx.turns", res->turns);
+  run_trace_usage(run->span, &res->usage);
   if (r < 0)
     trace_set_error(run->span, "%s", e->msg[0] ? e->msg : strerror(-r));
   trace_end(run->span);
@@ -106,10 +106,38 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
   json_decref(run->rs_pending);
   json_decref(run->rs_done);
   free(run);
-  j->config_error = res.config_error;
   /* A paused run's usage is in its journal; it counts when it answers. */
-  if (r != RUNNER_PAUSED)
-    run_usage_add(&parent->res->usage, &res.usage);
+  if (r != RUNNER_PAUSED && !ns->own_usage)
+    run_usage_add(&parent->res->usage, &res->usage);
+  return r;
+}
+
+/* Runs the agent T for the tool call J, as a run nested in J's, under J's
+ * span; its answer goes to *OUT (new); failures to j->err. */
+int run_nested(struct call_job *j, const struct agent_tool *t,
+               const char *input, char **out) {
+  struct run_result res = {0};
+  struct nested_spec ns = {
+      .agent = t->agent,
+      .caller = j->agent,
+      .call_id = json_string_value(json_object_get(j->item, "call_id")),
+      .span = j->tc.span,
+      .max_turns = t->max_turns,
+      .parent_sandbox = t->parent_sandbox,
+  };
+  int r = run_nested_agent(j->run, &ns, input, &res, &j->err);
+  j->config_error = res.config_error;
+  /* A tripwire inside it stops the whole run, and says so there. */
+  if (r < 0 && res.guardrail) {
+    pthread_mutex_lock(&j->run->sh->mu);
+    struct run_result *top = j->run->res;
+    if (!top->guardrail) {
+      top->guardrail = res.guardrail;
+      top->guardrail_kind = res.guardrail_kind;
+      top->guardrail_info = TAKE_PTR(res.guardrail_info);
+    }
+    pthread_mutex_unlock(&j->run->sh->mu);
+  }
   if (r == 0) {
     *out = res.final_output;
     res.final_output = NULL;
@@ -121,6 +149,7 @@ int run_nested(struct call_job *j, const struct agent_tool *t,
 void run_result_clear(struct run_result *r) {
   free(r->final_output);
   json_decref(r->final_json);
+  json_decref(r->guardrail_info);
   memset(r, 0, sizeof(*r));
 }
 
@@ -258,9 +287,10 @@ int runner_run(const struct run_options *o, struct run_result *res,
   if (r < 0 && o->interrupt && *o->interrupt)
     r = sbx_error_set(e, SBX_UNAVAILABLE, EINTR,
                       "the run was interrupted; it goes on when resumed");
-  bool keep = r == RUNNER_PAUSED || (r == -EINTR && sh.rs) ||
-              (o->keep_failed && r < 0 && r != -ECANCELED &&
-               !res->config_error && keep_failed(run, start));
+  bool keep =
+      r == RUNNER_PAUSED || (r == -EINTR && sh.rs) ||
+      (o->keep_failed && r < 0 && r != -ECANCELED && !res->config_error &&
+       !res->guardrail && keep_failed(run, start));
   /* Memory is generated whenever the run stops, answered, failed or
    * paused (the SDK's finalizeSandboxRuntime), in its sandboxes before
    * they are closed. */

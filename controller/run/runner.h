@@ -115,7 +115,14 @@ struct run_result {
   int turns;
   const char *last_agent; /* borrowed from the agent set */
   bool config_error;      /* the failure is the configuration's (exit 2) */
-  char state_path[4200];  /* the run state's id in the store, "" for none */
+  /* A guardrail's tripwire stopped the run: its name and "input" or
+   * "output" (borrowed from the agent set), and its output_info (new, or
+   * NULL). Such a run is not kept for a retry: the same input or output
+   * would trip it again. */
+  const char *guardrail;
+  const char *guardrail_kind;
+  json_t *guardrail_info;
+  char state_path[4200]; /* the run state's id in the store, "" for none */
 };
 
 /* Runs to completion or to a pause for approval (RUNNER_PAUSED). Returns

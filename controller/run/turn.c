@@ -81,6 +81,17 @@ static int turn_chain(struct shared *sh, enum model_api api,
   return 0;
 }
 
+/* The calls a resumed run's last response left pending (borrowed), or
+ * NULL for none. A nested run's pending calls are its own, taken once. */
+static json_t *pending_calls(const struct run *run) {
+  const struct shared *sh = run->sh;
+  json_t *pending = !sh->rs           ? NULL
+                    : run->depth == 0 ? json_object_get(sh->rs, "pending")
+                                      : run->rs_pending;
+  return json_is_array(pending) && json_array_size(pending) > 0 ? pending
+                                                                : NULL;
+}
+
 /* The response of the turn: from the model, or for a resumed run first
  * the calls its last response left pending. Its usage is counted and its
  * output joins the conversation. */
@@ -91,6 +102,8 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
   int r = run_ensure_sandbox(run, a, e);
   if (r == 0)
     r = run_mcp_ensure(run, a, e);
+  if (r == 0)
+    r = run_check_approvals(run, a, e);
   if (r < 0)
     return r;
   struct client_slot *slot = NULL;
@@ -99,11 +112,8 @@ static int turn_ask(struct turn *t, struct sbx_error *e) {
     run->res->config_error = true;
     return r;
   }
-  /* A nested run's pending calls are its own, taken once. */
-  json_t *pending = !sh->rs           ? NULL
-                    : run->depth == 0 ? json_object_get(sh->rs, "pending")
-                                      : run->rs_pending;
-  t->resumed = json_is_array(pending) && json_array_size(pending) > 0;
+  json_t *pending = pending_calls(run);
+  t->resumed = pending != NULL;
   if (t->resumed) {
     t->resp.output = json_incref(pending);
     if (run->depth != 0) {
@@ -217,6 +227,9 @@ static int turn_finish(struct turn *t, struct sbx_error *e) {
                            "match its output_type: %s",
                            a->name, se.msg);
   }
+  int r = run_guardrails_output(run, a, t->w.turn, e);
+  if (r < 0)
+    return r;
   return run_state_save(run, a, "finished", NULL, e);
 }
 
@@ -406,7 +419,17 @@ int run_loop(struct run *run, const struct agent *start, int64_t max_turns,
         .w = {a->name, (int)run->depth, turn},
         .model = run_model_for(run->sh->o, a),
     };
-    int r = turn_ask(&t, e);
+    /* The input guardrails check the run's input alongside its first
+     * model call; nothing of the turn is used before they pass. */
+    struct guard_job guard = {0};
+    int r = turn == 1 && !pending_calls(run)
+                ? run_guardrails_input_start(&guard, run, a, turn)
+                : 0;
+    if (r == 0)
+      r = turn_ask(&t, e);
+    int gr = run_guardrails_input_wait(&guard, e);
+    if (gr < 0)
+      return gr;
     if (r < 0)
       return r;
     size_t i;

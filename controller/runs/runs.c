@@ -200,6 +200,12 @@ int runs_finish(struct runs_rec *rec, json_t *result, int r,
         "{s:s, s:s}", "code",
         sbx_code_name(re->code != SBX_OK ? re->code : sbx_code_from_errno(-r)),
         "message", re->msg[0] ? re->msg : strerror(-r));
+  /* A tripwire names its guardrail: the run is not retried as it is. */
+  if (json_is_object(err) && res->guardrail)
+    (void)json_object_set_new(
+        err, "guardrail",
+        json_pack("{s:s, s:s, s:O?}", "name", res->guardrail, "kind",
+                  res->guardrail_kind, "output_info", res->guardrail_info));
   (void)json_object_set_new(result, "error", err);
   return store_run_update(rec->store, rec->id, running, status_of(r), result,
                           e);

@@ -4,8 +4,9 @@
  * (handoffs and agents as tools name them by path), no manifest entries
  * copied or mounted from the host (local_file, local_dir, mount), no
  * git_repo (cloned by the host), no skills capability (its sources are
- * such entries), no grants of host paths, no command tools
- * and no stdio MCP servers (programs run on the server's host); and, unless
+ * such entries), no grants of host paths, no command tools, command
+ * guardrails or guard agents, and no stdio MCP servers (programs run on
+ * the server's host); and, unless
  * the token is the operator's (admin), no base_url (the server's API key
  * would go there), no api_key_env (it would read the server's
  * environment), no streamable_http MCP servers (the server would connect
@@ -100,6 +101,32 @@ static int refuse_programs(json_t *agent, struct sbx_error *e) {
   return 0;
 }
 
+/* Refuses guardrails that are commands (programs on the server's host)
+ * or guard agents (other agent files). */
+static int refuse_guardrails(json_t *agent, struct sbx_error *e) {
+  static const char *const members[] = {"input_guardrails",
+                                        "output_guardrails"};
+  for (size_t i = 0; i < SBX_ARRAY_SIZE(members); i++) {
+    json_t *list = json_object_get(agent, members[i]);
+    for (size_t j = 0; j < json_array_size(list); j++) {
+      json_t *g = json_array_get(list, j);
+      if (json_object_get(g, "command"))
+        return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                             "agent: \"%s[%zu]\": command guardrails run "
+                             "programs on the server's host, which an agent "
+                             "sent over the API may not name",
+                             members[i], j);
+      if (json_object_get(g, "agent"))
+        return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                             "agent: \"%s[%zu]\": guard agents are other "
+                             "agent files, which an agent sent over the API "
+                             "may not name",
+                             members[i], j);
+    }
+  }
+  return 0;
+}
+
 /* Refuses the members that name other agent files or host programs before
  * anything is loaded: agent_load would open and parse those files on the
  * server, and its errors would tell the client whether one exists and what
@@ -108,18 +135,23 @@ static int refuse_programs(json_t *agent, struct sbx_error *e) {
  * parser's to refuse, which reads no file for it. */
 static int refuse_references(json_t *agent, struct sbx_error *e) {
   int r = refuse_programs(agent, e);
+  if (r == 0)
+    r = refuse_guardrails(agent, e);
   if (r < 0)
     return r;
   /* A skills capability reads its skills from the host (a lazy one when
    * the file is loaded) or clones them there. */
   json_t *caps = json_object_get(agent, "capabilities");
-  for (size_t i = 0; i < json_array_size(caps); i++)
-    if (json_is_object(json_array_get(caps, i)))
+  for (size_t i = 0; i < json_array_size(caps); i++) {
+    json_t *cap = json_array_get(caps, i);
+    const char *type = json_string_value(json_object_get(cap, "type"));
+    if (json_is_object(cap) && type && strcmp(type, "skills") == 0)
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                            "agent: \"capabilities[%zu]\": a skills capability "
                            "reads the server's own files or network, which "
                            "an agent sent over the API may not",
                            i);
+  }
   static const char *const members[] = {"handoffs", "tools", NULL};
   for (size_t i = 0; members[i]; i++)
     if (json_array_size(json_object_get(agent, members[i])) > 0)

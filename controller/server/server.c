@@ -30,6 +30,10 @@ static int check_config(const struct server_config *c, struct sbx_error *e) {
                          "plain HTTP on %s would send tokens in the clear: "
                          "give --tls-cert and --tls-key, or --insecure",
                          host);
+  if (c->insecure && c->tls_cert)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
+                         "--insecure allows plain HTTP, but with --tls-cert "
+                         "the server speaks HTTPS: give one of them");
   if (c->workers > SERVER_MAX_WORKERS)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "at most %d workers",
                          SERVER_MAX_WORKERS);

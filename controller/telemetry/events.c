@@ -268,6 +268,20 @@ void events_tool_call_finished(struct events *ev, const struct events_where *w,
   finish(ev, "tool_call_finished", o, ok);
 }
 
+void events_guardrail_tripped(struct events *ev, const struct events_where *w,
+                              const char *name, const char *kind,
+                              json_t *info) {
+  if (!ev)
+    return;
+  json_t *o = json_object();
+  bool ok = o != NULL;
+  put_where(o, w, &ok);
+  put(o, "guardrail", str(name), &ok);
+  put(o, "kind", str(kind), &ok);
+  put(o, "output_info", info ? json_incref(info) : json_null(), &ok);
+  finish(ev, "guardrail_tripped", o, ok);
+}
+
 void events_handoff(struct events *ev, const struct events_where *w,
                     const char *to, const char *call_id) {
   if (!ev)

@@ -99,6 +99,10 @@ void events_tool_call_finished(struct events *ev, const struct events_where *w,
                                const char *status, json_t *output,
                                const char *error, int64_t duration_ms);
 /* W names the agent handing off. */
+/* A guardrail's tripwire was triggered: NAME, KIND "input" or "output",
+ * INFO its output_info (borrowed; NULL: null); run_failed follows. */
+void events_guardrail_tripped(struct events *ev, const struct events_where *w,
+                              const char *name, const char *kind, json_t *info);
 void events_handoff(struct events *ev, const struct events_where *w,
                     const char *to, const char *call_id);
 void events_turn_finished(struct events *ev, const struct events_where *w,

@@ -59,6 +59,7 @@
 #define TRACE_TURN "sbx.turn"
 #define TRACE_MODEL_CALL "sbx.model_call"
 #define TRACE_TOOL_CALL "sbx.tool_call"
+#define TRACE_GUARDRAIL "sbx.guardrail"
 #define TRACE_SANDBOX_CREATE_SESSION "sandbox.create_session"
 #define TRACE_SANDBOX_START "sandbox.start"
 #define TRACE_SANDBOX_EXEC "sandbox.exec"

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -59,6 +60,10 @@ struct command_io {
   size_t errlen;
   bool too_big;
 };
+
+static void command_io_clear(struct command_io *io) {
+  sbx_buf_free(&io->out);
+}
 
 /* Keeps the last bytes of stderr in IO. */
 static void keep_stderr(struct command_io *io, const char *b, size_t n) {
@@ -167,49 +172,81 @@ static void stderr_tail(const struct command_io *io, char *out, size_t cap) {
     out[0] = '\0';
 }
 
-/* Runs T with IO->in on stdin; the output or the failure into *OUTPUT. */
-static json_t *command_run(const struct agent_command *t, struct command_io *io,
-                           struct tool_ctx *ctx) {
-  struct sbx_error se = {0};
-  if (host_proc_start(&io->p, t->argv, t->dir, NULL, &se) < 0)
-    return tools_host_failure(ctx, tools_error_prefix, "%s", se.msg);
+/* Runs ARGV in DIR with IO's input until it ends or TIMEOUT_S passes. */
+static int host_command_io(struct command_io *io, char *const argv[],
+                           const char *dir, int64_t timeout_s,
+                           struct sbx_error *e) {
+  int sr = host_proc_start(&io->p, argv, dir, NULL, e);
+  if (sr < 0)
+    return sr;
   (void)fcntl(io->p.in, F_SETFL, O_NONBLOCK);
   _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, io->p.pid, 0);
   sigset_t old;
   host_sigpipe_block(&old);
-  int r = pump(io, pidfd, sbx_now_ms() + (uint64_t)t->timeout_s * 1000);
+  int r = pump(io, pidfd, sbx_now_ms() + (uint64_t)timeout_s * 1000);
   host_sigpipe_restore(&old);
   int status = 0;
   if (r < 0) {
     host_proc_stop(&io->p, NULL);
     if (r == -ETIMEDOUT)
-      return tools_host_failure(ctx, tools_error_prefix,
-                                "the command timed out after %lld s",
-                                (long long)t->timeout_s);
+      return sbx_error_set(e, SBX_TIMED_OUT, ETIMEDOUT,
+                           "the command timed out after %lld s",
+                           (long long)timeout_s);
     if (r == -EFBIG)
-      return tools_host_failure(ctx, tools_error_prefix,
-                                "the command's output is larger than %u bytes",
-                                COMMAND_MAX_OUTPUT);
-    return tools_host_failure(ctx, tools_error_prefix,
-                              "reading the command's output: %s", strerror(-r));
+      return sbx_error_set(e, SBX_LIMIT_EXCEEDED, EFBIG,
+                           "the command's output is larger than %u bytes",
+                           COMMAND_MAX_OUTPUT);
+    return sbx_error_set(e, SBX_INTERNAL, -r,
+                         "reading the command's output: %s", strerror(-r));
   }
   /* Its stdout is closed: reap it, and whatever it left behind. */
   int wr = host_proc_wait(&io->p, &status);
   host_proc_stop(&io->p, NULL);
   if (wr < 0)
-    return tools_host_failure(ctx, tools_error_prefix,
-                              "waiting for the command: %s", strerror(-wr));
+    return sbx_error_set(e, SBX_INTERNAL, -wr, "waiting for the command: %s",
+                         strerror(-wr));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     char how[64], tail[COMMAND_STDERR_KEEP + 4];
     host_proc_describe(status, how, sizeof(how));
     stderr_tail(io, tail, sizeof(tail));
-    return tools_host_failure(ctx, tools_error_prefix, "the command %s%s", how,
-                              tail);
+    return sbx_error_set(e, SBX_INTERNAL, EIO, "the command %s%s", how, tail);
   }
+  return 0;
+}
+
+int tools_host_command(char *const argv[], const char *dir, int64_t timeout_s,
+                       const char *in, size_t inlen, char **out, size_t *len,
+                       struct sbx_error *e) {
+  _cleanup_(command_io_clear) struct command_io io = {.in = in, .inlen = inlen};
+  sbx_buf_init(&io.out, COMMAND_MAX_OUTPUT);
+  int r = host_command_io(&io, argv, dir, timeout_s, e);
+  if (r < 0)
+    return r;
+  *out = malloc(io.out.len + 1);
+  if (!*out)
+    return -ENOMEM;
+  if (io.out.len)
+    memcpy(*out, io.out.data, io.out.len);
+  (*out)[io.out.len] = '\0';
+  *len = io.out.len;
+  return 0;
+}
+
+/* Runs T with IN on stdin; the output or the failure (new). */
+static json_t *command_run(const struct agent_command *t, const char *in,
+                           struct tool_ctx *ctx) {
+  struct sbx_error se = {0};
+  _cleanup_free_ char *out = NULL;
+  size_t len = 0;
+  int r = tools_host_command(t->argv, t->dir, t->timeout_s, in, strlen(in),
+                             &out, &len, &se);
+  if (r == -ENOMEM)
+    return NULL;
+  if (r < 0)
+    return tools_host_failure(ctx, tools_error_prefix, "%s", se.msg);
   _cleanup_buf_ struct sbx_buf text;
   sbx_buf_init(&text, 4 * COMMAND_MAX_OUTPUT);
-  if (sbx_utf8_sanitize(io->out.data ? io->out.data : "", io->out.len, &text) <
-      0)
+  if (sbx_utf8_sanitize(out, len, &text) < 0)
     return NULL;
   return json_stringn(text.data ? text.data : "", text.len);
 }
@@ -227,9 +264,6 @@ int tools_command_call(const struct agent_command *t, const char *args,
                            a ? "the arguments are not a JSON object" : je.text);
     return *output ? 0 : -ENOMEM;
   }
-  struct command_io io = {.in = text, .inlen = strlen(text)};
-  sbx_buf_init(&io.out, COMMAND_MAX_OUTPUT);
-  *output = command_run(t, &io, ctx);
-  sbx_buf_free(&io.out);
+  *output = command_run(t, text, ctx);
   return *output ? 0 : -ENOMEM;
 }

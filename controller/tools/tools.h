@@ -117,4 +117,15 @@ tools_host_failure(struct tool_ctx *ctx, const char *prefix, const char *fmt,
 int tools_command_call(const struct agent_command *t, const char *args,
                        json_t **output, struct tool_ctx *ctx);
 
+/* Runs ARGV (a command tool's or a guardrail's) on the controller's host
+ * in DIR with IN on its stdin, for at most TIMEOUT_S seconds: its stdout
+ * (new, NUL-terminated, at most 1 MiB, not checked for UTF-8) in *OUT and
+ * its length in *LEN. A failure to start, a timeout (its process group is
+ * killed), output over 1 MiB or a non-zero exit is a negative errno with E
+ * saying so ("the command exited with status 3: <its last stderr
+ * line>"). Thread-safe. */
+int tools_host_command(char *const argv[], const char *dir, int64_t timeout_s,
+                       const char *in, size_t inlen, char **out, size_t *len,
+                       struct sbx_error *e);
+
 #endif

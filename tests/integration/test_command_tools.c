@@ -245,3 +245,34 @@ Test(command_tools, approval_applies_by_tool_name) {
   json_decref(reqs);
   free(rs);
 }
+
+/* An approval for a tool the agent does not have would decide nothing: a
+ * misspelt name is refused (exit 2) before the model is asked. */
+Test(command_tools, approval_for_no_tool_of_the_agent_is_refused) {
+  script("price-tool", "echo 12.50");
+  static const struct {
+    const char *approvals, *want;
+  } cases[] = {
+      {"\"approvals\": {\"lookup_prices\": \"always\"},",
+       "\"approvals.lookup_prices\" names no tool the agent has, so it "
+       "would decide nothing"},
+      /* The shell capability's tool, but the agent has no capabilities. */
+      {"\"approvals\": {\"exec_command\": [\"ls\"]},",
+       "\"approvals.exec_command\" names no tool the agent has"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const char *a = agent("[\"./price-tool\"]", 10, cases[i].approvals);
+    struct test_model_server srv;
+    test_model_server_start(&srv, "[{\"text\": \"hi\"}]", NULL);
+    struct sbx_run_out r;
+    const char *run[] = {"run", "--state-dir", state, a, "price?", NULL};
+    sbx_run(&r, srv.base_url, run);
+    cr_expect_eq(r.status, 2, "%s", r.err);
+    cr_expect(strstr(r.err, cases[i].want) != NULL, "%s", r.err);
+    json_t *reqs = test_model_server_requests(&srv);
+    cr_expect_eq(json_array_size(reqs), 0, "no model call");
+    json_decref(reqs);
+    test_model_server_stop(&srv);
+    sbx_run_free(&r);
+  }
+}

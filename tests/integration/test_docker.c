@@ -1016,3 +1016,33 @@ Test(docker_fake, a_user_namespace_the_engine_cannot_give) {
   cr_expect(strstr(e.msg, "stopped") != NULL, "%s", e.msg);
   json_decref(reqs);
 }
+
+/* The workspace is at the manifest's root, as the SDK's docker sandbox
+ * mounts it; a root option that contradicts it is refused before anything
+ * is made. */
+Test(docker, manifest_root_places_the_workspace) {
+  struct opts o;
+  base_options(&o, IMAGE);
+  struct sandbox_spec spec = {.root = "/srv/app"};
+  struct sandbox *s = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(backend_docker.create(&o.b, &spec, &s, &e), 0, "%s", e.msg);
+  cr_expect_str_eq(s->root, "/srv/app");
+  char *out = NULL;
+  cr_expect_eq(sh(s, "pwd", &out), 0, "%s", out);
+  cr_expect_str_eq(out, "/srv/app\n");
+  free(out);
+  close_sandbox(s);
+  s = NULL;
+  o.docker.root = "/elsewhere";
+  cr_expect_eq(backend_docker.create(&o.b, &spec, &s, &e), -EINVAL);
+  cr_expect_str_eq(e.msg, "the manifest's root \"/srv/app\" and the root "
+                          "option \"/elsewhere\" differ: give the "
+                          "workspace's place once");
+  cr_expect_null(s);
+  /* A manifest at the default root goes where the option says. */
+  spec.root = "/workspace";
+  cr_assert_eq(backend_docker.create(&o.b, &spec, &s, &e), 0, "%s", e.msg);
+  cr_expect_str_eq(s->root, "/elsewhere");
+  close_sandbox(s);
+}

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,6 +388,27 @@ Test(resume, resume_errors) {
                           "pauses") != NULL,
             "%s", r.err);
   sbx_run_free(&r);
+  /* The run starts in one sandbox: a second source of it is refused. */
+  static const struct {
+    const char *f1, *v1, *f2, *v2, *want;
+  } twice[] = {
+      {"--session", "st.json", "--sandbox", "abc",
+       "--session cannot be combined with --sandbox"},
+      {"--session", "st.json", "--resume", "run_x",
+       "--session cannot be combined with --resume"},
+      {"--sandbox", "abc", "--resume", "run_x",
+       "--sandbox cannot be combined with --resume"},
+  };
+  for (size_t i = 0; i < sizeof(twice) / sizeof(twice[0]); i++) {
+    bool res = strcmp(twice[i].f2, "--resume") == 0;
+    const char *args[] = {"run",       twice[i].f1, twice[i].v1,
+                          twice[i].f2, twice[i].v2, res ? NULL : "a",
+                          "b",         NULL};
+    sbx_run(&r, NULL, args);
+    cr_expect_eq(r.status, 2, "%s", r.err);
+    cr_expect(strstr(r.err, twice[i].want) != NULL, "%s", r.err);
+    sbx_run_free(&r);
+  }
   const char *a = write_agent("{\"name\": \"A\"}");
   const char *nodir[] = {
       "run", "--state-dir", state, "--snapshot", "none", "--snapshot-dir", dir,

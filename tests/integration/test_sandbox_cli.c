@@ -243,6 +243,25 @@ Test(sandbox_cli, two_runs_share_a_developer_owned_sandbox) {
   sbx_run_free(&o);
   json_decref(reqs);
 
+  /* Flags that make sandboxes would do nothing for an agent with no
+   * other agent that makes one. */
+  static const char *const nothing[][3] = {
+      {"--memory-bytes", "100000000", "a backend option would do nothing"},
+      {"--seccomp", "off", "--seccomp would do nothing"},
+      {"--backend", "local", "--backend would do nothing"},
+  };
+  for (size_t i = 0; i < sizeof(nothing) / sizeof(nothing[0]); i++) {
+    run_in(id, other_path, "true",
+           (const char *const[]){nothing[i][0], nothing[i][1], NULL}, &o,
+           &reqs);
+    cr_expect_eq(o.status, 2, "%s", o.err);
+    cr_expect(strstr(o.err, nothing[i][2]), "%s", o.err);
+    cr_expect(strstr(o.err, "the run works in the live sandbox of --sandbox"),
+              "%s", o.err);
+    sbx_run_free(&o);
+    json_decref(reqs);
+  }
+
   /* An additive one is applied and recorded. */
   const char *more = write_in(
       "more.json",
@@ -852,6 +871,16 @@ Test(sandbox_cli, local_bind_mounts_and_cloud_mounts) {
   cr_expect_eq(o.status, 2);
   cr_expect(strstr(o.err, "cannot enforce a read-only local_bind mount"), "%s",
             o.err);
+  sbx_run_free(&o);
+  /* Nor can it put the workspace at a root of the manifest's own. */
+  (void)snprintf(mp, sizeof(mp), "%s",
+                 write_in("root.json", "{\"root\": \"/srv/app\"}"));
+  sbx(&o, (const char *const[]){"create", "--isolation", "none", "--manifest",
+                                mp, NULL});
+  cr_expect_eq(o.status, 2);
+  cr_expect(strstr(o.err, "the manifest's root \"/srv/app\" is not supported "
+                          "with isolation \"none\""),
+            "%s", o.err);
   sbx_run_free(&o);
   (void)snprintf(mp, sizeof(mp), "%s",
                  write_in("s3.json", "{\"entries\": {\"b\": {\"type\": "

@@ -436,6 +436,14 @@ Test(server, bad_requests_are_refused_with_a_reason) {
           "{\"type\": \"skills\", \"lazy_from\": {\"type\": \"local_dir\", "
           "\"src\": \"/etc\"}}]}, \"input\": \"x\"}",
           422, "\"capabilities[1]\": a skills capability reads the server's");
+  refused("{\"agent\": {\"name\": \"A\", \"output_guardrails\": [{\"name\": "
+          "\"g\", \"command\": [\"/bin/true\"]}]}, \"input\": \"x\"}",
+          422,
+          "\"output_guardrails[0]\": command guardrails run programs on the "
+          "server's host");
+  refused("{\"agent\": {\"name\": \"A\", \"input_guardrails\": [{\"name\": "
+          "\"g\", \"agent\": \"/etc/passwd\"}]}, \"input\": \"x\"}",
+          422, "\"input_guardrails[0]\": guard agents are other agent files");
   refused("{\"agent\": " AGENT_A ", \"input\": \"x\", \"sandbox_id\": \"s\"}",
           422, "no sandbox \"s\"");
   /* Not done rather than ignored: the server's runs publish no ports. */
@@ -726,6 +734,16 @@ Test(server, plain_http_off_loopback_needs_insecure) {
   sbx_run(&r, NULL, argv);
   cr_expect_eq(r.status, 2);
   cr_expect(strstr(r.err, "--insecure"), "%s", r.err);
+  sbx_run_free(&r);
+  /* --insecure would do nothing with TLS. */
+  const char *both[] = {"serve",      "--listen",    "0.0.0.0:0", "--db",
+                        srv.db,       "--state-dir", srv.state,   "--insecure",
+                        "--tls-cert", "c.pem",       "--tls-key", "k.pem",
+                        NULL};
+  sbx_run(&r, NULL, both);
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "--insecure allows plain HTTP, but with --tls-cert"),
+            "%s", r.err);
   sbx_run_free(&r);
   const char *bad[] = {"serve", "--listen", "nowhere", NULL};
   sbx_run(&r, NULL, bad);

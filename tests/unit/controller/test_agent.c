@@ -893,3 +893,29 @@ Test(agent, run_config_backend_options_and_exposed_ports) {
                "agents/a.json: \"run_config.exposed_ports\" has more than 64 "
                "ports");
 }
+
+/* max_turns applies to the agent that starts a run: on one reached only
+ * by handoff it would do nothing, and is refused; on one also used as a
+ * tool it is that tool's limit. */
+Test(agent, max_turns_of_a_handoff_only_agent_is_refused) {
+  write_file("agents/a.json", "{\"name\": \"A\", \"handoffs\": [\"b.json\"]}");
+  write_file("agents/b.json", "{\"name\": \"B\", \"max_turns\": 4}");
+  struct agent_set *s = NULL;
+  struct sbx_error e = {0};
+  cr_expect_eq(agent_load("agents/a.json", &s, &e), -EINVAL);
+  cr_expect_str_eq(e.msg, "agents/b.json: \"max_turns\" would do nothing: "
+                          "agent \"B\" is reached only by handoff here, and "
+                          "a run's turn limit is that of the agent that "
+                          "starts it (agents/a.json)");
+  cr_expect_null(s);
+  /* Started by itself, its max_turns is the run's. */
+  cr_expect_eq(agent_load("agents/b.json", &s, &e), 0, "%s", e.msg);
+  agent_set_free(s);
+  s = NULL;
+  /* Also used as a tool: there it is the nested run's limit. */
+  write_file("agents/a.json",
+             "{\"name\": \"A\", \"handoffs\": [\"b.json\"], \"tools\": "
+             "[{\"type\": \"agent_as_tool\", \"agent\": \"b.json\"}]}");
+  cr_expect_eq(agent_load("agents/a.json", &s, &e), 0, "%s", e.msg);
+  agent_set_free(s);
+}

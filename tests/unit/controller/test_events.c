@@ -462,6 +462,10 @@ Test(events, every_typed_event_matches_the_schema) {
                             3);
   events_tool_call_finished(ev, &w, "x", "c3", "failed", NULL, "boom", 0);
   events_handoff(ev, &w, "B", "h1");
+  json_t *info = json_pack("{s:s}", "reason", "pii");
+  events_guardrail_tripped(ev, &w, "no_pii", "input", info);
+  events_guardrail_tripped(ev, &w, "policy", "output", NULL);
+  json_decref(info);
   events_turn_finished(ev, &w, "m", 2, &u);
   events_run_finished(ev, "B", "answer", 2, &u, 10);
   events_run_failed(ev, "max turns (1) exceeded", "LIMIT_EXCEEDED", 1, 1, &u,
@@ -475,7 +479,7 @@ Test(events, every_typed_event_matches_the_schema) {
   json_decref(img);
   json_t *fixture = load_fixture();
   json_t *events = check_stream(fixture, buf);
-  cr_expect_eq(json_array_size(events), 19);
+  cr_expect_eq(json_array_size(events), 21);
   json_t *d = find_event(events, "text_delta", NULL, NULL);
   cr_expect_str_eq(str(d, "delta"), "bad \xef\xbf\xbd utf-8");
   cr_expect_not_null(

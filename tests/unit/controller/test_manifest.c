@@ -64,7 +64,8 @@ Test(manifest, every_entry_type_parses) {
       " \"g2\": {\"type\": \"git_repo\", \"url\": \"file:///srv/r.git\", "
       "\"ref\": \"abc1234\"},"
       " \"mnt\": {\"type\": \"mount\", \"source\": \"/srv/data\", "
-      "\"read_only\": false, \"mount_strategy\": {\"type\": \"local_bind\"}},"
+      "\"read_only\": false, \"mount_path\": \"./mnt\", \"mount_strategy\": "
+      "{\"type\": \"local_bind\"}},"
       " \"s3\": {\"type\": \"s3_mount\", \"bucket\": \"b\", \"prefix\": \"p/\"}"
       "},"
       " \"environment\": {\"A\": \"1\", \"B\": {\"value\": \"2\", "
@@ -189,6 +190,21 @@ Test(manifest, bad_inputs_each_say_what_is_wrong) {
       {"{\"entries\": {\"m\": {\"type\": \"mount\", \"source\": "
        "\"rel/dir\"}}}",
        "\"source\" \"rel/dir\" must be an absolute host path"},
+      /* Accepted by the SDK's schema, but nothing here would do them. */
+      {"{\"entries\": {\"m\": {\"type\": \"mount\", \"source\": \"/srv\", "
+       "\"mount_path\": \"elsewhere\"}}}",
+       "entry \"m\": a \"mount_path\" other than the entry's own path is "
+       "not supported"},
+      {"{\"entries\": {\"m\": {\"type\": \"mount\", \"source\": \"/srv\", "
+       "\"permissions\": \"rwx------\"}}}",
+       "entry \"m\": \"permissions\" is not supported on a mount entry: a "
+       "bind mount keeps its source's owner and mode"},
+      {"{\"entries\": {\"m\": {\"type\": \"local_bind\", \"source\": "
+       "\"/srv\", \"group\": \"staff\"}}}",
+       "entry \"m\": \"group\" is not supported on a mount entry"},
+      {"{\"entries\": {\"m\": {\"type\": \"mount\", \"source\": \"/srv\", "
+       "\"provider\": \"rclone\"}}}",
+       "entry \"m\": \"provider\" is not supported on a mount entry"},
       {"{\"entries\": {\"a\": {\"type\": \"file\"}, \"a/\": {\"type\": "
        "\"dir\"}}}",
        "\"a\" is given twice"},
