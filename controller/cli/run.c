@@ -19,6 +19,8 @@
 #include "shared/fileio.h"
 #include "shared/path.h"
 
+static void usage_tracing_env(FILE *f);
+
 static void usage_run(FILE *f) {
   fprintf(f,
           "usage: sbx run [options] AGENT.json PROMPT\n"
@@ -154,27 +156,33 @@ static void usage_run(FILE *f) {
       "step. A completed run keeps its conversation there (for --continue), "
       "a failed\n"
       "one its state for --keep-failed's time, a cancelled one nothing.\n"
-      "\n"
-      "Tracing environment (OTLP/HTTP with JSON bodies; export never "
-      "fails the run,\n"
-      "and at most 2 s are spent flushing at exit):\n"
-      "  OTEL_EXPORTER_OTLP_ENDPOINT         send spans to "
-      "ENDPOINT/v1/traces\n"
-      "  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  the full traces URL "
-      "instead\n"
-      "  OTEL_EXPORTER_OTLP_HEADERS          request headers, "
-      "k=v,k2=v2 (URL-encoded)\n"
-      "  OTEL_EXPORTER_OTLP_TIMEOUT          one export request, ms "
-      "(default 10000)\n"
-      "  OTEL_SERVICE_NAME                   service.name (default "
-      "sbx)\n"
-      "  OTEL_BSP_MAX_QUEUE_SIZE             spans queued before drops "
-      "(default 2048)\n"
-      "  OTEL_BSP_MAX_EXPORT_BATCH_SIZE      spans per request (default "
-      "256)\n"
-      "  OTEL_BSP_SCHEDULE_DELAY             ms between exports (default "
-      "1000)\n"
-      "  OTEL_SDK_DISABLED=true              no OTLP export\n");
+      "\n");
+  usage_tracing_env(f);
+}
+
+/* The tracing environment's part of sbx run --help. */
+static void usage_tracing_env(FILE *f) {
+  fprintf(f,
+          "Tracing environment (OTLP/HTTP with JSON bodies; export never "
+          "fails the run,\n"
+          "and at most 2 s are spent flushing at exit):\n"
+          "  OTEL_EXPORTER_OTLP_ENDPOINT         send spans to "
+          "ENDPOINT/v1/traces\n"
+          "  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  the full traces URL "
+          "instead\n"
+          "  OTEL_EXPORTER_OTLP_HEADERS          request headers, "
+          "k=v,k2=v2 (URL-encoded)\n"
+          "  OTEL_EXPORTER_OTLP_TIMEOUT          one export request, ms "
+          "(default 10000)\n"
+          "  OTEL_SERVICE_NAME                   service.name (default "
+          "sbx)\n"
+          "  OTEL_BSP_MAX_QUEUE_SIZE             spans queued before drops "
+          "(default 2048)\n"
+          "  OTEL_BSP_MAX_EXPORT_BATCH_SIZE      spans per request (default "
+          "256)\n"
+          "  OTEL_BSP_SCHEDULE_DELAY             ms between exports (default "
+          "1000)\n"
+          "  OTEL_SDK_DISABLED=true              no OTLP export\n");
 }
 
 /* How long a failed run is kept for a retry by default. */
