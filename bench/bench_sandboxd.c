@@ -4,7 +4,8 @@
  *               exit, and ExecStart + ExecRead until_exit
  *               vs posix_spawn + waitpid; p50 and p99
  *   output      1 GiB from `head -c 1073741824 /dev/zero` read by ExecRead
- *               in max_read_bytes chunks vs read(2) on a plain pipe
+ *               in max_read_bytes chunks vs read(2) on a plain pipe; and
+ *               held for its reader (ExecStart.hold_ms) as sbx does
  *   files       100 MiB through FileWrite (WRITE_AT chunks) and FileRead vs
  *               write(2) and read(2) of a file in the same directory
  *   memory      sandboxd's VmRSS after start + Hello and after all of the
@@ -14,8 +15,11 @@
  * from other processes falls on both alike. Prints Markdown for
  * bench/RESULTS.md.
  *
- * Usage: bench_sandboxd [--quick] [--only exec|output|files|memory]
+ * Usage: bench_sandboxd [--quick] [--chunk MIB]
+ *                       [--only exec|output|files|memory]
  *                       [-- SANDBOXD-ARGS...]
+ * --chunk: the files section's bytes per FileWrite and FileRead (a read
+ * gets at most the daemon's max_read_bytes, 4 MiB);
  * --quick runs smaller sizes; SANDBOXD-ARGS are added to the daemons'
  * command lines (e.g. -- --seccomp off, to see what the filter costs). */
 #include <getopt.h>
@@ -38,6 +42,7 @@ struct opts {
   uint64_t output_bytes;
   uint64_t file_bytes;
   const char *only; /* one section: exec, output, files or memory */
+  uint32_t chunk;   /* files: bytes per FileWrite/FileRead; 0: max_read */
 };
 
 /* ---- exec round trip --------------------------------------------------- */
@@ -215,8 +220,10 @@ struct output_result {
   uint64_t reads;
 };
 
-/* The same command through sandboxd, read in CHUNK-byte ExecReads. */
-static int sbx_output(struct sbx_client *c, uint32_t chunk,
+/* The same command through sandboxd, read in CHUNK-byte ExecReads; with
+ * HOLD_MS held for its reader as `sbx sandbox exec` does (ExecStart.hold_ms).
+ */
+static int sbx_output(struct sbx_client *c, uint32_t chunk, uint32_t hold_ms,
                       struct output_result *res) {
   static char *argv[] = {"head", "-c", output_count, "/dev/zero"};
   struct sbx_error e = {0};
@@ -226,6 +233,7 @@ static int sbx_output(struct sbx_client *c, uint32_t chunk,
   st.argv = argv;
   st.n_argv = 4;
   st.no_stdin = true;
+  st.hold_ms = hold_ms;
   Sbx__V1__Response *r = NULL;
   int ret = sbx_exec_start(c, &st, &r, &e);
   if (ret < 0) {
@@ -266,28 +274,31 @@ static int bench_output(struct sbx_client *def, struct sbx_client *big,
                         uint32_t chunk, uint64_t bytes) {
   (void)snprintf(output_count, sizeof(output_count), "%llu",
                  (unsigned long long)bytes);
-  double d[3], s[3], b[3];
-  struct output_result rs = {0}, rb = {0};
+  double d[3], s[3], b[3], h[3];
+  struct output_result rs = {0}, rb = {0}, rh = {0};
   for (int i = 0; i < 3; i++) {
     uint64_t ns = 0;
     int r = direct_output(bytes, &ns, chunk);
     if (r < 0)
       return r;
     d[i] = bench_mib_s(bytes, ns);
-    if ((r = sbx_output(def, chunk, &rs)) < 0)
+    if ((r = sbx_output(def, chunk, 0, &rs)) < 0)
       return r;
     s[i] = bench_mib_s(rs.data, rs.ns);
-    if ((r = sbx_output(big, chunk, &rb)) < 0)
+    if ((r = sbx_output(big, chunk, 0, &rb)) < 0)
       return r;
     b[i] = bench_mib_s(rb.data, rb.ns);
-    if (rb.data != bytes) {
+    if ((r = sbx_output(def, 0, 30000, &rh)) < 0)
+      return r;
+    h[i] = bench_mib_s(rh.data, rh.ns);
+    if (rb.data != bytes || rh.data != bytes) {
       (void)fprintf(stderr, "bench: lossless run received %llu bytes\n",
-                    (unsigned long long)rb.data);
+                    (unsigned long long)(rb.data != bytes ? rb.data : rh.data));
       return -EIO;
     }
   }
   double dm = bench_median(d, 3), sm = bench_median(s, 3),
-         bm = bench_median(b, 3);
+         bm = bench_median(b, 3), hm = bench_median(h, 3);
   printf("\n### output throughput: `head -c %llu /dev/zero` (median of 3, "
          "ExecRead max_bytes %u)\n\n",
          (unsigned long long)bytes, chunk);
@@ -303,6 +314,11 @@ static int bench_output(struct sbx_client *def, struct sbx_client *big,
          "| %llu | %llu |\n",
          BIG_RETENTION, bm, bm / dm, (unsigned long long)rb.data,
          (unsigned long long)rb.gap, (unsigned long long)rb.reads);
+  printf("| sandboxd, default retention, held for its reader (hold_ms, as "
+         "`sbx sandbox exec`; ExecRead max_bytes 0) | %.0f | %.2f | %llu | "
+         "%llu | %llu |\n",
+         hm, hm / dm, (unsigned long long)rh.data, (unsigned long long)rh.gap,
+         (unsigned long long)rh.reads);
   printf("\n(the byte counts are from the last of the 3 runs)\n");
   return 0;
 }
@@ -525,9 +541,21 @@ static void print_static(const char *src) {
 
 /* ---- main -------------------------------------------------------------- */
 
+/* --chunk's MiB, 1 to 64, into *BYTES. */
+static bool chunk_mib(const char *arg, uint32_t *bytes) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long v = strtoul(arg, &end, 10);
+  if (errno || end == arg || *end || v < 1 || v > 64)
+    return false;
+  *bytes = (uint32_t)v << 20;
+  return true;
+}
+
 int main(int argc, char **argv) {
-  struct opts o = {EXEC_RUNS, OUTPUT_BYTES, FILE_BYTES, NULL};
+  struct opts o = {EXEC_RUNS, OUTPUT_BYTES, FILE_BYTES, NULL, 0};
   static const struct option lopts[] = {{"quick", no_argument, NULL, 'q'},
+                                        {"chunk", required_argument, NULL, 'c'},
                                         {"only", required_argument, NULL, 'o'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
@@ -542,8 +570,10 @@ int main(int argc, char **argv) {
                 strcmp(optarg, "files") == 0 ||
                 strcmp(optarg, "memory") == 0)) {
       o.only = optarg;
+    } else if (ch == 'c' && chunk_mib(optarg, &o.chunk)) {
+      continue;
     } else {
-      (void)fprintf(stderr, "usage: bench_sandboxd [--quick] "
+      (void)fprintf(stderr, "usage: bench_sandboxd [--quick] [--chunk MIB] "
                             "[--only exec|output|files|memory] "
                             "[-- SANDBOXD-ARGS...]\n");
       return ch == 'h' ? 0 : 2;
@@ -588,7 +618,8 @@ int main(int argc, char **argv) {
   if ((RUN("exec") && bench_exec(d.client, o.exec_runs) < 0) ||
       (RUN("output") &&
        bench_output(d.client, big.client, chunk, o.output_bytes) < 0) ||
-      (RUN("files") && bench_files(&d, chunk, o.file_bytes) < 0))
+      (RUN("files") &&
+       bench_files(&d, o.chunk ? o.chunk : chunk, o.file_bytes) < 0))
     goto out;
   long rss_after = bench_rss_kib(d.pid);
 

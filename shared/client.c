@@ -18,6 +18,7 @@
 #include "shared/fileio.h"
 #include "shared/log.h"
 #include "shared/path.h"
+#include "shared/pblift.h"
 #include "shared/peer.h"
 #include "shared/rand.h"
 
@@ -210,9 +211,95 @@ struct sbx_client *sbx_client_free(struct sbx_client *c) {
   return NULL;
 }
 
+/* Replies whose bulk data was not copied out of the received message
+ * (pblift.h): each keeps its message until sbx_client_reply_free. Few live
+ * at once (one per read in flight), so a list does. */
+struct lifted {
+  Sbx__V1__Response *r;
+  ProtobufCBinaryData *data; /* r's field pointing into msg */
+  nng_msg *msg;
+  struct lifted *next;
+};
+static pthread_mutex_t lifted_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct lifted *lifted_list;
+
+/* The reply bodies that carry bulk data, and the field holding it. */
+static const struct {
+  Sbx__V1__Response__BodyCase body;
+  uint32_t field;
+} lift_bodies[] = {
+    {SBX__V1__RESPONSE__BODY_FILE_READ, 1}, /* FileReadReply.data */
+    {SBX__V1__RESPONSE__BODY_EXEC_READ, 1}, /* ExecReadReply.data */
+};
+
+static ProtobufCBinaryData *lift_field(Sbx__V1__Response *r) {
+  if (r->body_case == SBX__V1__RESPONSE__BODY_FILE_READ && r->file_read)
+    return &r->file_read->data;
+  if (r->body_case == SBX__V1__RESPONSE__BODY_EXEC_READ && r->exec_read)
+    return &r->exec_read->data;
+  return NULL;
+}
+
+/* Decodes REPLY (stolen) into *OUT (NULL when malformed or out of memory).
+ * A reply of a body in lift_bodies keeps its data where it arrived. */
+static void decode_reply(nng_msg *reply, Sbx__V1__Response__BodyCase expect,
+                         Sbx__V1__Response **out) {
+  const uint8_t *body = nng_msg_body(reply);
+  size_t len = nng_msg_len(reply);
+  struct sbx_pb_lift l = {0};
+  int lifted = 0;
+  for (size_t i = 0; i < sizeof(lift_bodies) / sizeof(lift_bodies[0]); i++)
+    if (lift_bodies[i].body == expect)
+      lifted =
+          sbx_pb_lift(body, len, (uint32_t)expect, lift_bodies[i].field, &l);
+  if (lifted <= 0) {
+    *out = sbx__v1__response__unpack(NULL, len, body);
+    nng_msg_free(reply);
+    return;
+  }
+  Sbx__V1__Response *r = sbx__v1__response__unpack(NULL, l.rest_len, l.rest);
+  free(l.rest);
+  ProtobufCBinaryData *d = r ? lift_field(r) : NULL;
+  struct lifted *e = d ? malloc(sizeof(*e)) : NULL;
+  if (!e) {
+    /* Not the shape lifted (another body won), or out of memory: decode
+     * the whole as it came. */
+    sbx_client_reply_free(r);
+    *out = sbx__v1__response__unpack(NULL, len, body);
+    nng_msg_free(reply);
+    return;
+  }
+  d->data = (uint8_t *)body + l.data_off;
+  d->len = l.data_len;
+  e->r = r;
+  e->data = d;
+  e->msg = reply;
+  pthread_mutex_lock(&lifted_mu);
+  e->next = lifted_list;
+  lifted_list = e;
+  pthread_mutex_unlock(&lifted_mu);
+  *out = r;
+}
+
 void sbx_client_reply_free(Sbx__V1__Response *r) {
-  if (r)
-    sbx__v1__response__free_unpacked(r, NULL);
+  if (!r)
+    return;
+  struct lifted *e = NULL;
+  pthread_mutex_lock(&lifted_mu);
+  for (struct lifted **p = &lifted_list; *p; p = &(*p)->next)
+    if ((*p)->r == r) {
+      e = *p;
+      *p = e->next;
+      break;
+    }
+  pthread_mutex_unlock(&lifted_mu);
+  if (e) {
+    e->data->data = NULL;
+    e->data->len = 0;
+    nng_msg_free(e->msg);
+    free(e);
+  }
+  sbx__v1__response__free_unpacked(r, NULL);
 }
 
 /* An operation on an aio, and a wait for it that can give up early. */
@@ -259,7 +346,7 @@ static int op_wait(struct sbx_client *c, struct op *o, nng_aio *aio,
   return r;
 }
 
-/* One attempt (client_internal.h): a copy of MSG on a fresh context; a
+/* One attempt (client_internal.h): MSG (stolen) on a fresh context; a
  * tokened one goes out only over a connection that proved itself
  * (client_auth.c). An nng error, or -EPIPE (E filled) when the peer is
  * gone. */
@@ -267,8 +354,10 @@ int client_attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
                    bool tokened, nng_msg **reply, struct sbx_error *e) {
   nng_ctx ctx;
   int rv = nng_ctx_open(&ctx, c->sock);
-  if (rv != 0)
+  if (rv != 0) {
+    nng_msg_free(msg);
     return rv;
+  }
   struct op o = {.done = false};
   pthread_condattr_t ca;
   (void)pthread_condattr_init(&ca);
@@ -278,13 +367,12 @@ int client_attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
   (void)pthread_condattr_destroy(&ca);
   nng_aio *aio = NULL;
   rv = nng_aio_alloc(&aio, op_done, &o);
-  nng_msg *copy = NULL;
-  if (rv == 0)
-    rv = nng_msg_dup(&copy, msg);
   int gone = 0;
+  if (rv != 0)
+    nng_msg_free(msg);
   if (rv == 0) {
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
-    nng_aio_set_msg(aio, copy);
+    nng_aio_set_msg(aio, msg);
     struct client_send s;
     rv = client_auth_send_begin(c, aio, timeout_ms, tokened, &s, e);
     if (rv == 0) {
@@ -294,7 +382,7 @@ int client_attempt(struct sbx_client *c, nng_msg *msg, unsigned timeout_ms,
       rv = nng_aio_result(aio);
     }
     if (rv != 0)
-      nng_msg_free(copy); /* still ours after a failed send */
+      nng_msg_free(msg); /* still ours after a failed send */
   }
   if (rv == 0 && gone == 0) {
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
@@ -408,20 +496,20 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
     return sbx_error_set(e, SBX_LIMIT_EXCEEDED, EMSGSIZE,
                          "request of %zu bytes exceeds the %zu-byte limit", len,
                          c->max_msg);
-  nng_msg *msg = NULL;
-  if (nng_msg_alloc(&msg, len) != 0)
-    return -ENOMEM;
-  (void)sbx__v1__request__pack(req, nng_msg_body(msg));
-  req->token.data = NULL;
-  req->token.len = 0;
-  req->id = NULL;
-
   unsigned tmo = timeout_ms ? timeout_ms : c->timeout_ms;
   int rv = 0;
   nng_msg *reply = NULL;
   uint64_t t0 = sbx_now_ns();
   unsigned tries = 0;
   for (unsigned i = 0; i <= c->retries; i++) {
+    /* Packed for each attempt, straight into the message the socket takes
+     * (a retry is rare; a copy kept for it would cost every call). */
+    nng_msg *msg = NULL;
+    if (nng_msg_alloc(&msg, len) != 0) {
+      rv = NNG_ENOMEM;
+      break;
+    }
+    (void)sbx__v1__request__pack(req, nng_msg_body(msg));
     tries++;
     rv = client_attempt(c, msg, tmo, true, &reply, e);
     if (rv <= 0)
@@ -432,7 +520,11 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
     log_debug("request \"%s\" to \"%s\": %s; retrying", id, c->url,
               nng_strerror(rv));
   }
-  nng_msg_free(msg);
+  req->token.data = NULL;
+  req->token.len = 0;
+  req->id = NULL;
+  if (rv == NNG_ENOMEM && tries == 0)
+    return -ENOMEM;
   if (rv < 0)
     return rv;
   if (rv == NNG_EPEERAUTH)
@@ -447,9 +539,8 @@ int sbx_client_call(struct sbx_client *c, Sbx__V1__Request *req,
                          "cannot reach sandboxd at \"%s\": %s", c->url,
                          nng_strerror(rv));
   }
-  Sbx__V1__Response *r =
-      sbx__v1__response__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
-  nng_msg_free(reply);
+  Sbx__V1__Response *r = NULL;
+  decode_reply(reply, expect, &r);
   if (!r)
     return sbx_error_set(e, SBX_INTERNAL, EPROTO,
                          "sandboxd at \"%s\" sent a malformed reply", c->url);

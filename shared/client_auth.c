@@ -245,7 +245,6 @@ static int challenge(struct sbx_client *c, unsigned timeout_ms,
   (void)sbx__v1__request__pack(&req, nng_msg_body(msg));
   nng_msg *reply = NULL;
   int rv = client_attempt(c, msg, timeout_ms, false, &reply, e);
-  nng_msg_free(msg);
   pid_t peer = refused_peer(&c->auth);
   if (rv < 0)
     return rv; /* the peer is gone (E says how) */

@@ -62,8 +62,9 @@ struct sbx_client {
   struct client_auth auth;
 };
 
-/* One attempt: a copy of MSG sent on a fresh context and its reply into
- * *REPLY (new). With TOKENED the copy goes out only over a connection that
+/* One attempt: MSG (stolen, freed whatever happens) sent on a fresh context
+ * and its reply into *REPLY (new). With TOKENED it goes out only over a
+ * connection that
  * proved itself, after a challenge on a new one. Returns 0 or an nng error:
  * NNG_EPEERAUTH when the peer failed to prove itself (E says how); the
  * others are the transport's, retried by the caller. */

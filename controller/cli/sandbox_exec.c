@@ -79,22 +79,90 @@ static void reader_take(struct reader *rd, const Sbx__V1__ExecReadReply *x) {
   rd->ended = x->eof && x->exited;
 }
 
+/* One read handed from the thread that fetches to the one that writes, so
+ * that the next read is in flight while the last is being written. */
+struct handoff {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  Sbx__V1__Response *slot; /* a reply waiting to be taken */
+  bool done;               /* no more replies come */
+  struct reader *rd;
+};
+
+/* Takes the replies HANDOFF passes and writes them out, in order. */
+static void *sink_main(void *arg) {
+  struct handoff *h = arg;
+  for (;;) {
+    pthread_mutex_lock(&h->mu);
+    while (!h->slot && !h->done)
+      pthread_cond_wait(&h->cv, &h->mu);
+    Sbx__V1__Response *r = h->slot;
+    h->slot = NULL;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    if (!r)
+      return NULL;
+    reader_take(h->rd, r->exec_read);
+    sbx_client_reply_free(r);
+  }
+}
+
+/* Passes R to H's sink, after the one before was taken. */
+static void handoff_put(struct handoff *h, Sbx__V1__Response *r) {
+  pthread_mutex_lock(&h->mu);
+  while (h->slot)
+    pthread_cond_wait(&h->cv, &h->mu);
+  h->slot = r;
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
 /* Reads RD's stream from RD->off to its end (or an error), then tells the
- * relay. A thread's body, or called directly. */
+ * relay. Output to a file descriptor is written by a second thread while
+ * the next read is fetched. A thread's body, or called directly. */
 static void *reader_main(void *arg) {
   struct reader *rd = arg;
-  while (!rd->ended) {
+  struct handoff h = {.rd = rd};
+  pthread_t sink;
+  bool piped = rd->fd >= 0;
+  if (piped) {
+    (void)pthread_mutex_init(&h.mu, NULL);
+    (void)pthread_cond_init(&h.cv, NULL);
+    piped = pthread_create(&sink, NULL, sink_main, &h) == 0;
+    if (!piped) {
+      pthread_cond_destroy(&h.cv);
+      pthread_mutex_destroy(&h.mu);
+    }
+  }
+  uint64_t off = rd->off;
+  bool ended = rd->ended;
+  while (!ended) {
     Sbx__V1__ExecRead a = SBX__V1__EXEC_READ__INIT;
     a.exec_id = rd->exec_id;
     a.stream = rd->stream;
-    a.offset = rd->off;
+    a.offset = off;
     a.wait_ms = 1000;
     Sbx__V1__Response *resp = NULL;
     rd->rc = sbx_exec_read(rd->client, &a, &resp, &rd->e);
     if (rd->rc < 0)
       break;
+    off = resp->exec_read->next_offset;
+    ended = resp->exec_read->eof && resp->exec_read->exited;
+    if (piped) {
+      handoff_put(&h, resp);
+      continue;
+    }
     reader_take(rd, resp->exec_read);
     sbx_client_reply_free(resp);
+  }
+  if (piped) {
+    pthread_mutex_lock(&h.mu);
+    h.done = true;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    pthread_join(sink, NULL);
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
   }
   if (rd->relay)
     relay_finish(rd->relay);

@@ -109,6 +109,24 @@ int rpc_file_read(struct rpc_call *c) {
   uint64_t left = size > m->offset ? size - m->offset : 0;
   if (want > left)
     want = left;
+  Sbx__V1__FileReadReply *rep =
+      sbx_arena_new(&c->arena, Sbx__V1__FileReadReply);
+  if (!rep)
+    return -ENOMEM;
+  sbx__v1__file_read_reply__init(rep);
+  rep->size = size;
+  c->resp->body_case = SBX__V1__RESPONSE__BODY_FILE_READ;
+  c->resp->file_read = rep;
+  if (c->bulk_ok && want >= FILES_BULK_MIN) {
+    /* Read when the reply is packed, into the message itself. */
+    rep->data.len = (size_t)want;
+    rep->eof = m->offset + want >= size;
+    c->bulk.field = &rep->data;
+    c->bulk.offset = m->offset;
+    c->bulk.eof = &rep->eof;
+    c->bulk.fd = TAKE_FD(fd);
+    return 0;
+  }
   uint8_t *data = NULL;
   if (want) {
     data = sbx_arena_alloc_raw(&c->arena, (size_t)want);
@@ -131,16 +149,8 @@ int rpc_file_read(struct rpc_call *c) {
     }
     got += (size_t)n;
   }
-  Sbx__V1__FileReadReply *rep =
-      sbx_arena_new(&c->arena, Sbx__V1__FileReadReply);
-  if (!rep)
-    return -ENOMEM;
-  sbx__v1__file_read_reply__init(rep);
   rep->data.data = data;
   rep->data.len = got;
-  rep->size = size;
   rep->eof = hit_end || m->offset + got >= size;
-  c->resp->body_case = SBX__V1__RESPONSE__BODY_FILE_READ;
-  c->resp->file_read = rep;
   return 0;
 }

@@ -23,6 +23,10 @@
 #include "shared/arena.h"
 #include "shared/errors.h"
 
+/* A FileRead of at least this many bytes is read into the reply message as
+ * it is packed (rpc_bulk) rather than through the arena. */
+#define FILES_BULK_MIN (64u << 10)
+
 /* ---- files.c ---- */
 
 /* Fills E for ERR (positive) met on the client's PATH and returns -ERR.

@@ -406,6 +406,11 @@ static int open_fds(struct rpc_call *c, const Sbx__V1__ExecStart *st,
     return rpc_fail(c, SBX_OK, -r, "creating a pipe: %s", strerror(-r));
   f->out = p[0];
   f->child_out = p[1];
+  /* A held stream is read as fast as its reader reads: a larger pipe
+   * takes more of the command's output per wake-up. Best effort (the
+   * kernel caps it per user). */
+  if (st->hold_ms)
+    (void)fcntl(p[0], F_SETPIPE_SZ, (int)PROC_HOLD_PIPE);
   if (st->stderr_to_stdout) {
     f->child_err = f->child_out;
   } else {
@@ -465,9 +470,14 @@ static struct proc *insert(struct proc_table *t, struct rpc_call *c,
   p->hold_ms = st->hold_ms;
   make_summary(sp, st, p->summary);
   sbx_buf_init(&p->inq, PROC_STDIN_MAX);
+  /* A held stream waits for its reader rather than drop: a ring of at
+   * least PROC_HOLD_WINDOW lets the process run on while a read is in
+   * flight, and lets each read take that much. */
+  uint64_t tail = t->d->limits.retention_tail;
+  if (p->hold_ms && tail < PROC_HOLD_WINDOW)
+    tail = PROC_HOLD_WINDOW;
   for (int i = 0; i < 2; i++) {
-    outbuf_init(&p->out[i].buf, t->d->limits.retention_head,
-                t->d->limits.retention_tail);
+    outbuf_init(&p->out[i].buf, t->d->limits.retention_head, tail);
     p->out[i].read_ms = sbx_now_ms();
   }
   p->out[K_STDOUT].fd = -1;

@@ -44,6 +44,8 @@
 #define PROC_MAX_WAITERS 64         /* parked reads per process */
 #define PROC_STDIN_MAX (1u << 20)   /* queued stdin bytes per process */
 #define PROC_READ_CHUNK (64u << 10) /* one read(2) of output */
+#define PROC_HOLD_WINDOW (8u << 20) /* least ring of a held stream */
+#define PROC_HOLD_PIPE (1u << 20)   /* stdout pipe of a held command */
 #define PROC_SUMMARY_MAX 120
 #define PROC_STASH 64          /* reaped children nobody claimed yet */
 #define PROC_REAP_POLL_MS 1000 /* reap even without SIGCHLD, as a backstop */

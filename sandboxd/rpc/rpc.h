@@ -28,6 +28,18 @@
  * this; a larger one is not, and a retry runs the request again. */
 #define RPC_CACHE_REPLY_MAX (256u << 10)
 
+/* A reply's bytes field read from a file only when the reply is packed,
+ * straight into the message that is sent (no copy through the arena). A
+ * handler may set it when c->bulk_ok; the server then owns FD and closes it.
+ * On a short read (the file shrank) the field holds what was read and *EOF
+ * is set, as if the handler had read it. */
+struct rpc_bulk {
+  ProtobufCBinaryData *field; /* len: the bytes to read; data: NULL */
+  int fd;                     /* -1: none */
+  uint64_t offset;
+  protobuf_c_boolean *eof;
+};
+
 struct rpc_call {
   struct sandboxd *d;
   const Sbx__V1__Request *req; /* borrowed until the reply is sent */
@@ -39,6 +51,8 @@ struct rpc_call {
   void *server_data; /* the server's; handlers leave it alone */
   uint32_t pipe;     /* the connection the request came on (nng's pipe id;
                         0: none, as from a test) */
+  bool bulk_ok;      /* set by the server: it packs c->bulk */
+  struct rpc_bulk bulk;
 };
 
 /* Finishes a call a handler returned RPC_PENDING for. R as a handler's

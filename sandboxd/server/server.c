@@ -15,12 +15,14 @@
 #include "sandboxd/archive/transfer.h"
 #include "sandboxd/rpc/auth.h"
 #include "sandboxd/rpc/version.h"
+#include "sandboxd/server/bulk.h"
 #include "sandboxd/server/conns.h"
 #include "sandboxd/server/dispatch.h"
 #include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/fileio.h"
 #include "shared/log.h"
+#include "shared/pblift.h"
 
 #define ID_MAX 64
 
@@ -43,6 +45,8 @@ struct work {
   struct cache_entry *cache; /* when this work runs a mutating request */
   bool shutdown_after;       /* the reply is to a Shutdown */
   struct work *next;         /* worker queue, or a cache entry's followers */
+  nng_msg *req_msg;          /* kept while req's bulk data points into it */
+  ProtobufCBinaryData *req_data; /* that field of req */
 };
 
 /* A mutating request's reply, kept for retries with the same id. */
@@ -177,6 +181,13 @@ static nng_msg *pack_reply(struct work *w) {
     w->error.errno_value = EMSGSIZE;
     w->error.message = "reply would exceed the message size limit";
     w->resp.error = &w->error;
+    n = sbx__v1__response__get_packed_size(&w->resp);
+  }
+  if (w->call.bulk.field && w->resp.body_case != 0 && !w->resp.error) {
+    nng_msg *m = NULL;
+    int r = server_pack_bulk(&w->resp, &w->error, &w->call, n, &m);
+    if (r <= 0)
+      return m;
     n = sbx__v1__response__get_packed_size(&w->resp);
   }
   nng_msg *m = NULL;
@@ -362,13 +373,37 @@ static bool cache_check(struct work *w) {
   return false;
 }
 
+/* Decodes MSG (stolen) into W's request. A FileWrite's data is used where
+ * it arrived (pblift.h), and MSG kept until work_reset. */
+static void decode_request(struct work *w, nng_msg *msg) {
+  const uint8_t *body = nng_msg_body(msg);
+  size_t len = nng_msg_len(msg);
+  struct sbx_pb_lift l = {0};
+  if (sbx_pb_lift(body, len, SBX__V1__REQUEST__BODY_FILE_WRITE,
+                  2 /* FileWrite.data */, &l) == 1) {
+    w->req = sbx__v1__request__unpack(NULL, l.rest_len, l.rest);
+    free(l.rest);
+    if (w->req && w->req->body_case == SBX__V1__REQUEST__BODY_FILE_WRITE &&
+        w->req->file_write) {
+      w->req_data = &w->req->file_write->data;
+      w->req_data->data = (uint8_t *)body + l.data_off;
+      w->req_data->len = l.data_len;
+      w->req_msg = msg;
+      return;
+    }
+    if (w->req)
+      sbx__v1__request__free_unpacked(w->req, NULL);
+  }
+  w->req = sbx__v1__request__unpack(NULL, len, body);
+  nng_msg_free(msg);
+}
+
 static void handle(struct work *w, nng_msg *msg) {
   struct server *s = w->s;
   w->state = W_BUSY;
-  w->req = sbx__v1__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
   w->pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
   w->call.pipe = w->pipe;
-  nng_msg_free(msg);
+  decode_request(w, msg);
   w->call.req = w->req;
   w->resp.version = SBX__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
   if (!w->req) {
@@ -423,6 +458,17 @@ static void handle(struct work *w, nng_msg *msg) {
 
 /* Clears what one request left behind so the context can serve the next. */
 static void work_reset(struct work *w) {
+  if (w->call.bulk.field)
+    (void)close(w->call.bulk.fd);
+  memset(&w->call.bulk, 0, sizeof(w->call.bulk));
+  if (w->req_data) {
+    w->req_data->data = NULL;
+    w->req_data->len = 0;
+    w->req_data = NULL;
+  }
+  if (w->req_msg)
+    nng_msg_free(w->req_msg);
+  w->req_msg = NULL;
   if (w->req)
     sbx__v1__request__free_unpacked(w->req, NULL);
   w->req = NULL;
@@ -698,6 +744,7 @@ int server_new(struct sandboxd *d, const struct server_config *cfg,
     w->call.resp = &w->resp;
     w->call.complete = call_complete;
     w->call.server_data = w;
+    w->call.bulk_ok = true;
     sbx__v1__response__init(&w->resp);
     sbx__v1__error__init(&w->error);
     if (nng_aio_alloc(&w->aio, work_cb, w) != 0 ||

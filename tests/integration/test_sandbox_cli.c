@@ -388,6 +388,19 @@ Test(sandbox_cli, exec_streams_and_returns_the_exit_code) {
       (const char *const[]){"exec", id, "--", "sh", "-c", "kill -9 $$", NULL});
   cr_expect_eq(o.status, 128 + 9);
   sbx_run_free(&o);
+  /* Output beyond the held window (8 MiB) and many reads, written while
+   * the next is fetched: whole and in order. */
+  sbx(&o, (const char *const[]){"exec", id, "--", "seq", "1", "2000000", NULL});
+  cr_expect_eq(o.status, 0, "%s", o.err);
+  size_t cap = 16u << 20, n = 0;
+  char *want = malloc(cap);
+  cr_assert_not_null(want);
+  for (unsigned i = 1; i <= 2000000; i++)
+    n += (size_t)snprintf(want + n, cap - n, "%u\n", i);
+  cr_expect_eq(strlen(o.out), n);
+  cr_expect(strcmp(o.out, want) == 0, "the output differs from seq's");
+  free(want);
+  sbx_run_free(&o);
 }
 
 static void make_tree(const char *root) {
