@@ -150,9 +150,6 @@ int remote_options_parse(json_t *obj, const char *where, void **out,
     r = take_list(v, where, "endpoints", o, e);
   if (r == 0 && (v = json_object_get(obj, "pool")))
     r = take_pool(json_string_value(v), where, o, e);
-  if (r == 0 && o->neps == 0)
-    r = bad(e, where, "endpoints", "%s",
-            "the remote backend needs endpoints or a pool file");
   const char *ca = json_string_value(json_object_get(obj, "ca_dir"));
   const char *cl = json_string_value(json_object_get(obj, "client"));
   struct sbx_error ne = {0};

@@ -234,9 +234,11 @@ static int remote_create(const struct backend_options *o,
                          const struct sandbox_spec *spec, struct sandbox **out,
                          struct sbx_error *e) {
   const struct remote_options *ro = o ? o->own : NULL;
-  if (!ro)
+  if (!ro || ro->neps == 0)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "the remote backend needs endpoints or a pool file");
+                         "the remote backend needs endpoints or a pool file "
+                         "(--endpoint, --pool, or run_config's \"endpoints\" "
+                         "or \"pool\")");
   int k = refuse_spec(o, spec, e);
   if (k < 0)
     return k;
