@@ -456,3 +456,39 @@ Test(remote, ca_commands_and_their_errors) {
   json_decref(o);
   sbx_run_free(&r);
 }
+
+/* deploy/systemd/sandboxd-remote.service, with the built sandboxd, passes
+ * systemd-analyze verify. */
+Test(remote, systemd_unit_verifies) {
+  FILE *in =
+      fopen(SBX_SOURCE_DIR "/deploy/systemd/sandboxd-remote.service", "r");
+  cr_assert_not_null(in);
+  char unit[256];
+  (void)snprintf(unit, sizeof(unit), "%s/sandboxd-remote.service", tmp);
+  FILE *out = fopen(unit, "w");
+  cr_assert_not_null(out);
+  char line[1024];
+  bool exec = false;
+  while (fgets(line, sizeof(line), in)) {
+    char *p = strstr(line, "/usr/local/bin/sandboxd");
+    exec |= p != NULL;
+    if (p)
+      fprintf(out, "%.*s%s/sandboxd%s", (int)(p - line), line, SBX_BUILD_DIR,
+              p + strlen("/usr/local/bin/sandboxd"));
+    else
+      fputs(line, out);
+  }
+  fclose(in);
+  fclose(out);
+  cr_assert(exec, "the unit does not start /usr/local/bin/sandboxd");
+  char cmd[512];
+  (void)snprintf(cmd, sizeof(cmd), "systemd-analyze verify %s 2>&1", unit);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  char said[4096] = "";
+  size_t n = fread(said, 1, sizeof(said) - 1, p);
+  said[n] = '\0';
+  int st = pclose(p);
+  cr_expect_eq(st, 0, "systemd-analyze verify: %s", said);
+  cr_expect_eq(n, 0, "systemd-analyze verify: %s", said);
+}
