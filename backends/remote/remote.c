@@ -274,13 +274,21 @@ static int remote_close(struct sandbox *s, struct sbx_error *e) {
   struct remote *r = s->priv;
   int k = 0;
   if (s->client && r) {
-    k = remote_lease_check(s->client, r, s->session_id, e);
+    struct sbx_error ce = {0};
+    k = remote_lease_check(s->client, r, s->session_id, &ce);
     if (k == 0)
-      k = remote_kill_all(s->client, e);
+      k = remote_kill_all(s->client, &ce);
     if (k == 0)
-      k = remote_wipe(s->client, s->root, e);
+      k = remote_wipe(s->client, s->root, &ce);
     if (k == 0)
-      k = remote_lease_drop(s->client, r, e);
+      k = remote_lease_drop(s->client, r, &ce);
+    if (k < 0 && ce.code == SBX_CONFLICT)
+      k = sbx_error_set(e, ce.code, ce.err, "%s", ce.msg);
+    else if (k < 0)
+      k = sbx_error_set(e, ce.code, ce.err,
+                        "cannot release %s (its workspace and lease stay "
+                        "until it is removed on its host): %s",
+                        r->ep.url, ce.msg);
   } else if (r) {
     k = sbx_error_set(e, SBX_UNAVAILABLE, ENOTCONN,
                       "cannot reach %s to release it: its workspace and "

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -85,6 +86,7 @@ static void endpoint_start(struct endpoint *ep, int x, const char *cert_name,
   ep->pid = fork();
   cr_assert(ep->pid >= 0);
   if (ep->pid == 0) {
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(rp[0]);
     if (dup2(rp[1], 5) < 0)
       _exit(127);
@@ -491,4 +493,98 @@ Test(remote, systemd_unit_verifies) {
   int st = pclose(p);
   cr_expect_eq(st, 0, "systemd-analyze verify: %s", said);
   cr_expect_eq(n, 0, "systemd-analyze verify: %s", said);
+}
+
+/* The run id that the stderr of a paused run names. */
+static char *paused_run(const char *err) {
+  const char *p = strstr(err, "sbx: run ");
+  cr_assert_not_null(p, "%s", err);
+  p += strlen("sbx: run ");
+  return strndup(p, strcspn(p, " \n"));
+}
+
+/* A run paused for approval on endpoint A, whose sandboxd is then killed:
+ * resumed, it goes on at endpoint B from the run's snapshot. And a
+ * sandboxd killed under a running command fails the run saying so. */
+Test(remote, killed_endpoint_run_resumes_on_another) {
+  struct endpoint a = {0}, b = {0};
+  endpoint_start(&a, 2, NULL, NULL);
+  endpoint_start(&b, 3, NULL, NULL);
+  char eps[256], agent[1024];
+  (void)snprintf(eps, sizeof(eps), "\"%s\", \"%s\"", a.url, b.url);
+  (void)snprintf(agent, sizeof(agent), "%s", write_agent(eps));
+  /* The same agent with approvals: mkdir passes, the rest asks. */
+  char cmd[1200];
+  (void)snprintf(cmd, sizeof(cmd),
+                 "sed -i 's/^{/{\"approvals\": {\"exec_command\": "
+                 "[\"mkdir\"]}, /' %s",
+                 agent);
+  cr_assert_eq(system(cmd), 0);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"w1\", "
+      "\"arguments\": {\"cmd\": \"mkdir made-on-a\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"r1\", "
+      "\"arguments\": {\"cmd\": \"ls; pwd\"}}]},"
+      " {\"text\": \"done\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, agent, "Do it.", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "paused: %s", r.err);
+  char *id = paused_run(r.err);
+  sbx_run_free(&r);
+  cr_expect(has(&a, "lease/claim"), "the paused run holds endpoint A");
+  cr_expect(has(&a, "workspace/made-on-a"));
+  endpoint_stop(&a);
+  const char *ok[] = {"approve", "--state-dir", state, id, "r1", NULL};
+  sbx_run(&r, NULL, ok);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", id, NULL};
+  sbx_run(&r, srv.base_url, res);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  cr_expect(strstr(r.err, "is gone") != NULL, "%s", r.err);
+  const char *o = test_call_output(reqs, -1, "r1");
+  cr_assert_not_null(o);
+  cr_expect(strstr(o, "made-on-a\n") != NULL, "the snapshot's: %s", o);
+  cr_expect(strstr(o, "/host-3/workspace") != NULL, "on endpoint B: %s", o);
+  cr_expect_eq(workspace_entries(&b), 0);
+  cr_expect(!has(&b, "lease/claim"));
+  json_decref(reqs);
+  sbx_run_free(&r);
+  free(id);
+
+  /* Killed under a running command: a clear error, not a hang. */
+  endpoint_start(&a, 4, NULL, NULL);
+  (void)snprintf(eps, sizeof(eps), "\"%s\"", a.url);
+  (void)snprintf(agent, sizeof(agent), "%s", write_agent(eps));
+  char script[512];
+  (void)snprintf(script, sizeof(script),
+                 "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": "
+                 "\"k1\", \"arguments\": {\"cmd\": \"kill -9 %d; sleep 30\", "
+                 "\"yield_time_ms\": 20000}}]}, {\"text\": \"never\"}]",
+                 (int)a.pid);
+  test_model_server_start(&srv, script, NULL);
+  const char *run2[] = {"run", "--state-dir", state,    "--heartbeat",
+                        "2",   agent,         "Do it.", NULL};
+  sbx_run(&r, srv.base_url, run2);
+  reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect(r.secs < 60, "took %.1f s", r.secs);
+  /* The model is told the command's sandbox went away; sbx says the
+   * endpoint could not be released. */
+  o = test_call_output(reqs, -1, "k1");
+  cr_assert_not_null(o, "%s", r.err);
+  cr_expect(strstr(o, "lost the connection to sandboxd at") != NULL, "%s", o);
+  cr_expect(strstr(r.err, "cannot release tls+tcp://127.0.0.4:") != NULL, "%s",
+            r.err);
+  json_decref(reqs);
+  sbx_run_free(&r);
+  (void)waitpid(a.pid, NULL, 0);
+  endpoint_stop(&b);
 }
