@@ -321,18 +321,20 @@ static int ensure_ca(const char *dir, bool *created, struct sbx_error *e) {
   return r;
 }
 
-/* Creates DIR (0700) and its parent, then takes its lock. */
+/* Creates DIR and its missing parents (0700), then takes its lock. */
 static int open_dir(const char *dir, struct sbx_error *e) {
-  char parent[PATH_MAX];
-  (void)snprintf(parent, sizeof(parent), "%s", dir);
-  char *slash = strrchr(parent, '/');
-  if (slash && slash != parent) {
-    *slash = '\0';
-    if (mkdir(parent, 0700) < 0 && errno != EEXIST)
-      return sbx_error_set(e, SBX_OK, errno, "cannot create \"%s\": %m",
-                           parent);
+  char p[PATH_MAX];
+  if ((size_t)snprintf(p, sizeof(p), "%s", dir) >= sizeof(p))
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
+                         "the CA directory path is too long");
+  for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+    *s = '\0';
+    int r = mkdir_0700(p, e);
+    *s = '/';
+    if (r < 0)
+      return r;
   }
-  int r = mkdir_0700(dir, e);
+  int r = mkdir_0700(p, e);
   return r < 0 ? r : ca_lock(dir, e);
 }
 
