@@ -288,6 +288,13 @@ Test(remote, wrong_certificates_are_refused) {
   cr_assert_eq(system(cmd), 0);
   const char *foreign[] = {"--endpoint", a.url, "--ca-dir", other, NULL};
   expect_refused(&a, foreign, "a client certificate of another CA");
+  /* The valid client certificate is taken there. */
+  struct sbx_run_out ok;
+  const char *valid[] = {"--endpoint", a.url, NULL};
+  create(&ok, valid);
+  cr_expect_eq(ok.status, 0, "%s", ok.err);
+  sbx_run_free(&ok);
+  cr_expect(has(&a, "lease/claim"));
   /* A sandboxd whose certificate names another sandbox (127.0.0.2's, at
    * 127.0.0.3): sbx dials it by name and refuses it. */
   endpoint_start(&b, 3, "sandbox-b", NULL);
