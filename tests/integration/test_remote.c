@@ -355,6 +355,12 @@ Test(remote, option_errors) {
        "ca_dir: expected a directory"},
       {{"--endpoint", "tls+tcp://127.0.0.2:7443", "--expose", "80"},
        "does not support exposed ports"},
+      {{"--endpoint", "tls+tcp://127.0.0.2:7443", "--seccomp", "off"},
+       "does not support a seccomp mode"},
+      {{"--endpoint", "tls+tcp://127.0.0.2:7443", "--ttl", "1h"},
+       "does not support an expiry or idle timeout"},
+      {{"--endpoint", "tls+tcp://127.0.0.2:7443", "--idle-timeout", "60"},
+       "does not support an expiry or idle timeout"},
       {{"--endpoint", "tls+tcp://127.0.0.2:7443", "--ca-dir", "/nonexistent"},
        "no CA in \"/nonexistent\""},
   };
