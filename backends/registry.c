@@ -5,12 +5,14 @@
 
 #include "backends/docker/docker.h"
 #include "backends/local/local.h"
+#include "backends/remote/remote.h"
 #include "shared/cleanup.h"
 
 /* Every backend sbx is built with; the first is the default. */
 static const struct backend *const backends[] = {
     &backend_local,
     &backend_docker,
+    &backend_remote,
 };
 
 const struct backend *backend_find(const char *name) {

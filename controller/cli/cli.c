@@ -35,6 +35,11 @@ static void usage_main(FILE *f) {
           "                          servers alike: ls, show, cancel, logs "
           "(see sbx\n"
           "                          runs --help)\n"
+          "  ca SUBCOMMAND           the certificates of remote sandboxes: "
+          "init, show,\n"
+          "                          issue-server, issue-client, revoke, crl "
+          "(see sbx\n"
+          "                          ca --help)\n"
           "\n"
           "Options:\n"
           "  --log-level LEVEL       error | warn | info | debug (default "
@@ -98,7 +103,7 @@ int cli_main(int argc, char **argv) {
       {"run", cli_run},       {"approve", cli_decide},
       {"reject", cli_decide}, {"sandbox", cli_sandbox_main},
       {"serve", cli_serve},   {"token", cli_token},
-      {"runs", cli_runs},
+      {"runs", cli_runs},     {"ca", cli_ca},
   };
   for (size_t k = 0; k < SBX_ARRAY_SIZE(commands); k++)
     if (strcmp(argv[i], commands[k].name) == 0)

@@ -94,6 +94,8 @@ int cli_remote(const char *server, int argc, char **argv);
 /* sbx serve and sbx token (serve.c). */
 int cli_serve(int argc, char **argv);
 int cli_token(int argc, char **argv);
+/* sbx ca (ca.c). */
+int cli_ca(int argc, char **argv);
 
 /* What every `sbx sandbox` subcommand takes. */
 struct cli_common {

@@ -209,11 +209,13 @@ Test(backend_options, the_registry_lists_every_backend) {
   size_t n = 0;
   while (backend_at(n))
     n++;
-  cr_expect_eq(n, 2);
+  cr_expect_eq(n, 3);
+  cr_expect_str_eq(backend_find("remote")->name, "remote");
   char buf[64];
   cr_expect_str_eq(backend_names(buf, sizeof(buf), "\"", " or "),
-                   "\"local\" or \"docker\"");
-  cr_expect_str_eq(backend_names(buf, sizeof(buf), "", ", "), "local, docker");
+                   "\"local\", \"docker\" or \"remote\"");
+  cr_expect_str_eq(backend_names(buf, sizeof(buf), "", ", "),
+                   "local, docker, remote");
   char small[8];
   cr_expect_str_eq(backend_names(small, sizeof(small), "", ", "), "local, ");
 }
