@@ -10,7 +10,11 @@
  *   ready: backend_docker.create until sandboxd answers Hello, against
  *          `podman run -d IMAGE --version` (returns once the container has
  *          started), and the engine's own create+start through the same API
- *          for the breakdown (default 20 runs each).
+ *          for the breakdown (default 20 runs each);
+ *   cli:   `sbx sandbox --state-dir D create --backend docker -o image=IMAGE`
+ *          as a process (the built sbx, SBX_BIN for another) until it has
+ *          printed the id and exited, against the same `podman run -d`
+ *          (the ready rounds' runs), interleaved with them.
  * Containers made for the baselines are removed after each run, untimed.
  * Prints p50 and p99 of each and the ratios as a Markdown table. */
 #include <errno.h>
@@ -186,7 +190,28 @@ int main(int argc, char **argv) {
   struct docker_engine *en = NULL;
   if (docker_engine_open(NULL, &en, &e) < 0)
     die("engine", e.msg);
+  char sbx[PATH_MAX], state_dir[] = "/tmp/bench-docker-XXXXXX", opt[512];
+  if (bench_binary("SBX_BIN", "sbx", sbx, sizeof(sbx)) < 0)
+    die("sbx", "not found");
+  if (!mkdtemp(state_dir))
+    die("mkdtemp", strerror(errno));
+  (void)snprintf(opt, sizeof(opt), "image=%s", image);
+  uint64_t *t_cli = calloc(nready, sizeof(*t_cli));
+  if (!t_cli)
+    die("calloc", strerror(ENOMEM));
   for (size_t i = 0; i < nready; i++) {
+    /* The CLI, a process: what a person waits for. */
+    char sid[128];
+    const char *cc[] = {sbx,      "sandbox",   "--state-dir", state_dir,
+                        "create", "--backend", "docker",      "-o",
+                        opt,      NULL};
+    t_cli[i] = run_cmd(cc, sid, sizeof(sid));
+    if (!sid[0])
+      die("sbx sandbox create", "printed no id");
+    const char *crm[] = {sbx,  "sandbox", "--state-dir", state_dir,
+                         "rm", sid,       NULL};
+    (void)run_cmd(crm, NULL, 0);
+
     uint64_t t0 = sbx_now_ns();
     if (backend_docker.create(&o, NULL, &s, &e) < 0)
       die("create", e.msg);
@@ -225,6 +250,7 @@ int main(int argc, char **argv) {
   struct stats rd = stats_of(t_ready, nready);
   struct stats pr = stats_of(t_prun, nready);
   struct stats api = stats_of(t_api, nready);
+  struct stats cli = stats_of(t_cli, nready);
   printf("| measure | runs | p50 ms | p99 ms |\n|---|---|---|---|\n");
   printf("| exec `/bin/true` through sandboxd (an ExecStart that waits for the "
          "exit) | "
@@ -241,11 +267,25 @@ int main(int argc, char **argv) {
   printf("| engine API create + start alone (breakdown) | %zu | %.1f | %.1f "
          "|\n",
          nready, api.p50, api.p99);
+  printf("| `sbx sandbox create --backend docker`, a process | %zu | %.1f | "
+         "%.1f |\n",
+         nready, cli.p50, cli.p99);
   printf("\nexec: %.0fx faster than podman exec at p50, %.0fx at p99\n",
          pe.p50 / ex.p50, pe.p99 / ex.p99);
   printf("ready: %+.1f ms against podman run -d at p50 (%+.1f ms at p99); "
          "%+.1f ms over the engine's own create + start\n",
          rd.p50 - pr.p50, rd.p99 - pr.p99, rd.p50 - api.p50);
+  printf("cli: sbx sandbox create / podman run -d = %.2f at p50 (%.2f at "
+         "p99); ready in process / podman run -d = %.2f at p50\n",
+         cli.p50 / pr.p50, cli.p99 / pr.p99, rd.p50 / pr.p50);
+  /* What the state directory keeps once its sandboxes are removed. */
+  char left[PATH_MAX + 32];
+  (void)snprintf(left, sizeof(left), "%s/sandboxes/.lock", state_dir);
+  (void)unlink(left);
+  (void)snprintf(left, sizeof(left), "%s/sandboxes", state_dir);
+  (void)rmdir(left);
+  (void)rmdir(state_dir);
+  free(t_cli);
   free(t_exec);
   free(t_pexec);
   free(t_ready);

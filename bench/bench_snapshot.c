@@ -12,7 +12,10 @@
  *   restore: snapshot_restore of that snapshot into a second, empty local
  *            sandbox, against `tar -I zstd -xf FILE -C EMPTYDIR`.
  * Every timed run starts after sync(2), and the destinations are emptied
- * before it, outside the timing. snapshot_save fsyncs its file and
+ * before it, outside the timing. Peak memory: the second sandbox's
+ * sandboxd's VmHWM (/proc/PID/status, the largest of its processes), reset
+ * before each restore through /proc/PID/clear_refs, against tar's (its
+ * ru_maxrss, zstd's included). snapshot_save fsyncs its file and
  * directory; tar does not (its writeback lands in the next sync, untimed).
  * Everything is removed at the end. */
 #include <errno.h>
@@ -24,11 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/local/local.h"
+#include "backends/local/local_internal.h"
 #include "bench/bench.h"
 #include "controller/backend/backend.h"
 #include "controller/snapshot/snapshot.h"
@@ -55,16 +60,77 @@ static double now_s(void) {
   return (double)sbx_now_ns() / 1e9;
 }
 
-static void run(const char *const argv[]) {
+/* Runs ARGV; its peak resident set (KiB, its children's included) in
+ * *MAXRSS_KB. */
+static void run(const char *const argv[], long *maxrss_kb) {
   pid_t pid;
   int r = posix_spawnp(&pid, argv[0], NULL, NULL, (char *const *)argv, environ);
   if (r != 0)
     die(argv[0], strerror(r));
   int st;
-  if (waitpid(pid, &st, 0) < 0)
-    die_errno("waitpid");
+  struct rusage ru;
+  if (wait4(pid, &st, 0, &ru) < 0)
+    die_errno("wait4");
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
     die(argv[0], "failed");
+  *maxrss_kb = ru.ru_maxrss;
+}
+
+/* The children of PID (at most MAX) into OUT; their number. */
+static size_t children(pid_t pid, pid_t *out, size_t max) {
+  char p[64];
+  (void)snprintf(p, sizeof(p), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+  FILE *f = fopen(p, "r");
+  size_t n = 0;
+  int c;
+  while (f && n < max && fscanf(f, "%d", &c) == 1)
+    out[n++] = (pid_t)c;
+  if (f)
+    (void)fclose(f);
+  return n;
+}
+
+/* PID's peak resident set since the last reset, KiB (VmHWM). */
+static long hwm_one(pid_t pid) {
+  char p[64], line[256];
+  (void)snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(p, "r");
+  if (!f)
+    return 0; /* gone */
+  long kb = 0;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+      break;
+  (void)fclose(f);
+  return kb;
+}
+
+/* Resets the peak resident set of PID and its descendants (an isolated
+ * sandboxd serves from a child in its namespaces) to their current one. */
+static void hwm_reset(pid_t pid) {
+  char p[64];
+  (void)snprintf(p, sizeof(p), "/proc/%d/clear_refs", (int)pid);
+  FILE *f = fopen(p, "w");
+  if (!f || fputs("5", f) < 0 || fclose(f) != 0)
+    die_errno(p);
+  pid_t kids[16];
+  size_t n = children(pid, kids, 16);
+  for (size_t i = 0; i < n; i++)
+    hwm_reset(kids[i]);
+}
+
+/* The largest peak resident set of PID and its descendants since the
+ * last reset, KiB. */
+static long hwm_kb(pid_t pid) {
+  long kb = hwm_one(pid);
+  pid_t kids[16];
+  size_t n = children(pid, kids, 16);
+  for (size_t i = 0; i < n; i++) {
+    long k = hwm_kb(kids[i]);
+    if (k > kb)
+      kb = k;
+  }
+  return kb;
 }
 
 /* Empties DIR (keeps DIR itself). */
@@ -129,8 +195,12 @@ int main(int argc, char **argv) {
       backend_local.create(&o, NULL, &dst, &e) < 0)
     die("local sandbox", e.msg);
 
+  /* The workspaces as this process sees them (commands see them at
+   * their root inside the sandboxes' namespaces). */
+  const char *src_dir = ((const struct local *)src->priv)->workspace;
+  const char *dst_dir = ((const struct local *)dst->priv)->workspace;
   struct bench_tree st = {0};
-  if (bench_build_tree(src->root, TREE_BYTES, &st) < 0)
+  if (bench_build_tree(src_dir, TREE_BYTES, &st) < 0)
     exit(1);
   char snaps[PATH_MAX], tarfile[PATH_MAX], tarout[PATH_MAX];
   (void)snprintf(snaps, sizeof(snaps), "%s/snapshots", base);
@@ -142,6 +212,8 @@ int main(int argc, char **argv) {
   struct snapshot_spec spec = {.type = SNAPSHOT_LOCAL, .base_dir = snaps};
   struct snapshot_record rec = {0};
   double save[RUNS], tsave[RUNS], restore[RUNS], trestore[RUNS];
+  long rss = 0, trss = 0, kb = 0; /* the peaks over the restores, KiB */
+  pid_t dst_pid = ((const struct local *)dst->priv)->pid;
   uint64_t members = 0;
   for (int i = 0; i < RUNS; i++) {
     sync();
@@ -154,13 +226,14 @@ int main(int argc, char **argv) {
     (void)unlink(tarfile);
     sync();
     t0 = now_s();
-    const char *const tc[] = {"tar", "-I",      "zstd", "-cf", tarfile,
-                              "-C",  src->root, ".",    NULL};
-    run(tc);
+    const char *const tc[] = {"tar", "-I",    "zstd", "-cf", tarfile,
+                              "-C",  src_dir, ".",    NULL};
+    run(tc, &kb);
     tsave[i] = now_s() - t0;
 
-    empty_dir(dst->root);
+    empty_dir(dst_dir);
     sync();
+    hwm_reset(dst_pid);
     t0 = now_s();
     struct snapshot_restore_result res = {0};
     if (snapshot_restore(&spec, &rec, dst, NULL, NULL, &res, NULL, NULL, &e) <
@@ -168,23 +241,30 @@ int main(int argc, char **argv) {
       die("snapshot_restore", e.msg);
     restore[i] = now_s() - t0;
     members = res.members;
+    kb = hwm_kb(dst_pid);
+    if (kb > rss)
+      rss = kb;
 
     empty_dir(tarout);
     sync();
     t0 = now_s();
     const char *const tx[] = {"tar",   "-I", "zstd", "-xf",
                               tarfile, "-C", tarout, NULL};
-    run(tx);
+    run(tx, &kb);
     trestore[i] = now_s() - t0;
+    if (kb > trss)
+      trss = kb;
     fprintf(stderr,
-            "run %d: save %.3f s (tar %.3f s), restore %.3f s (tar %.3f s)\n",
-            i + 1, save[i], tsave[i], restore[i], trestore[i]);
+            "run %d: save %.3f s (tar %.3f s), restore %.3f s (tar %.3f s), "
+            "sandboxd peak %.1f MiB\n",
+            i + 1, save[i], tsave[i], restore[i], trestore[i],
+            (double)hwm_kb(dst_pid) / 1024);
   }
 
   /* The restored tree is the source tree. */
   char cmd[3 * PATH_MAX];
   (void)snprintf(cmd, sizeof(cmd), "diff -r --no-dereference '%s' '%s' >&2",
-                 src->root, dst->root);
+                 src_dir, dst_dir);
   if (system(cmd) != 0)
     die("diff", "the restored workspace differs from the source");
 
@@ -198,6 +278,8 @@ int main(int argc, char **argv) {
          best(tsave), best(save) / best(tsave));
   printf("restore       %7.3f s    %7.3f s      %.2f\n", best(restore),
          best(trestore), best(restore) / best(trestore));
+  printf("restore peak RSS  sandboxd %.1f MiB, tar -I zstd -xf %.1f MiB\n",
+         (double)rss / 1024, (double)trss / 1024);
   printf("save rate     %7.1f MiB/s of workspace\n",
          (double)st.bytes / (1 << 20) / best(save));
 

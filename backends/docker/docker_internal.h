@@ -111,8 +111,13 @@ struct engine_facts {
   gid_t remap_gid;
 };
 
+/* What EN's engine is: Podman by its headers; rootless (and Docker's
+ * userns-remap) from GET /info, except for a Podman whose socket is root's,
+ * which is rootful without asking. */
 int probe_engine(struct docker_engine *en, struct engine_facts *out,
                  struct sbx_error *e);
+/* True when HOST ("unix:///path") is a socket owned by root. */
+bool engine_socket_root_owned(const char *host);
 /* The HostConfig.UsernsMode for WANT on the engine F describes (*MODE
  * static, or NULL: say nothing); *MAY_FALL_BACK when the engine may refuse
  * it for want of subordinate ids and the container is then made without.

@@ -2,7 +2,9 @@
  * agent file's default_manifest. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -276,12 +278,21 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
                         "the name \"%s\" is already used by sandbox %s",
                         x->name, other);
   }
+  /* A restore of its session resolves local sources where these were: the
+   * base directory goes into the same record, one durable write. */
+  _cleanup_json_ json_t *saved = json_copy(extra);
+  char base[PATH_MAX];
+  if (r == 0 && !saved)
+    r = sbx_error_set(&e, SBX_OK, ENOMEM, "out of memory");
+  if (r == 0 && !realpath(x->lo.mo.base_dir, base))
+    r = sbx_error_set(&e, SBX_INVALID_ARGUMENT, errno,
+                      "cannot resolve the base directory \"%s\": %s",
+                      x->lo.mo.base_dir, strerror(errno));
+  if (r == 0 && json_object_set_new(saved, "base_dir", json_string(base)) < 0)
+    r = sbx_error_set(&e, SBX_OK, ENOMEM, "out of memory");
   if (r == 0)
     r = lifecycle_save_extra(dir, id, sb, x->m, x->lo.bo.ports, x->lo.bo.nports,
-                             created, (long)getpid(), extra, &e);
-  /* A restore of its session resolves local sources where these were. */
-  if (r == 0)
-    r = lifecycle_save_base_dir(dir, id, x->lo.mo.base_dir, &e);
+                             created, (long)getpid(), saved, &e);
   if (r < 0) {
     struct sbx_error ce = {0};
     (void)sb->backend->close(sb, &ce);

@@ -168,13 +168,21 @@ int import_norm(struct importer *im, const char *raw, char *out,
   return 0;
 }
 
-/* Maps the spool so libarchive hands out pointers into the page cache and
- * file data goes to its destination in one copy, not two (read(2) into a
- * buffer, then write(2)). The spool is private and unlinked: nothing can
- * truncate it under the mapping. Without a mapping (an empty archive, no
- * address space) the spool is read with read(2). */
+/* Maps an uncompressed spool so libarchive hands out pointers into the page
+ * cache and file data goes to its destination in one copy, not two (read(2)
+ * into a buffer, then write(2)). The spool is private and unlinked: nothing
+ * can truncate it under the mapping. A zstd spool is not mapped: its file
+ * data comes out of the decompressor's buffer anyway, and a mapping read
+ * through would leave the whole archive in sandboxd's resident set. Without
+ * a mapping (zstd, an empty archive, no address space) the spool is read
+ * with read(2) in blocks. */
 void import_map(struct importer *im) {
+  static const uint8_t zstd_magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+  uint8_t head[sizeof(zstd_magic)];
   if (im->x->size == 0 || im->x->size > SIZE_MAX)
+    return;
+  if (pread(im->x->spool_fd, head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
+      memcmp(head, zstd_magic, sizeof(head)) == 0)
     return;
   void *p = mmap(NULL, (size_t)im->x->size, PROT_READ, MAP_SHARED,
                  im->x->spool_fd, 0);

@@ -33,6 +33,9 @@
  * receiving and extracting overlap. */
 
 #define STAGE_MAX_DEPTH (FILES_MAX_DEPTH / 2) /* deeper: the two passes */
+/* The most of the mapping given to libarchive at once: what is resident of
+ * it at any time. */
+#define STAGE_READ_BYTES (1u << 20)
 
 struct stage {
   struct xfer *x;
@@ -46,6 +49,8 @@ struct stage {
   struct sbx_error err; /* why staging stopped */
   int result;           /* the thread's, once joined */
   uint64_t consumed;    /* the thread's: bytes given to libarchive */
+  uint64_t dropped;     /* the thread's: mapped pages let go before this */
+  size_t page;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   uint64_t received; /* under mu: bytes in the spool */
@@ -53,10 +58,24 @@ struct stage {
   bool cancel;       /* under mu */
 };
 
-/* libarchive's read callback: what has arrived past what it has, waiting
- * for more; 0 at the end. */
+/* Lets go of the mapping's pages that libarchive is done with: everything
+ * before the block it gets next (its last one is no longer referenced once
+ * it asks for another). The spool keeps them in the page cache; sandboxd's
+ * resident set keeps only the blocks in use. */
+static void stage_drop_read(struct stage *s) {
+  uint64_t end = s->consumed & ~((uint64_t)s->page - 1);
+  if (end <= s->dropped)
+    return;
+  (void)madvise((void *)(s->map + s->dropped), (size_t)(end - s->dropped),
+                MADV_DONTNEED);
+  s->dropped = end;
+}
+
+/* libarchive's read callback: what has arrived past what it has (at most
+ * STAGE_READ_BYTES), waiting for more; 0 at the end. */
 static la_ssize_t stage_read(struct archive *a, void *cd, const void **buf) {
   struct stage *s = cd;
+  stage_drop_read(s);
   pthread_mutex_lock(&s->mu);
   while (s->received == s->consumed && !s->eof && !s->cancel)
     pthread_cond_wait(&s->cv, &s->mu);
@@ -69,7 +88,9 @@ static la_ssize_t stage_read(struct archive *a, void *cd, const void **buf) {
   }
   *buf = s->map + s->consumed;
   size_t n = (size_t)(end - s->consumed);
-  s->consumed = end;
+  if (n > STAGE_READ_BYTES)
+    n = STAGE_READ_BYTES;
+  s->consumed += n;
   return (la_ssize_t)n;
 }
 
@@ -204,6 +225,7 @@ void stage_start(struct rpc_call *c, struct xfer *x, const char *path,
     return;
   s->x = x;
   s->dir_fd = -1;
+  s->page = (size_t)page;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->maplen =

@@ -87,10 +87,11 @@ static unsigned char *export_dir(struct test_daemon *t, const char *dir,
 
 static bool last_staged; /* whether the last import_dir was staged */
 
-/* Imports DATA into DIR; the finish's result, E filled on failure. */
-static int import_dir(struct test_daemon *t, const char *dir,
-                      const unsigned char *data, size_t len, uint64_t *members,
-                      struct sbx_error *e) {
+/* Imports DATA into DIR in chunks of CHUNK bytes; the finish's result, E
+ * filled on failure. */
+static int import_dir_in(struct test_daemon *t, const char *dir,
+                         const unsigned char *data, size_t len, size_t chunk,
+                         uint64_t *members, struct sbx_error *e) {
   Sbx__V1__ArchiveImportStart a = SBX__V1__ARCHIVE_IMPORT_START__INIT;
   a.stage = true;
   a.path = (char *)dir;
@@ -108,7 +109,7 @@ static int import_dir(struct test_daemon *t, const char *dir,
     cr_expect_str_eq(sp, want);
   sbx_client_reply_free(r);
   for (size_t off = 0; off < len;) {
-    size_t n = len - off < 65536 ? len - off : 65536;
+    size_t n = len - off < chunk ? len - off : chunk;
     uint64_t received = 0;
     cr_assert_eq(sbx_archive_import_write(t->client, handle, off, data + off, n,
                                           &received, e),
@@ -124,6 +125,12 @@ static int import_dir(struct test_daemon *t, const char *dir,
   struct sbx_error ce = {0};
   cr_assert_eq(sbx_archive_close(t->client, handle, &ce), 0, "%s", ce.msg);
   return rc;
+}
+
+static int import_dir(struct test_daemon *t, const char *dir,
+                      const unsigned char *data, size_t len, uint64_t *members,
+                      struct sbx_error *e) {
+  return import_dir_in(t, dir, data, len, 65536, members, e);
 }
 
 Test(archive_daemon, zstd_round_trip_in_chunks) {
@@ -319,6 +326,108 @@ Test(archive_daemon, shutdown_during_a_streamed_export_is_clean) {
   double took =
       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   cr_expect_lt(took, 2.0, "shutdown took %.2f s", took);
+}
+
+/* The processes of sandboxd PID: itself and its children. */
+static size_t daemon_pids(pid_t pid, pid_t out[8]) {
+  char p[64];
+  (void)snprintf(p, sizeof(p), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+  out[0] = pid;
+  size_t n = 1;
+  FILE *f = fopen(p, "r");
+  int c;
+  while (f && n < 8 && fscanf(f, "%d", &c) == 1)
+    out[n++] = (pid_t)c;
+  if (f)
+    fclose(f);
+  return n;
+}
+
+/* Resets the peak resident set of sandboxd PID's processes. */
+static void hwm_reset(pid_t pid) {
+  pid_t ps[8];
+  size_t n = daemon_pids(pid, ps);
+  for (size_t i = 0; i < n; i++) {
+    char p[64];
+    (void)snprintf(p, sizeof(p), "/proc/%d/clear_refs", (int)ps[i]);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f, "%s", p);
+    fputs("5", f);
+    fclose(f);
+  }
+}
+
+/* The largest peak resident set of sandboxd PID's processes, KiB. */
+static long hwm_kib(pid_t pid) {
+  pid_t ps[8];
+  size_t n = daemon_pids(pid, ps);
+  long most = 0;
+  for (size_t i = 0; i < n; i++) {
+    char p[64], line[256];
+    (void)snprintf(p, sizeof(p), "/proc/%d/status", (int)ps[i]);
+    FILE *f = fopen(p, "r");
+    long kb = 0;
+    while (f && fgets(line, sizeof(line), f))
+      if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+        break;
+    if (f)
+      fclose(f);
+    if (kb > most)
+      most = kb;
+  }
+  return most;
+}
+
+/* A 96 MiB zstd archive imported in 4 MiB chunks (as snapshots restore)
+ * leaves sandboxd's peak resident set far below the archive's size, staged
+ * into a new directory and by two passes into one with a file in it. */
+Test(archive_daemon, large_import_keeps_sandboxd_small) {
+  struct test_daemon t;
+  test_daemon_start(&t, NULL);
+  char p[512];
+  (void)snprintf(p, sizeof(p), "%s/src", t.root);
+  cr_assert_eq(mkdir(p, 0755), 0);
+  size_t n = 96u << 20;
+  uint64_t *data = malloc(n);
+  cr_assert_not_null(data);
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i < n / 8; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    data[i] = x;
+  }
+  (void)snprintf(p, sizeof(p), "%s/src/random.bin", t.root);
+  int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, data, n), (ssize_t)n);
+  close(fd);
+  free(data);
+  size_t len;
+  unsigned char *tar =
+      export_dir(&t, "src", SBX__V1__COMPRESSION__COMPRESSION_ZSTD, &len);
+  cr_assert_gt(len, n);
+  (void)snprintf(p, sizeof(p), "%s/full", t.root);
+  cr_assert_eq(mkdir(p, 0755), 0);
+  put(&t, "full/other.txt", "other\n");
+  const char *dirs[] = {"fresh", "full"};
+  for (int k = 0; k < 2; k++) {
+    hwm_reset(t.pid);
+    uint64_t members = 0;
+    struct sbx_error e = {0};
+    cr_assert_eq(import_dir_in(&t, dirs[k], tar, len, 4u << 20, &members, &e),
+                 0, "%s", e.msg);
+    cr_expect_eq(last_staged, k == 0);
+    long kib = hwm_kib(t.pid);
+    cr_expect_lt(kib, 32 << 10, "%s: sandboxd's peak was %ld KiB", dirs[k],
+                 kib);
+    struct stat st;
+    (void)snprintf(p, sizeof(p), "%s/%s/random.bin", t.root, dirs[k]);
+    cr_assert_eq(stat(p, &st), 0);
+    cr_expect_eq(st.st_size, (off_t)n);
+  }
+  free(tar);
+  test_daemon_stop(&t);
 }
 
 /* Starts an import into DIR (a fresh subdirectory of T's root) on client
