@@ -76,6 +76,7 @@ static void agent_free(struct agent *a) {
   json_decref(a->model_settings);
   free(a->api_key_env);
   json_decref(a->output_type);
+  json_decref(a->prompt);
   for (size_t i = 0; i < a->nhandoffs; i++)
     free(a->handoff_paths[i]);
   free(a->handoff_paths);

@@ -280,6 +280,7 @@ static int run_phase(struct run *parent, struct trace_span *flush,
     json_decref(run->items);
     free(run);
   }
+  free(sh.response_id); /* kept by the turns (turn_chain), as a root's */
   run_clients_free(&sh);
   pthread_mutex_destroy(&sh.mu);
   pthread_mutex_destroy(&sh.rs_mu);
