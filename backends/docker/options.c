@@ -528,9 +528,11 @@ static int mount_flag(const char *text, json_t **out, struct sbx_error *e) {
     } else {
       v = json_stringn(val, vn);
     }
-    if (json_object_get(m, key))
+    if (json_object_get(m, key)) {
+      json_decref(v);
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s is given twice",
                            key);
+    }
     if (!v || json_object_set_new(m, key, v) < 0)
       return -ENOMEM;
     p += n;

@@ -433,7 +433,9 @@ Test(sandbox_meta, prune_asks_then_removes_stopped_and_expired_ones) {
   free(out);
   cr_expect_eq(piped("", "prune", &out), 1);
   free(out);
-  cr_expect_eq(json_array_size(ls(NULL)), 4);
+  json_t *all = ls(NULL);
+  cr_expect_eq(json_array_size(all), 4);
+  json_decref(all);
   /* "y" with a filter: only the labelled one. */
   cr_expect_eq(piped("y\n", "prune --filter label=keep", &out), 0);
   char want[32];

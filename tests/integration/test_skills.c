@@ -183,12 +183,12 @@ Test(skills, lazy_index_and_load_skill) {
                         "`load_skill` for that skill first, then open its "
                         "`SKILL.md`.\n") != NULL);
   /* The user's $mention goes to the model as written, as in the SDK. */
-  cr_expect(
-      strstr(json_dumps(json_object_get(
-                            json_object_get(json_array_get(f.reqs, 0), "body"),
-                            "input"),
-                        0),
-             "$credit-fixer") != NULL);
+  char *input = json_dumps(
+      json_object_get(json_object_get(json_array_get(f.reqs, 0), "body"),
+                      "input"),
+      0);
+  cr_expect(input && strstr(input, "$credit-fixer") != NULL);
+  free(input);
   json_t *t = find_tool(f.reqs, "load_skill");
   cr_assert_not_null(t);
   cr_expect_str_eq(json_string_value(json_object_get(t, "description")),
