@@ -489,11 +489,12 @@ oom:
 static int mount_flag(const char *text, json_t **out, struct sbx_error *e) {
   static const struct {
     const char *name, *key;
+    bool boolean; /* read_only: true or false, or alone for true */
   } fields[] = {
-      {"type", "type"},          {"source", "source"},
-      {"src", "source"},         {"target", "target"},
-      {"dst", "target"},         {"destination", "target"},
-      {"readonly", "read_only"}, {"ro", "read_only"},
+      {"type", "type", false},         {"source", "source", false},
+      {"src", "source", false},        {"target", "target", false},
+      {"dst", "target", false},        {"destination", "target", false},
+      {"readonly", "read_only", true}, {"ro", "read_only", true},
   };
   _cleanup_json_ json_t *m = json_object();
   if (!m)
@@ -503,9 +504,12 @@ static int mount_flag(const char *text, json_t **out, struct sbx_error *e) {
     if (k > n)
       k = n;
     const char *key = NULL;
+    bool boolean = false;
     for (size_t i = 0; i < SBX_ARRAY_SIZE(fields) && !key; i++)
-      if (strlen(fields[i].name) == k && strncmp(p, fields[i].name, k) == 0)
+      if (strlen(fields[i].name) == k && strncmp(p, fields[i].name, k) == 0) {
         key = fields[i].key;
+        boolean = fields[i].boolean;
+      }
     if (!key)
       return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                            "unknown field \"%.*s\" (expected type, source, "
@@ -514,7 +518,7 @@ static int mount_flag(const char *text, json_t **out, struct sbx_error *e) {
     const char *val = k < n ? p + k + 1 : NULL;
     size_t vn = val ? n - k - 1 : 0;
     json_t *v;
-    if (strcmp(key, "read_only") == 0) {
+    if (boolean) {
       bool yes = !val || (vn == 4 && strncmp(val, "true", 4) == 0) ||
                  (vn == 1 && val[0] == '1');
       if (!yes && !(vn == 5 && strncmp(val, "false", 5) == 0) &&
