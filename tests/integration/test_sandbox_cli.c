@@ -947,52 +947,94 @@ Test(sandbox_cli, heartbeat_is_recorded_with_the_sandbox) {
   sbx_run_free(&o);
 }
 
-/* The path of CONTROLLER's cgroup in the /proc/PID/cgroup text CG (v1,
- * else v2's "0::"), without a trailing "/"; "" when absent. */
-static void cgroup_path(const char *cg, const char *controller, char *out,
-                        size_t n) {
-  char want[64];
-  (void)snprintf(want, sizeof(want), ":%s:", controller);
-  const char *at = strstr(cg, want);
-  const char *rel = at ? at + strlen(want) : strstr(cg, "0::");
-  if (rel && !at)
-    rel += 3;
-  size_t len = rel ? strcspn(rel, "\n") : 0;
-  if (len == 1 && rel[0] == '/')
-    len = 0;
-  (void)snprintf(out, n, "%.*s", (int)len, rel ? rel : "");
+/* Whether the comma-separated LIST names WORD. */
+static bool in_list(const char *list, size_t len, const char *word) {
+  size_t k = strlen(word);
+  for (const char *p = list, *end = list + len; p < end;) {
+    size_t w = strcspn(p, ",");
+    if (w > (size_t)(end - p))
+      w = (size_t)(end - p);
+    if (w == k && !strncmp(p, word, k))
+      return true;
+    p += w + 1;
+  }
+  return false;
 }
 
-/* The first line of the host's cgroup file (V1 under CONTROLLER's
- * hierarchy, else V2) of the sandbox whose /proc/self/cgroup is CG: its
- * path there is relative to the cgroup namespace it was made in, ours.
+/* The first line of the host's cgroup file V1 (under CONTROLLER's v1
+ * hierarchy) or else V2 of the process PID, found as the host sees it:
+ * its /proc/PID/cgroup and the mount of that hierarchy in our
+ * /proc/self/mountinfo, wherever and however the controllers are mounted.
  * New, "" when there is none. */
-static char *host_cgroup(const char *cg, const char *controller, const char *v1,
+static char *host_cgroup(pid_t pid, const char *controller, const char *v1,
                          const char *v2) {
-  char self[4096] = "", ours[512], theirs[512], path[1200];
-  FILE *f = fopen("/proc/self/cgroup", "r");
-  cr_assert_not_null(f);
-  size_t got = fread(self, 1, sizeof(self) - 1, f);
-  self[got] = '\0';
+  char path[1400], line[1400], cg[1024] = "";
+  bool is_v1 = false;
+  (void)snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+  FILE *f = fopen(path, "re");
+  cr_assert_not_null(f, "%s", path);
+  while (fgets(line, sizeof(line), f)) {
+    char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+    if (!b)
+      continue;
+    bool v1_here = in_list(a + 1, (size_t)(b - a - 1), controller);
+    if (v1_here || (b == a + 1 && !is_v1)) {
+      (void)snprintf(cg, sizeof(cg), "%.*s", (int)strcspn(b + 1, "\n"), b + 1);
+      is_v1 = v1_here;
+    }
+  }
   fclose(f);
-  cgroup_path(self, controller, ours, sizeof(ours));
-  cgroup_path(cg, controller, theirs, sizeof(theirs));
-  char want[64];
-  (void)snprintf(want, sizeof(want), ":%s:", controller);
-  if (strstr(cg, want))
-    (void)snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s%s/%s", controller,
-                   ours, theirs, v1);
-  else
-    (void)snprintf(path, sizeof(path), "/sys/fs/cgroup%s%s/%s", ours, theirs,
-                   v2);
-  char line[128] = "";
-  f = fopen(path, "r");
+  char point[512] = "", root[512] = "";
+  f = fopen("/proc/self/mountinfo", "re");
+  cr_assert_not_null(f);
+  while (fgets(line, sizeof(line), f)) {
+    char r[512], m[512], type[64], opts[512];
+    const char *dash = strstr(line, " - ");
+    if (!dash || sscanf(line, "%*s %*s %*s %511s %511s", r, m) != 2 ||
+        sscanf(dash, " - %63s %*s %511s", type, opts) != 2)
+      continue;
+    if (is_v1
+            ? !strcmp(type, "cgroup") && in_list(opts, strlen(opts), controller)
+            : !strcmp(type, "cgroup2")) {
+      (void)snprintf(point, sizeof(point), "%s", m);
+      (void)snprintf(root, sizeof(root), "%s", r);
+      break;
+    }
+  }
+  fclose(f);
+  const char *rel = cg;
+  size_t k = strlen(root);
+  if (strcmp(root, "/") && !strncmp(cg, root, k))
+    rel += k;
+  (void)snprintf(path, sizeof(path), "%s%s/%s", point, rel, is_v1 ? v1 : v2);
+  char value[128] = "";
+  f = fopen(path, "re");
   if (f) {
-    if (!fgets(line, sizeof(line), f))
-      line[0] = '\0';
+    if (!fgets(value, sizeof(value), f))
+      value[0] = '\0';
     fclose(f);
   }
-  return strdup(trim(line));
+  return strdup(trim(value));
+}
+
+/* The host pid of sandbox ID's PID 1, the child of its supervisor. */
+static pid_t sandbox_init_pid(const char *id) {
+  struct sbx_run_out o;
+  sbx(&o, (const char *const[]){"info", "--json", id, NULL});
+  cr_assert_eq(o.status, 0, "%s", o.err);
+  json_t *info = parse_json(o.out);
+  int sup = (int)json_integer_value(
+      json_object_get(json_object_get(info, "local"), "pid"));
+  json_decref(info);
+  sbx_run_free(&o);
+  char path[128];
+  (void)snprintf(path, sizeof(path), "/proc/%d/task/%d/children", sup, sup);
+  FILE *f = fopen(path, "re");
+  cr_assert_not_null(f, "%s", path);
+  int pid1 = 0;
+  cr_assert_eq(fscanf(f, "%d", &pid1), 1, "%s", path);
+  fclose(f);
+  return (pid_t)pid1;
 }
 
 /* Every option of the local backend can be given as -o KEY=VALUE, as in
@@ -1008,14 +1050,15 @@ Test(sandbox_cli, local_options_from_the_command_line) {
          id, sizeof(id));
   struct sbx_run_out o;
   sbx(&o, (const char *const[]){"exec", id, "--", "sh", "-c",
-                                "cat /proc/self/cgroup; echo ---; "
-                                "cat /proc/net/dev; df -k /workspace",
+                                "echo ---; cat /proc/net/dev; "
+                                "df -k /workspace",
                                 NULL});
   cr_assert_eq(o.status, 0, "%s", o.err);
+  pid_t pid1 = sandbox_init_pid(id);
   char *mem =
-      host_cgroup(o.out, "memory", "memory.limit_in_bytes", "memory.max");
-  char *pids = host_cgroup(o.out, "pids", "pids.max", "pids.max");
-  char *cpu = host_cgroup(o.out, "cpu", "cpu.cfs_quota_us", "cpu.max");
+      host_cgroup(pid1, "memory", "memory.limit_in_bytes", "memory.max");
+  char *pids = host_cgroup(pid1, "pids", "pids.max", "pids.max");
+  char *cpu = host_cgroup(pid1, "cpu", "cpu.cfs_quota_us", "cpu.max");
   cr_expect_str_eq(mem, "67108864");
   cr_expect_str_eq(pids, "33");
   cr_expect(strcmp(cpu, "50000") == 0 || strcmp(cpu, "50000 100000") == 0,
