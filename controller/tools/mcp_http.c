@@ -16,7 +16,9 @@
  * A reply's event stream that ends before the reply came, after events
  * with ids, is resumed as the specification says (SEP-1699): a GET with
  * Last-Event-ID after the stream's retry time (default 1 s, at most 10 s),
- * at most MCP_HTTP_RESUMES times, within the call's timeout.
+ * at most MCP_HTTP_RESUMES times, within the call's timeout. A reply that
+ * comes on another stream (the listener's) is handed to the request
+ * waiting for it, whose own stream is then left.
  *
  * Each message is bounded by MCP_MAX_MESSAGE, one reply's stream by
  * MCP_HTTP_MAX_STREAM. A session the server forgot (404) fails the call. */
@@ -50,7 +52,8 @@ struct http_conn {
   char version[32];   /* the protocol version agreed on, or "" */
   int64_t next_id;
   bool list_changed;
-  pthread_t listener; /* the GET stream's, once started */
+  struct exchange *waiting; /* requests waiting for their replies */
+  pthread_t listener;       /* the GET stream's, once started */
   bool listening;
   volatile bool stop; /* tells the listener to end */
 };
@@ -58,12 +61,60 @@ struct http_conn {
 /* One POST and what its reply brought. */
 struct exchange {
   struct http_conn *c;
-  int64_t want_id; /* the request's id, or -1 for a notification */
-  bool keep_open;  /* read the stream to its end (initialize: headers) */
-  json_t *reply;   /* new, once it came */
+  int64_t want_id;       /* the request's id, or -1 for a notification */
+  bool keep_open;        /* read the stream to its end (initialize: headers) */
+  json_t *reply;         /* new, once it came; under c->mu */
+  volatile bool came;    /* the reply came on another stream: stop this one */
+  struct exchange *next; /* in c->waiting */
   struct sse_parser *sse;
   char last_id[MCP_HTTP_EVENT_ID_MAX]; /* the stream's last event id */
 };
+
+/* Whether X's reply is in. */
+static bool has_reply(struct exchange *x) {
+  pthread_mutex_lock(&x->c->mu);
+  bool in = x->reply != NULL;
+  pthread_mutex_unlock(&x->c->mu);
+  return in;
+}
+
+/* Hands the reply MSG with id ID, read by FROM, to the request waiting
+ * for it, on whichever stream it came: a server may send it on its GET
+ * stream while the request's own stream ended and is being resumed. A
+ * reply no request waits for is dropped. */
+static void deliver(struct exchange *from, json_int_t id, json_t *msg) {
+  struct http_conn *c = from->c;
+  pthread_mutex_lock(&c->mu);
+  struct exchange *w = c->waiting;
+  while (w && w->want_id != id)
+    w = w->next;
+  bool taken = w && !w->reply;
+  if (taken) {
+    w->reply = json_incref(msg);
+    w->came = w != from;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!taken)
+    log_debug("mcp server \"%s\": a reply to %lld, which no request waits "
+              "for",
+              c->cfg->name, (long long)id);
+}
+
+/* Lists X among the requests waiting for their replies, or takes it off. */
+static void set_waiting(struct exchange *x, bool on) {
+  struct http_conn *c = x->c;
+  pthread_mutex_lock(&c->mu);
+  struct exchange **p = &c->waiting;
+  while (*p && *p != x)
+    p = &(*p)->next;
+  if (on && !*p) {
+    x->next = c->waiting;
+    c->waiting = x;
+  } else if (!on && *p) {
+    *p = x->next;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
 
 static int post(struct http_conn *c, json_t *msg, int64_t want_id,
                 int64_t timeout_ms, json_t **reply, struct sbx_error *e);
@@ -95,9 +146,8 @@ static void handle_message(struct exchange *x, json_t *msg) {
       x->c->list_changed = true;
       pthread_mutex_unlock(&x->c->mu);
     }
-  } else if (json_is_integer(id) && json_integer_value(id) == x->want_id &&
-             !x->reply) {
-    x->reply = json_incref(msg);
+  } else if (json_is_integer(id)) {
+    deliver(x, json_integer_value(id), msg);
   }
 }
 
@@ -133,7 +183,7 @@ static int on_data(void *arg, const char *data, size_t len) {
   int r = sse_feed(x->sse, data, len, NULL);
   if (r < 0)
     return r;
-  return x->reply && !x->keep_open ? -EALREADY : 0;
+  return !x->keep_open && has_reply(x) ? -EALREADY : 0;
 }
 
 /* The request's header lines into LINES (pointers into BUF and CFG); a
@@ -191,7 +241,7 @@ static void keep_session(struct http_conn *c, struct http_response *resp) {
  * sbx_now_ms) would pass. */
 static int resume(struct http_conn *c, struct exchange *x, uint64_t deadline_ms,
                   struct sbx_error *e) {
-  for (int i = 0; i < MCP_HTTP_RESUMES && !x->reply && x->last_id[0]; i++) {
+  for (int i = 0; i < MCP_HTTP_RESUMES && !has_reply(x) && x->last_id[0]; i++) {
     (void)sse_finish(x->sse); /* keeps the last id and the retry time */
     int64_t wait = sse_retry_ms(x->sse);
     if (wait < 0)
@@ -201,8 +251,10 @@ static int resume(struct http_conn *c, struct exchange *x, uint64_t deadline_ms,
     if (sbx_now_ms() + (uint64_t)wait >= deadline_ms)
       return -ETIMEDOUT;
     struct timespec ts = {wait / 1000, (long)(wait % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+    while (!x->came && nanosleep(&ts, &ts) < 0 && errno == EINTR)
       ;
+    if (has_reply(x))
+      break;
     char from[sizeof(x->last_id)];
     memcpy(from, x->last_id, sizeof(from));
     x->last_id[0] = '\0'; /* the resumed stream must give its own */
@@ -223,12 +275,12 @@ static int resume(struct http_conn *c, struct exchange *x, uint64_t deadline_ms,
         .max_response_bytes = MCP_HTTP_MAX_STREAM,
         .on_data = on_data,
         .data_arg = x,
-        .cancel = &c->stop,
+        .cancel = &x->came,
     };
     struct http_response resp = {0};
     r = http_send(hc, &req, &resp, e);
-    if (r == -EALREADY)
-      r = 0; /* the reply came */
+    if (r == -EALREADY || (r == -ECANCELED && x->came))
+      r = 0; /* the reply came, here or on another stream */
     else if (r == 0 && (resp.status < 200 || resp.status >= 300))
       r = sbx_error_set(e, SBX_UNAVAILABLE, EPROTO,
                         "MCP server \"%s\" did not resume its stream after "
@@ -253,6 +305,8 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
   struct exchange x = {.c = c,
                        .want_id = want_id,
                        .keep_open = method && !strcmp(method, "initialize")};
+  if (want_id >= 0)
+    set_waiting(&x, true);
   uint64_t t0 = sbx_now_ms();
   int r = sse_parser_new(MCP_MAX_MESSAGE, on_event, &x, &x.sse);
   struct http_client *hc = NULL;
@@ -271,16 +325,17 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
       .on_data = on_data,
       .data_arg = &x,
       .capture_prefix = "mcp-",
+      .cancel = want_id >= 0 ? &x.came : NULL,
   };
   struct http_response resp = {0};
   if (r == 0)
     r = http_post(hc, &req, &resp, e);
-  if (r == -EALREADY) {
+  if (r == -EALREADY || (r == -ECANCELED && x.came)) {
     /* The reply came; the rest of the stream was left. */
     r = 0;
     resp.status = 200;
   }
-  if (r == 0 && resp.streamed && want_id >= 0 && !x.reply &&
+  if (r == 0 && resp.streamed && want_id >= 0 && !has_reply(&x) &&
       resp.status >= 200 && resp.status < 300 && x.last_id[0])
     r = resume(c, &x, timeout_ms > 0 ? t0 + (uint64_t)timeout_ms : UINT64_MAX,
                e);
@@ -297,6 +352,8 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
     handle_body(&x, resp.body, resp.body_len);
   if (r == 0)
     keep_session(c, &resp);
+  if (want_id >= 0)
+    set_waiting(&x, false); /* x.reply is this thread's alone from here */
   if (r == 0 && resp.status == 404 && c->session)
     r = sbx_error_set(e, SBX_UNAVAILABLE, EPIPE,
                       "MCP server \"%s\" no longer knows the session",

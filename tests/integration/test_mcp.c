@@ -583,6 +583,39 @@ Test(mcp, streamable_http_headers_session_list_changed_and_cancel) {
   fixture_free(&f);
 }
 
+/* A reply that comes on the server's GET stream while the request's own
+ * stream ended and is being resumed is the request's reply: the call ends
+ * with it, not with the call's timeout. */
+Test(mcp, a_reply_on_the_get_stream_ends_a_resumed_call) {
+  const char *argv[] = {"python3", FAKE, fake_log, "--http", NULL};
+  pid_t pid = 0;
+  int port = test_pyserver_start(argv, "mcp_fake.py --http", &pid);
+  char servers[512];
+  (void)snprintf(servers, sizeof(servers),
+                 "[{\"name\": \"fake\", \"type\": \"streamable_http\", "
+                 "\"url\": \"http://127.0.0.1:%d/mcp\", "
+                 "\"client_session_timeout_seconds\": 20}]",
+                 port);
+  struct fixture f = {0};
+  run_script(&f, agent(servers),
+             "[{\"tool_calls\": [{\"name\": \"elsewhere\", \"call_id\": "
+             "\"e1\", \"arguments\": {}}]},"
+             " {\"text\": \"ok\"}]");
+  test_pyserver_stop(&pid);
+  cr_expect_eq(f.out.status, 0, "stderr: %s", f.out.err);
+  cr_expect_str_eq(test_call_output(f.reqs, 1, "e1"), "came elsewhere");
+  json_t *msgs = fake_messages();
+  size_t i;
+  json_t *m;
+  bool resumed = false;
+  json_array_foreach(msgs, i, m) {
+    resumed = resumed || json_is_true(json_object_get(m, "resumed"));
+  }
+  cr_expect(resumed, "the call's stream was resumed with Last-Event-ID");
+  json_decref(msgs);
+  fixture_free(&f);
+}
+
 Test(mcp, an_oversized_http_message_fails_the_call) {
   const char *argv[] = {"python3", FAKE, fake_log, "--http", NULL};
   pid_t pid = 0;

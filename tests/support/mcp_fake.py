@@ -22,6 +22,10 @@ Every message it receives is appended to LOG.jsonl. It answers initialize
     crash {}        exits with status 3 without answering
     hang {}         never answers (a notifications/cancelled is logged)
     big {}          answers with a line over 4 MiB
+    elsewhere {}    HTTP only: its POST stream gives one event with an id
+                    and ends; the reply ("came elsewhere") comes 0.3 s later
+                    on the listener's GET stream (the one without
+                    Last-Event-ID), never on the resumed one
 """
 
 import json
@@ -62,7 +66,8 @@ def tool(name, desc):
 def tools_page(cursor):
     first = [tool("add", "Adds a and b."), tool("grow", "Adds a tool.")]
     rest = [tool("crash", "Exits."), tool("hang", "Never answers."),
-            tool("big", "Answers too much.")]
+            tool("big", "Answers too much."),
+            tool("elsewhere", "Answers on the GET stream.")]
     if grown:
         rest.append(tool("extra", "Listed after grow."))
     if cursor is None:
@@ -99,6 +104,11 @@ def call(mid, params):
             time.sleep(3600)
     elif name == "big":
         text("x" * (5 << 20))
+    elif name == "elsewhere" and getattr(out, "sink", None) is not None:
+        reply = {"jsonrpc": "2.0", "id": mid, "result": {
+            "content": [{"type": "text", "text": "came elsewhere"}]}}
+        threading.Timer(0.3, push, (reply, False)).start()
+        out.elsewhere = True
     else:
         send({"jsonrpc": "2.0", "id": mid,
               "error": {"code": -32602, "message": "Unknown tool " + str(name)}})
@@ -133,14 +143,16 @@ class Handler(BaseHTTPRequestHandler):
                                  "x-test", "accept", "content-type")}
 
     def do_GET(self):
-        log({"http": "GET", "headers": self.headers_seen()})
+        resumed = self.headers.get("Last-Event-ID") is not None
+        log({"http": "GET", "headers": self.headers_seen(),
+             "resumed": resumed})
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.flush()
         with streams_cv:
-            streams.append(self.wfile)
+            streams.append((self.wfile, resumed))
             streams_cv.notify_all()
         time.sleep(3600)
 
@@ -157,8 +169,17 @@ class Handler(BaseHTTPRequestHandler):
         entry["headers"] = self.headers_seen()
         log(entry)
         out.sink = []
+        out.elsewhere = False
         handle(msg)
         replies, out.sink = out.sink, None
+        if out.elsewhere:
+            data = b"id: e1\nretry: 100\ndata:\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if "id" not in msg or "method" not in msg:
             self.send_response(202)
             self.send_header("Content-Length", "0")
@@ -185,19 +206,23 @@ streams = []  # the open GET streams (HTTP)
 streams_cv = threading.Condition()
 
 
-def push(msg):
-    """Sends MSG on the GET streams (waiting up to 5 s for one), then gives
-    the client a moment to read it before the reply that follows."""
+def push(msg, pause=True):
+    """Sends MSG on the listener's GET streams (waiting up to 5 s for one),
+    then, with PAUSE, gives the client a moment to read it before the
+    reply that follows."""
     with streams_cv:
         streams_cv.wait_for(lambda: streams, timeout=5)
-        for w in streams:
+        for w, resumed in streams:
+            if resumed:
+                continue
             try:
                 w.write(("event: message\ndata: %s\n\n" % json.dumps(msg))
                         .encode())
                 w.flush()
             except OSError:
                 pass
-    time.sleep(0.5)
+    if pause:
+        time.sleep(0.5)
 
 
 def run_everything(index_js):
