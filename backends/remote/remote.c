@@ -243,7 +243,7 @@ static int remote_create(const struct backend_options *o,
   if (k < 0)
     return k;
   char ca_dir[PATH_MAX];
-  if ((k = ca_dir_resolve(ro->ca_dir, NULL, ca_dir, sizeof(ca_dir), e)) < 0)
+  if ((k = ca_dir_resolve(ro->ca_dir, o->state_dir, ca_dir, sizeof(ca_dir), e)) < 0)
     return k;
   unsigned probe = o->ready_timeout_ms ? o->ready_timeout_ms : REMOTE_PROBE_MS;
   char why[1024] = "";

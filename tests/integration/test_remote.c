@@ -190,6 +190,30 @@ Test(remote, run_claims_an_endpoint_uses_it_and_leaves_it_clean) {
   endpoint_stop(&a);
 }
 
+/* Without --ca-dir, sbx's CA is the one in the state directory given
+ * with --state-dir (sbx ca's default), not in the default one. */
+Test(remote, the_ca_is_found_in_the_state_directory_given) {
+  char own[320];
+  (void)snprintf(own, sizeof(own), "%s/ca", state);
+  struct sbx_error e = {0};
+  cr_assert_eq(ca_init(own, NULL, &e), 0, "%s", e.msg);
+  struct endpoint a = {0};
+  endpoint_start(&a, 2, NULL, own);
+  struct sbx_run_out r;
+  const char *argv[] = {"create",     "--backend", "remote",
+                        "--endpoint", a.url,       NULL};
+  sbx_sandbox_run(&r, state, argv);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  char id[64];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  sbx_run_free(&r);
+  const char *rm[] = {"rm", id, NULL};
+  sbx_sandbox_run(&r, state, rm);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  endpoint_stop(&a);
+}
+
 Test(remote, an_endpoint_is_claimed_by_one_sandbox_at_a_time) {
   struct endpoint a = {0}, b = {0};
   endpoint_start(&a, 2, NULL, NULL);
