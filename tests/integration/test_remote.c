@@ -259,14 +259,15 @@ Test(remote, an_endpoint_is_claimed_by_one_sandbox_at_a_time) {
 }
 
 /* Expects a create against URL (with EXTRA args) to be refused before it
- * claims anything. */
+ * claims anything, saying REASON. */
 static void expect_refused(const struct endpoint *ep, const char *const *args,
-                           const char *why) {
+                           const char *why, const char *reason) {
   struct sbx_run_out r;
   create(&r, args);
   cr_expect_neq(r.status, 0, "%s: accepted", why);
   cr_expect(strstr(r.err, "no free remote endpoint") != NULL, "%s: %s", why,
             r.err);
+  cr_expect(strstr(r.err, reason) != NULL, "%s: %s", why, r.err);
   cr_expect(!has(ep, "lease/claim"), "%s: the lease was taken", why);
   sbx_run_free(&r);
 }
@@ -293,9 +294,11 @@ Test(remote, wrong_certificates_are_refused) {
   struct endpoint a = {0}, b = {0};
   endpoint_start(&a, 2, NULL, NULL);
   const char *expired[] = {"--endpoint", a.url, "--client", "old", NULL};
-  expect_refused(&a, expired, "an expired client certificate");
+  expect_refused(&a, expired, "an expired client certificate",
+                 "refused the TLS handshake (sbx's client certificate");
   const char *revoked[] = {"--endpoint", a.url, "--client", "gone", NULL};
-  expect_refused(&a, revoked, "a revoked client certificate");
+  expect_refused(&a, revoked, "a revoked client certificate",
+                 "alert certificate revoked");
   /* A client certificate of another CA, with the right CA and token. */
   char other[192], cmd[1024];
   (void)snprintf(other, sizeof(other), "%s/other-ca", tmp);
@@ -311,7 +314,8 @@ Test(remote, wrong_certificates_are_refused) {
                  cadir, other, cadir, other);
   cr_assert_eq(system(cmd), 0);
   const char *foreign[] = {"--endpoint", a.url, "--ca-dir", other, NULL};
-  expect_refused(&a, foreign, "a client certificate of another CA");
+  expect_refused(&a, foreign, "a client certificate of another CA",
+                 "alert unknown ca");
   /* The valid client certificate is taken there. */
   struct sbx_run_out ok;
   const char *valid[] = {"--endpoint", a.url, NULL};
@@ -329,7 +333,8 @@ Test(remote, wrong_certificates_are_refused) {
   char opt[300];
   (void)snprintf(opt, sizeof(opt), "endpoints=%s", ep);
   spoof[1] = opt;
-  expect_refused(&b, spoof, "a server certificate for another name");
+  expect_refused(&b, spoof, "a server certificate for another name",
+                 "sbx refuses the certificate of sandboxd at");
   /* The same sandboxd under its own name, and the valid client: taken. */
   (void)snprintf(opt, sizeof(opt),
                  "endpoints=[{\"url\": \"%s\", \"name\": \"sandbox-b\"}]",
