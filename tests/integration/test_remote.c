@@ -190,6 +190,11 @@ Test(remote, run_claims_an_endpoint_uses_it_and_leaves_it_clean) {
   endpoint_stop(&a);
 }
 
+/* The id a create printed, into ID. */
+static void created_id(const struct sbx_run_out *r, char *id, size_t n) {
+  (void)snprintf(id, n, "%.*s", (int)strcspn(r->out, "\n"), r->out);
+}
+
 /* Without --ca-dir, sbx's CA is the one in the state directory given
  * with --state-dir (sbx ca's default), not in the default one. */
 Test(remote, the_ca_is_found_in_the_state_directory_given) {
@@ -205,13 +210,82 @@ Test(remote, the_ca_is_found_in_the_state_directory_given) {
   sbx_sandbox_run(&r, state, argv);
   cr_expect_eq(r.status, 0, "stderr: %s", r.err);
   char id[64];
-  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  created_id(&r, id, sizeof(id));
   sbx_run_free(&r);
   const char *rm[] = {"rm", id, NULL};
   sbx_sandbox_run(&r, state, rm);
   cr_expect_eq(r.status, 0, "stderr: %s", r.err);
   sbx_run_free(&r);
   endpoint_stop(&a);
+}
+
+/* SIGHUP makes sandboxd read its TLS files again: a client certificate
+ * revoked in the new CA file is refused from then on, without a restart,
+ * while the sandbox it serves goes on (its client reconnects); a CA file
+ * that cannot be used leaves it serving with the old one. */
+Test(remote, sighup_takes_a_new_revocation_list_without_a_restart) {
+  struct sbx_error e = {0};
+  int64_t now = (int64_t)time(NULL);
+  char crt[256], key[256], pem[256];
+  (void)snprintf(crt, sizeof(crt), "%s/clients/later.crt", cadir);
+  (void)snprintf(key, sizeof(key), "%s/clients/later.key", cadir);
+  cr_assert_eq(ca_issue(cadir, CA_CLIENT, "later", now - 60, now + 86400, crt,
+                        key, NULL, &e),
+               0, "%s", e.msg);
+  struct endpoint a = {0}, b = {0};
+  endpoint_start(&a, 2, NULL, NULL);
+  endpoint_start(&b, 3, NULL, NULL);
+  struct sbx_run_out r;
+  const char *on_a[] = {"--endpoint", a.url, NULL};
+  create(&r, on_a);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char id[64];
+  created_id(&r, id, sizeof(id));
+  sbx_run_free(&r);
+  const char *later[] = {"--endpoint", b.url, "--client", "later", NULL};
+  create(&r, later);
+  cr_expect_eq(r.status, 0, "before the revocation: %s", r.err);
+  sbx_run_free(&r);
+  size_t n = 0;
+  cr_assert_eq(ca_revoke(cadir, "later", &n, &e), 0, "%s", e.msg);
+  sbx_sandbox_remove_all(state);
+  create(&r, on_a);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  created_id(&r, id, sizeof(id));
+  sbx_run_free(&r);
+  /* The new CA file on both hosts, then SIGHUP. */
+  const struct endpoint *eps[] = {&a, &b};
+  for (int i = 0; i < 2; i++) {
+    (void)snprintf(pem, sizeof(pem), "%s/ca.pem", eps[i]->dir);
+    cr_assert_eq(ca_write_bundle(cadir, pem, &e), 0, "%s", e.msg);
+    cr_assert_eq(kill(eps[i]->pid, SIGHUP), 0);
+  }
+  usleep(300 * 1000);
+  create(&r, later);
+  cr_expect_neq(r.status, 0, "revoked, yet accepted");
+  cr_expect(strstr(r.err, "alert certificate revoked"), "%s", r.err);
+  sbx_run_free(&r);
+  const char *exec[] = {"exec", id, "--", "echo", "still here", NULL};
+  sbx_sandbox_run(&r, state, exec);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "still here\n");
+  sbx_run_free(&r);
+  /* A CA file that cannot be used: b serves on with the one it has. */
+  (void)snprintf(pem, sizeof(pem), "%s/ca.pem", b.dir);
+  FILE *f = fopen(pem, "w");
+  cr_assert_not_null(f);
+  fputs("not a certificate\n", f);
+  fclose(f);
+  cr_assert_eq(kill(b.pid, SIGHUP), 0);
+  usleep(300 * 1000);
+  const char *on_b[] = {"--endpoint", b.url, NULL};
+  create(&r, on_b);
+  cr_expect_eq(r.status, 0, "after a bad reload: %s", r.err);
+  sbx_run_free(&r);
+  cr_expect_eq(kill(b.pid, 0), 0, "sandboxd stopped on a bad reload");
+  sbx_sandbox_remove_all(state);
+  endpoint_stop(&a);
+  endpoint_stop(&b);
 }
 
 Test(remote, an_endpoint_is_claimed_by_one_sandbox_at_a_time) {
