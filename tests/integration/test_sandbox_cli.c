@@ -968,7 +968,7 @@ static bool in_list(const char *list, size_t len, const char *word) {
  * New, "" when there is none. */
 static char *host_cgroup(pid_t pid, const char *controller, const char *v1,
                          const char *v2) {
-  char path[1400], line[1400], cg[1024] = "";
+  char path[2048], line[1400], cg[1024] = "";
   bool is_v1 = false;
   (void)snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
   FILE *f = fopen(path, "re");
