@@ -10,7 +10,7 @@ pkgs=(
   libmbedtls-dev libzstd-dev liblz4-dev libacl1-dev nettle-dev libbz2-dev
   liblzma-dev libxml2-dev libicu-dev zlib1g-dev libssl-dev
   zstd tar passwd util-linux procps iproute2 python3 tmux openssl nginx
-  passt libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql prometheus systemd
+  passt libmicrohttpd-dev libsqlite3-dev libpq-dev libyaml-dev postgresql prometheus systemd
   nodejs # the MCP servers the tests run (scripts/mcp-servers.sh)
   chromium # the web page's browser tests (tests/web/, scripts/web-test-deps.sh)
 )
