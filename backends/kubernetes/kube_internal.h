@@ -227,6 +227,10 @@ int kube_read_token(struct kube_api *a, const char *ns, const char *name,
  * after the claim and K's name set, -ENOENT when none is free. */
 int kube_pool_claim(struct kube *k, const char *hash, const char *session,
                     json_t **pod, struct sbx_error *e);
+/* Claims the first of PODS (warm Pods as listed: the resourceVersion each
+ * had then guards its claim) that is still free: as kube_pool_claim. */
+int kube_pool_try(struct kube *k, json_t *pods, const char *session,
+                  json_t **pod, struct sbx_error *e);
 /* Creates warm Pods until the pool HASH has O->warm_pool unclaimed ones;
  * failures are logged. */
 void kube_pool_fill(struct kube *k, const struct kube_pod_params *p,

@@ -56,16 +56,12 @@ static int list_warm(struct kube *k, const char *hash, json_t **out,
   return 0;
 }
 
-int kube_pool_claim(struct kube *k, const char *hash, const char *session,
-                    json_t **pod, struct sbx_error *e) {
+int kube_pool_try(struct kube *k, json_t *pods, const char *session,
+                  json_t **pod, struct sbx_error *e) {
   *pod = NULL;
-  _cleanup_json_ json_t *free_pods = NULL;
-  int r = list_warm(k, hash, &free_pods, e);
-  if (r < 0)
-    return r;
   size_t i;
   json_t *p;
-  json_array_foreach(free_pods, i, p) {
+  json_array_foreach(pods, i, p) {
     json_t *md = json_object_get(p, "metadata");
     const char *name = jstr(md, "name"), *rv = jstr(md, "resourceVersion");
     if (!name || !rv || strlen(name) != KUBE_NAME_LEN ||
@@ -81,8 +77,8 @@ int kube_pool_claim(struct kube *k, const char *hash, const char *session,
       return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
     struct sbx_error pe = {0};
     json_t *claimed = NULL;
-    r = kube_call(k->api, "PATCH", path, patch, "application/merge-patch+json",
-                  &claimed, &pe);
+    int r = kube_call(k->api, "PATCH", path, patch,
+                      "application/merge-patch+json", &claimed, &pe);
     if (r == -EBUSY || r == -ENOENT) {
       log_debug("kubernetes: warm Pod %s: %s; trying the next", name, pe.msg);
       continue;
@@ -98,6 +94,16 @@ int kube_pool_claim(struct kube *k, const char *hash, const char *session,
     return 0;
   }
   return -ENOENT;
+}
+
+int kube_pool_claim(struct kube *k, const char *hash, const char *session,
+                    json_t **pod, struct sbx_error *e) {
+  *pod = NULL;
+  _cleanup_json_ json_t *free_pods = NULL;
+  int r = list_warm(k, hash, &free_pods, e);
+  if (r < 0)
+    return r;
+  return kube_pool_try(k, free_pods, session, pod, e);
 }
 
 void kube_pool_fill(struct kube *k, const struct kube_pod_params *p,
