@@ -15,10 +15,12 @@ pkgs=(
   chromium # the web page's browser tests (tests/web/, scripts/web-test-deps.sh)
 )
 # The container backend's tests: the engine (podman serving the Docker API,
-# on runc), bridge networking, and debootstrap for the offline Debian image.
+# on runc), bridge networking, and debootstrap for the offline Debian image;
+# catatonit, the init of the pods that `podman kube play` makes for the
+# Kubernetes API fixture's Pods (tests/support/kube_api.py).
 if [ "${1:-}" = "--containers" ]; then
   pkgs+=(podman runc conmon containernetworking-plugins iptables debootstrap
-    curl)
+    curl catatonit)
 fi
 
 missing=()
