@@ -1,0 +1,364 @@
+/* The kubernetes backend end to end against the fixture API server
+ * (tests/support/kube_api.py): HTTPS with a bearer token on 127.0.0.1, the
+ * Pods the backend sends run with `podman kube play` (sandboxd of the
+ * image localhost/sbx-debian:latest, published on 127.0.0.N), and the
+ * built sbx dials them over tls+tcp. Checked: sandbox create, exec and rm
+ * with the objects the backend sent and their removal; an agent run that
+ * runs a command and applies a patch; the API's errors and a Pod that
+ * cannot start surfacing clearly; the warm pool's claims, a 409 on a Pod
+ * whose version moved making the claim take the next. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/kubernetes/kube_internal.h"
+#include "shared/cleanup.h"
+#include "shared/encode.h"
+#include "shared/fileio.h"
+#include "tests/support/kube_api.h"
+#include "tests/support/model_server.h"
+#include "tests/support/sbxrun.h"
+
+#define IMAGE "localhost/sbx-debian:latest"
+
+static struct test_kube kube;
+static char tmp[64], state[128], cadir[128];
+
+static void setup(void) {
+  if (geteuid() != 0 || system("podman image exists " IMAGE) != 0)
+    cr_skip_test("needs root and podman with the image " IMAGE
+                 " (bash scripts/containers.sh start builds it)");
+  (void)snprintf(tmp, sizeof(tmp), "/tmp/sbx-kube-XXXXXX");
+  cr_assert_not_null(mkdtemp(tmp));
+  (void)snprintf(state, sizeof(state), "%s/state", tmp);
+  (void)snprintf(cadir, sizeof(cadir), "%s/ca", tmp);
+  test_kube_start(&kube, true);
+}
+
+static void teardown(void) {
+  if (!tmp[0])
+    return;
+  sbx_sandbox_remove_all(state);
+  test_kube_stop(&kube);
+  (void)test_rm_rf(tmp);
+}
+
+TestSuite(kubernetes, .init = setup, .fini = teardown, .timeout = 240);
+
+/* sbx sandbox create --backend kubernetes ... ARGS; the result in R. */
+static void create(struct sbx_run_out *r, const char *const *args) {
+  const char *argv[32] = {"create",
+                          "--backend",
+                          "kubernetes",
+                          "--kubeconfig",
+                          kube.kubeconfig,
+                          "--ca-dir",
+                          cadir,
+                          "--image",
+                          IMAGE,
+                          "--image-pull-policy",
+                          "Never",
+                          "--ready-timeout",
+                          "90"};
+  size_t n = 13;
+  for (size_t i = 0; args && args[i] && n < 31; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+  sbx_sandbox_run(r, state, argv);
+}
+
+static const char *jstr(json_t *o, const char *k) {
+  return json_string_value(json_object_get(o, k));
+}
+
+/* Whether GET PATH answers 404 within 20 s: deleting a Pod stops it first,
+ * then removes it and what it owns, as a real cluster does. */
+static bool gone(const char *path) {
+  for (int i = 0; i < 200; i++) {
+    if (test_kube_call(&kube, "GET", path, NULL, NULL, NULL) == 404)
+      return true;
+    usleep(100000);
+  }
+  return false;
+}
+
+/* The body of the one logged request METHOD PATH... (borrowed from LOG). */
+static json_t *body_of(json_t *log, size_t i) {
+  return json_object_get(json_array_get(log, i), "body");
+}
+
+Test(kubernetes, create_exec_rm_and_the_objects_sent) {
+  struct sbx_run_out r;
+  create(&r, NULL);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  char id[64];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  sbx_run_free(&r);
+
+  const char *ex[] = {"exec", id, "--", "sh", "-c", "pwd; echo made > f; cat f",
+                      NULL};
+  sbx_sandbox_run(&r, state, ex);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  cr_expect_str_eq(r.out, "/workspace\nmade\n");
+  sbx_run_free(&r);
+
+  const char *ns = "/api/v1/namespaces/" TEST_KUBE_NAMESPACE;
+  char path[256];
+  (void)snprintf(path, sizeof(path), "%s/pods", ns);
+  _cleanup_json_ json_t *pods = test_kube_requests(&kube, "POST", path);
+  cr_assert_eq(json_array_size(pods), 1);
+  json_t *pod = body_of(pods, 0);
+  const char *name = jstr(json_object_get(pod, "metadata"), "name");
+  cr_assert_not_null(name);
+  cr_expect_eq(strlen(name), 16);
+  json_t *spec = json_object_get(pod, "spec");
+  cr_expect_str_eq(jstr(spec, "restartPolicy"), "Never");
+  cr_expect(
+      json_is_false(json_object_get(spec, "automountServiceAccountToken")));
+
+  /* The Secret and the NetworkPolicy are owned by the Pod made. */
+  _cleanup_json_ json_t *got = NULL;
+  (void)snprintf(path, sizeof(path), "%s/pods/%s", ns, name);
+  cr_assert_eq(test_kube_call(&kube, "GET", path, NULL, NULL, &got), 200);
+  const char *uid = jstr(json_object_get(got, "metadata"), "uid");
+  (void)snprintf(path, sizeof(path), "%s/secrets", ns);
+  _cleanup_json_ json_t *secs = test_kube_requests(&kube, "POST", path);
+  cr_assert_eq(json_array_size(secs), 1);
+  json_t *owner = json_array_get(
+      json_object_get(json_object_get(body_of(secs, 0), "metadata"),
+                      "ownerReferences"),
+      0);
+  cr_expect_str_eq(jstr(owner, "uid"), uid);
+  cr_expect_str_eq(jstr(body_of(secs, 0), "type"), "Opaque");
+  _cleanup_json_ json_t *pols = test_kube_requests(
+      &kube, "POST",
+      "/apis/networking.k8s.io/v1/namespaces/" TEST_KUBE_NAMESPACE
+      "/networkpolicies");
+  cr_assert_eq(json_array_size(pols), 1);
+  /* Readiness was watched from the version the create returned. */
+  (void)snprintf(path, sizeof(path), "%s/pods", ns);
+  _cleanup_json_ json_t *gets = test_kube_requests(&kube, "GET", path);
+  bool watched = false;
+  size_t i;
+  json_t *g;
+  json_array_foreach(gets, i, g) {
+    json_t *q = json_object_get(g, "query");
+    watched |= jstr(q, "watch") && jstr(q, "resourceVersion");
+  }
+  cr_expect(watched, "no watch with a resourceVersion");
+  /* The state directory holds no token: it is read from the Secret. */
+  _cleanup_json_ json_t *sec = NULL;
+  (void)snprintf(path, sizeof(path), "%s/secrets/%s", ns, name);
+  cr_assert_eq(test_kube_call(&kube, "GET", path, NULL, NULL, &sec), 200);
+  const char *b64 = jstr(json_object_get(sec, "data"), "token");
+  cr_assert_not_null(b64);
+  char tok[128] = "";
+  long tn = sbx_base64_decode(b64, strlen(b64), tok);
+  cr_assert_eq(tn, 64);
+  tok[tn] = '\0';
+  char cmd[512];
+  (void)snprintf(cmd, sizeof(cmd), "grep -rqF %s %s", tok, state);
+  cr_expect_neq(system(cmd), 0, "the token is in the state directory");
+
+  const char *rm[] = {"rm", id, NULL};
+  sbx_sandbox_run(&r, state, rm);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  (void)snprintf(path, sizeof(path), "%s/pods/%s", ns, name);
+  _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", path);
+  cr_assert_eq(json_array_size(dels), 1);
+  cr_expect_str_eq(jstr(body_of(dels, 0), "propagationPolicy"), "Background");
+  /* The Secret and the NetworkPolicy went with the Pod. */
+  (void)snprintf(path, sizeof(path), "%s/secrets/%s", ns, name);
+  cr_expect(gone(path), "%s", path);
+  (void)snprintf(path, sizeof(path),
+                 "/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/%s",
+                 TEST_KUBE_NAMESPACE, name);
+  cr_expect(gone(path), "%s", path);
+  (void)snprintf(path, sizeof(path), "%s/pods/%s", ns, name);
+  cr_expect(gone(path), "%s", path);
+}
+
+Test(kubernetes, stop_is_refused_and_labels_reach_the_pod) {
+  struct sbx_run_out r;
+  const char *args[] = {"--label", "team=blue", NULL};
+  create(&r, args);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  char id[64];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  sbx_run_free(&r);
+  const char *stop[] = {"stop", id, NULL};
+  sbx_sandbox_run(&r, state, stop);
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "restartPolicy Never"), "%s", r.err);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *pods = test_kube_requests(
+      &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  json_t *labels =
+      json_object_get(json_object_get(body_of(pods, 0), "metadata"), "labels");
+  cr_expect_str_eq(jstr(labels, "team"), "blue");
+  cr_expect_str_eq(jstr(labels, "app.kubernetes.io/managed-by"), "sbx");
+  /* A label Kubernetes would refuse is refused before anything is made. */
+  const char *bad[] = {"--label", "team=two words", NULL};
+  create(&r, bad);
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "cannot label a Pod"), "%s", r.err);
+  sbx_run_free(&r);
+}
+
+static const char agent_fmt[] =
+    "{\"name\": \"Tester\", \"model\": \"test-model\", \"instructions\": "
+    "\"Be brief.\", \"run_config\": {\"backend\": \"kubernetes\", "
+    "\"kubeconfig\": \"%s\", \"ca_dir\": \"%s\", \"image\": \"" IMAGE "\", "
+    "\"image_pull_policy\": \"Never\"},"
+    " \"default_manifest\": {\"entries\": {\"notes.txt\": {\"type\": "
+    "\"file\", \"content\": \"alpha\\nbeta\\n\"}}}}";
+
+Test(kubernetes, a_run_runs_a_command_and_applies_a_patch) {
+  char agent[1024];
+  (void)snprintf(agent, sizeof(agent), agent_fmt, kube.kubeconfig, cadir);
+  const char *path = test_write_file(tmp, "agent.json", agent);
+  char apath[256];
+  (void)snprintf(apath, sizeof(apath), "%s", path);
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"apply_patch\": {\"type\": \"update_file\", \"path\": "
+      "\"notes.txt\", \"diff\": \"@@\\n alpha\\n-beta\\n+gamma\\n\", "
+      "\"call_id\": \"p1\"}},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"c1\", "
+      "\"arguments\": {\"cmd\": \"cat notes.txt; pwd\"}}]},"
+      " {\"text\": \"done\"}]",
+      NULL);
+  const char *argv[] = {"run", "--state-dir", state, apath, "Do it.", NULL};
+  struct sbx_run_out r;
+  sbx_run(&r, srv.base_url, argv);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  const char *o = test_call_output(reqs, 2, "c1");
+  cr_assert_not_null(o);
+  cr_expect(strstr(o, "alpha\ngamma\n/workspace\n") != NULL, "%s", o);
+  json_decref(reqs);
+  sbx_run_free(&r);
+  /* The run's sandbox is gone with its run. */
+  _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", NULL);
+  cr_expect_eq(json_array_size(dels), 1);
+}
+
+Test(kubernetes, api_errors_and_a_pod_that_cannot_start_are_clear) {
+  struct sbx_run_out r;
+  const char *img[] = {"--image", "localhost/sbx-no-such-image:0", NULL};
+  create(&r, img);
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "cannot start") && strstr(r.err, "ErrImageNeverPull"),
+            "%s", r.err);
+  sbx_run_free(&r);
+  /* ...and the Pod it made is deleted again. */
+  _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", NULL);
+  cr_expect_eq(json_array_size(dels), 1);
+
+  const char *ns[] = {"--namespace", "elsewhere", NULL};
+  create(&r, ns);
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "kubernetes: ") && strstr(r.err, "(HTTP 404 from "
+                                                           "POST /api/v1/"
+                                                           "namespaces/"
+                                                           "elsewhere/pods)"),
+            "%s", r.err);
+  sbx_run_free(&r);
+
+  /* A token the server does not take. */
+  _cleanup_free_ char *text = NULL;
+  size_t len = 0;
+  cr_assert_eq(sbx_read_file(kube.kubeconfig, 1 << 20, &text, &len), 0);
+  char *t = strstr(text, kube.token);
+  cr_assert_not_null(t);
+  memset(t, 'f', strlen(kube.token));
+  const char *wrong = test_write_file(tmp, "wrong-kubeconfig", text);
+  const char *w[] = {"--kubeconfig", wrong, NULL};
+  create(&r, w);
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "kubernetes: ") && strstr(r.err, "HTTP 401"), "%s",
+            r.err);
+  sbx_run_free(&r);
+}
+
+/* Pods of the warm pool (labelled sbx.warm=true), as listed. */
+static json_t *warm_pods(void) {
+  json_t *list = NULL;
+  cr_assert_eq(test_kube_call(&kube, "GET",
+                              "/api/v1/namespaces/" TEST_KUBE_NAMESPACE
+                              "/pods?labelSelector=sbx.warm%3Dtrue",
+                              NULL, NULL, &list),
+               200);
+  json_t *items = json_incref(json_object_get(list, "items"));
+  json_decref(list);
+  return items;
+}
+
+Test(kubernetes, the_warm_pool_is_claimed_and_a_conflict_takes_the_next) {
+  struct sbx_run_out r;
+  const char *pool[] = {"--warm-pool", "2", NULL};
+  create(&r, pool); /* cold: none is warm yet; then the pool is filled */
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *warm = warm_pods();
+  cr_assert_eq(json_array_size(warm), 2);
+  for (size_t i = 0; i < 2; i++) {
+    const char *n =
+        jstr(json_object_get(json_array_get(warm, i), "metadata"), "name");
+    json_decref(test_kube_wait_pod(&kube, n, test_kube_pod_ready, 60000));
+  }
+  /* A claim: no new Pod is made for it but the one that tops the pool up. */
+  create(&r, pool);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *patches = test_kube_requests(&kube, "PATCH", NULL);
+  cr_assert_eq(json_array_size(patches), 1);
+  cr_expect_str_eq(jstr(json_array_get(patches, 0), "content_type"),
+                   "application/merge-patch+json");
+  json_t *md = json_object_get(body_of(patches, 0), "metadata");
+  cr_expect_not_null(jstr(md, "resourceVersion"));
+  cr_expect_str_eq(jstr(json_object_get(md, "labels"), "sbx.warm"), "false");
+
+  /* Another controller claimed the first Pod listed since: its version
+   * moved, the claim gets 409 and takes the next. */
+  json_decref(warm);
+  warm = warm_pods();
+  cr_assert_geq(json_array_size(warm), 2);
+  const char *first =
+      jstr(json_object_get(json_array_get(warm, 0), "metadata"), "name");
+  char path[256];
+  (void)snprintf(path, sizeof(path),
+                 "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods/%s", first);
+  _cleanup_json_ json_t *touch =
+      json_pack("{s:{s:{s:s}}}", "metadata", "labels", "other", "claim");
+  cr_assert_eq(test_kube_call(&kube, "PATCH", path,
+                              "application/merge-patch+json", touch, NULL),
+               200);
+  struct kube k = {0};
+  struct kube_config c = {0};
+  struct sbx_error e = {0};
+  cr_assert_eq(kube_config_load(kube.kubeconfig, NULL, NULL, &c, &e), 0, "%s",
+               e.msg);
+  cr_assert_eq(kube_api_open(&c, &k.api, &e), 0, "%s", e.msg);
+  k.ns = c.ns;
+  _cleanup_json_ json_t *claimed = NULL;
+  cr_assert_eq(kube_pool_try(&k, warm, "test-session", &claimed, &e), 0, "%s",
+               e.msg);
+  const char *second =
+      jstr(json_object_get(json_array_get(warm, 1), "metadata"), "name");
+  cr_expect_str_eq(k.name, second);
+  cr_expect_str_eq(
+      jstr(json_object_get(json_object_get(claimed, "metadata"), "labels"),
+           "sbx.claimed"),
+      "test-session");
+  kube_api_free(k.api);
+  kube_config_clear(&c);
+}
