@@ -355,7 +355,10 @@ static int kube_attach(const struct backend_options *bo, json_t *obj,
   const char *root = json_string_value(json_object_get(obj, "root"));
   const char *ca = json_string_value(json_object_get(obj, "ca_dir"));
   const char *client = json_string_value(json_object_get(obj, "client"));
-  if (!name || strlen(name) != KUBE_NAME_LEN || !ns || !root || !ca || !client)
+  if (!name || strlen(name) != KUBE_NAME_LEN || !ns || !*ns ||
+      strspn(name, "sbx-0123456789abcdef") != KUBE_NAME_LEN ||
+      strspn(ns, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(ns) ||
+      !root || !ca || !client)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
                          "the kubernetes sandbox record lacks its pod, "
                          "namespace, root, ca_dir or client");

@@ -74,7 +74,7 @@ const struct backend_option kube_option_table[] = {
      BACKEND_OPTION_STRING, ""},
     {"warm_pool", "warm-pool", "N",
      "keep N ready Pods to claim instead of creating one (default 0)",
-     BACKEND_OPTION_INTEGER},
+     BACKEND_OPTION_INTEGER, ""},
     {"ready_timeout", "ready-timeout", "SECONDS",
      "how long a Pod may take to be Ready (default 120)",
      BACKEND_OPTION_INTEGER},

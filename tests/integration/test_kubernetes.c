@@ -362,3 +362,60 @@ Test(kubernetes, the_warm_pool_is_claimed_and_a_conflict_takes_the_next) {
   kube_api_free(k.api);
   kube_config_clear(&c);
 }
+
+Test(kubernetes, a_watch_that_ends_is_resumed_and_a_gone_version_read_anew) {
+  /* Watch streams that end after 0.3 s: the Pod takes longer than that to
+   * run, so its readiness is watched more than once. */
+  test_kube_stop(&kube);
+  static const char *const extra[] = {"--watch-seconds", "0.3", NULL};
+  test_kube_start_with(&kube, true, extra);
+  struct sbx_run_out r;
+  create(&r, NULL);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *gets = test_kube_requests(
+      &kube, "GET", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  size_t watches = 0, i;
+  json_t *g;
+  json_array_foreach(gets, i, g) {
+    json_t *q = json_object_get(g, "query");
+    watches += jstr(q, "watch") && jstr(q, "resourceVersion");
+  }
+  cr_expect_geq(watches, 2, "one watch only: the stream was not resumed");
+  _cleanup_json_ json_t *pods = test_kube_requests(
+      &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  const char *name =
+      jstr(json_object_get(body_of(pods, 0), "metadata"), "name");
+  cr_assert_not_null(name);
+
+  /* A version the server has forgotten: the watch gets 410 Gone, the Pod
+   * is read again and found ready. */
+  cr_assert_eq(
+      test_kube_call(&kube, "POST", "/fixture/compact", NULL, NULL, NULL), 200);
+  struct kube_config c = {0};
+  struct kube_api *api = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(kube_config_load(kube.kubeconfig, NULL, NULL, &c, &e), 0, "%s",
+               e.msg);
+  cr_assert_eq(kube_api_open(&c, &api, &e), 0, "%s", e.msg);
+  _cleanup_json_ json_t *old =
+      json_pack("{s:{s:s, s:s}, s:{s:s}}", "metadata", "name", name,
+                "resourceVersion", "1", "status", "phase", "Pending");
+  char *ip = NULL;
+  cr_expect_eq(
+      kube_wait_ready(api, TEST_KUBE_NAMESPACE, name, old, 20000, &ip, &e), 0,
+      "%s", e.msg);
+  cr_expect(ip && strncmp(ip, "127.0.0.", 8) == 0, "%s", ip ? ip : "(none)");
+  free(ip);
+  _cleanup_json_ json_t *after = test_kube_requests(&kube, "GET", NULL);
+  bool stale = false, reread = false;
+  json_array_foreach(after, i, g) {
+    const char *rv = jstr(json_object_get(g, "query"), "resourceVersion");
+    const char *p = jstr(g, "path");
+    stale |= rv && strcmp(rv, "1") == 0;
+    reread |= stale && p && strstr(p, name) && !rv;
+  }
+  cr_expect(stale && reread, "no watch from version 1 followed by a GET");
+  kube_api_free(api);
+  kube_config_clear(&c);
+}

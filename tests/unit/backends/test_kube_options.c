@@ -98,7 +98,8 @@ Test(kube_options, quantities_follow_the_kubernetes_grammar) {
 Test(kube_options, a_request_may_not_name_the_servers_files) {
   static const char *const refused[] = {
       "{\"kubeconfig\": \"/etc/k\"}", "{\"context\": \"admin\"}",
-      "{\"controller_cidr\": \"0.0.0.0/0\"}", "{\"ca_dir\": \"/x\"}"};
+      "{\"controller_cidr\": \"0.0.0.0/0\"}", "{\"ca_dir\": \"/x\"}",
+      "{\"warm_pool\": 5}"};
   for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
     _cleanup_json_ json_t *j = json_loads(refused[i], 0, NULL);
     struct sbx_error e = {0};
