@@ -419,3 +419,106 @@ Test(kubernetes, a_watch_that_ends_is_resumed_and_a_gone_version_read_anew) {
   kube_api_free(api);
   kube_config_clear(&c);
 }
+
+/* The run id that the stderr of a paused run names. */
+static char *paused_run(const char *err) {
+  const char *p = strstr(err, "sbx: run ");
+  cr_assert_not_null(p, "%s", err);
+  p += strlen("sbx: run ");
+  return strndup(p, strcspn(p, " \n"));
+}
+
+Test(kubernetes, a_run_paused_for_approval_goes_on_in_the_same_pod) {
+  char agent[1200];
+  int n = snprintf(agent, sizeof(agent),
+                   "{\"approvals\": {\"exec_command\": "
+                   "[\"mkdir\"]}, ");
+  (void)snprintf(agent + n, sizeof(agent) - (size_t)n, agent_fmt + 1,
+                 kube.kubeconfig, cadir);
+  char apath[256];
+  (void)snprintf(apath, sizeof(apath), "%s",
+                 test_write_file(tmp, "agent.json", agent));
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"w1\", "
+      "\"arguments\": {\"cmd\": \"mkdir made-first\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"r1\", "
+      "\"arguments\": {\"cmd\": \"ls\"}}]},"
+      " {\"text\": \"done\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, apath, "Do it.", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "paused: %s", r.err);
+  char *id = paused_run(r.err);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *none = test_kube_requests(&kube, "DELETE", NULL);
+  cr_expect_eq(json_array_size(none), 0, "the paused run keeps its Pod");
+  const char *ok[] = {"approve", "--state-dir", state, id, "r1", NULL};
+  sbx_run(&r, NULL, ok);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", id, NULL};
+  sbx_run(&r, srv.base_url, res);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  const char *o = test_call_output(reqs, -1, "r1");
+  cr_assert_not_null(o);
+  cr_expect(strstr(o, "made-first\n") != NULL, "%s", o);
+  /* One Pod for the whole run, its token read back from its Secret, and
+   * deleted at the end. */
+  _cleanup_json_ json_t *pods = test_kube_requests(
+      &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  cr_expect_eq(json_array_size(pods), 1);
+  _cleanup_json_ json_t *reads = test_kube_requests(
+      &kube, "GET", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/secrets/");
+  cr_expect_geq(json_array_size(reads), 1);
+  _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", NULL);
+  cr_expect_eq(json_array_size(dels), 1);
+  json_decref(reqs);
+  sbx_run_free(&r);
+  free(id);
+}
+
+Test(kubernetes, status_objects_become_clear_errors) {
+  struct kube_config c = {0};
+  struct kube_api *api = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(kube_config_load(kube.kubeconfig, NULL, NULL, &c, &e), 0, "%s",
+               e.msg);
+  cr_assert_eq(kube_api_open(&c, &api, &e), 0, "%s", e.msg);
+  const char *pods = "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods";
+  _cleanup_json_ json_t *bad =
+      json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:s, s:s}]}}", "apiVersion", "v1",
+                "kind", "Pod", "metadata", "name", "Not_A_Name", "spec",
+                "containers", "name", "c", "image", "x");
+  cr_expect_eq(kube_call(api, "POST", pods, bad, NULL, NULL, &e), -EINVAL);
+  cr_expect(strstr(e.msg, "kubernetes: ") && strstr(e.msg, "Not_A_Name") &&
+                strstr(e.msg, "(HTTP 422 from POST /api/v1/namespaces/"
+                              "sbx-test/pods)"),
+            "%s", e.msg);
+  json_object_set_new(json_object_get(bad, "metadata"), "name",
+                      json_string("twice"));
+  json_object_set_new(json_object_get(bad, "spec"), "restartPolicy",
+                      json_string("Never"));
+  cr_assert_eq(kube_call(api, "POST", pods, bad, NULL, NULL, &e), 0, "%s",
+               e.msg);
+  cr_expect_eq(kube_call(api, "POST", pods, bad, NULL, NULL, &e), -EEXIST);
+  cr_expect(strstr(e.msg, "\"twice\" already exists") &&
+                strstr(e.msg, "HTTP 409"),
+            "%s", e.msg);
+  cr_expect_eq(kube_call(api, "GET",
+                         "/api/v1/namespaces/" TEST_KUBE_NAMESPACE
+                         "/pods/nothing",
+                         NULL, NULL, NULL, &e),
+               -ENOENT);
+  cr_expect(strstr(e.msg, "\"nothing\" not found") && strstr(e.msg, "HTTP 404"),
+            "%s", e.msg);
+  cr_expect_eq(kube_delete_pod(api, TEST_KUBE_NAMESPACE, "twice", &e), 0, "%s",
+               e.msg);
+  kube_api_free(api);
+  kube_config_clear(&c);
+}
