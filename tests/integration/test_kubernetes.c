@@ -51,21 +51,14 @@ TestSuite(kubernetes, .init = setup, .fini = teardown, .timeout = 240);
 
 /* sbx sandbox create --backend kubernetes ... ARGS; the result in R. */
 static void create(struct sbx_run_out *r, const char *const *args) {
-  const char *argv[32] = {"create",
-                          "--backend",
-                          "kubernetes",
-                          "--kubeconfig",
-                          kube.kubeconfig,
-                          "--ca-dir",
-                          cadir,
-                          "--image",
-                          IMAGE,
-                          "--image-pull-policy",
-                          "Never",
-                          "--ready-timeout",
-                          "90"};
-  size_t n = 13;
-  for (size_t i = 0; args && args[i] && n < 31; i++)
+  const char *argv[48] = {"create",        "--backend",
+                          "kubernetes",    "--kubeconfig",
+                          kube.kubeconfig, "--ca-dir",
+                          cadir,           "--image",
+                          IMAGE,           "--image-pull-policy",
+                          "Never"};
+  size_t n = 11;
+  for (size_t i = 0; args && args[i] && n < 47; i++)
     argv[n++] = args[i];
   argv[n] = NULL;
   sbx_sandbox_run(r, state, argv);
@@ -521,4 +514,71 @@ Test(kubernetes, status_objects_become_clear_errors) {
                e.msg);
   kube_api_free(api);
   kube_config_clear(&c);
+}
+
+Test(kubernetes, the_flags_shape_the_pod_and_its_policy) {
+  struct sbx_run_out r;
+  const char *args[] = {"--cpu",
+                        "250m",
+                        "--memory",
+                        "300Mi",
+                        "--node-selector",
+                        "disk=ssd",
+                        "--toleration",
+                        "{\"key\": \"k\", \"operator\": \"Exists\"}",
+                        "--network",
+                        "none",
+                        "--controller-cidr",
+                        "127.0.0.0/8",
+                        "--ttl",
+                        "1h",
+                        "--idle-timeout",
+                        "10m",
+                        NULL};
+  create(&r, args);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  char id[64];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  sbx_run_free(&r);
+  const char *ex[] = {"exec", id, "--", "echo", "up", NULL};
+  sbx_sandbox_run(&r, state, ex);
+  cr_expect_str_eq(r.out, "up\n", "%s", r.err);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *pods = test_kube_requests(
+      &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  json_t *spec = json_object_get(body_of(pods, 0), "spec");
+  json_t *c = json_array_get(json_object_get(spec, "containers"), 0);
+  json_t *lim = json_object_get(json_object_get(c, "resources"), "limits");
+  cr_expect_str_eq(jstr(lim, "cpu"), "250m");
+  cr_expect_str_eq(jstr(lim, "memory"), "300Mi");
+  cr_expect_str_eq(jstr(lim, "ephemeral-storage"), "2Gi");
+  cr_expect_str_eq(jstr(json_object_get(spec, "nodeSelector"), "disk"), "ssd");
+  cr_expect_str_eq(
+      jstr(json_array_get(json_object_get(spec, "tolerations"), 0), "key"),
+      "k");
+  _cleanup_free_ char *cmd =
+      json_dumps(json_object_get(c, "command"), JSON_COMPACT);
+  cr_expect(strstr(cmd, "\"--expires-at\"") &&
+                strstr(cmd, "\"--idle-timeout\",\"600\""),
+            "%s", cmd);
+  _cleanup_json_ json_t *pols = test_kube_requests(
+      &kube, "POST",
+      "/apis/networking.k8s.io/v1/namespaces/" TEST_KUBE_NAMESPACE
+      "/networkpolicies");
+  json_t *ps = json_object_get(body_of(pols, 0), "spec");
+  cr_expect_eq(json_array_size(json_object_get(ps, "egress")), 0);
+  _cleanup_free_ char *in =
+      json_dumps(json_object_get(ps, "ingress"), JSON_COMPACT);
+  cr_expect_str_eq(in,
+                   "[{\"from\":[{\"ipBlock\":{\"cidr\":\"127.0.0.0/8\"}}]}]");
+  /* A bad value is refused naming its option, before anything is made. */
+  const char *bad[] = {"--cpu", "lots", NULL};
+  create(&r, bad);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "cpu: \"lots\" is not a Kubernetes quantity"), "%s",
+            r.err);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *after = test_kube_requests(
+      &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  cr_expect_eq(json_array_size(after), 1);
 }
