@@ -363,12 +363,18 @@ class Kubelet:
         for p in pods:
             p["state"] = "deleted"
             p["played"].wait(max(0.0, deadline - time.monotonic()))
-        names = [p["name"] for p in pods]
-        if self.podman and names:
-            run(["podman", "pod", "rm", "-f", "-i", "-t", "0"] + names)
-            for n in names:
-                shutil.rmtree(os.path.join(self.workdir, "pods", n),
-                              ignore_errors=True)
+        if not self.podman:
+            return
+        rms = [threading.Thread(target=run, args=(
+            ["podman", "pod", "rm", "-f", "-i", "-t", "0", p["name"]],))
+            for p in pods]
+        for t in rms:
+            t.start()
+        for t in rms:
+            t.join()
+        for p in pods:
+            shutil.rmtree(os.path.join(self.workdir, "pods", p["name"]),
+                          ignore_errors=True)
 
 
 def waiting(s, containers, reason, message):
