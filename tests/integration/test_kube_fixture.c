@@ -848,3 +848,16 @@ Test(kube_podman, missing_image_leaves_the_pod_pending_with_the_reason) {
   cr_expect_not_null(str(w, "message"));
   json_decref(p);
 }
+
+Test(kube_podman, unanswered_readiness_probe_fails_the_pod) {
+  test_kube_stop(&kube);
+  const char *args[] = {"--probe-seconds", "2", NULL};
+  test_kube_start_with(&kube, true, args);
+  const char *keys[] = {"token", "x", NULL};
+  json_t *pod = run_script("exec sleep 60", keys);
+  expect_str(pod, "status.phase", "Failed");
+  expect_str(pod, "status.reason", "ReadinessProbeTimeout");
+  cr_expect_not_null(str(pod, "status.message"));
+  cr_expect(!test_kube_pod_ready(pod));
+  json_decref(pod);
+}
