@@ -74,6 +74,11 @@ fixture adapts it before playing it (the API objects stay as sent):
     ephemeral-storage, readinessProbe (probed here instead),
     automountServiceAccountToken and enableServiceLinks (podman mounts no
     token and sets no service variables anyway).
+  - An environment taken from a Secret (envFrom secretRef, env
+    valueFrom secretKeyRef) fails: podman reads the Secret it stored as
+    YAML back as JSON. The fixture writes the values into env, as the
+    kubelet does; a Pod waits for those Secrets as for its volumes'.
+    An httpGet readiness probe is probed as TCP on its port.
   - podman needs catatonit for the pod's infra container.
 """
 
