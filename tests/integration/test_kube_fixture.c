@@ -524,6 +524,37 @@ Test(kube_fixture, watch_from_a_compacted_version_gets_410_expired) {
   json_decref(pod);
 }
 
+Test(kube_fixture, watch_length_and_history_from_the_command_line) {
+  test_kube_stop(&kube);
+  const char *args[] = {"--watch-seconds", "1", "--history", "2", NULL};
+  test_kube_start_with(&kube, false, args);
+  json_t *first = create(NS "/pods", backend_pod("sbx-000000000010", NULL));
+  char path[256];
+  (void)snprintf(path, sizeof(path), NS "/pods/sbx-000000000010?watch=1");
+  time_t t0 = time(NULL);
+  json_t *ev = NULL;
+  cr_assert_eq(test_kube_watch(&kube, path, &ev), 200);
+  cr_expect_leq(time(NULL) - t0, 3, "--watch-seconds 1 ends the stream");
+  cr_assert_eq(json_array_size(ev), 1, "one object's watch: that Pod");
+  expect_str(json_array_get(ev, 0), "object.metadata.name", "sbx-000000000010");
+  json_decref(ev);
+  json_decref(create(NS "/pods", backend_pod("sbx-000000000011", NULL)));
+  json_decref(create(NS "/pods", backend_pod("sbx-000000000012", NULL)));
+  (void)snprintf(path, sizeof(path), NS "/pods?watch=1&resourceVersion=%s",
+                 str(first, "metadata.resourceVersion"));
+  cr_assert_eq(test_kube_watch(&kube, path, &ev), 200);
+  cr_assert_eq(json_array_size(ev), 2, "--history 2 keeps two events");
+  json_decref(ev);
+  (void)snprintf(path, sizeof(path), NS "/pods?watch=1&resourceVersion=%ld",
+                 atol(str(first, "metadata.resourceVersion")) - 1);
+  cr_assert_eq(test_kube_watch(&kube, path, &ev), 200);
+  cr_assert_eq(json_array_size(ev), 1);
+  expect_status(json_object_get(json_array_get(ev, 0), "object"), "Expired",
+                410);
+  json_decref(ev);
+  json_decref(first);
+}
+
 static void *end_watches_later(void *arg) {
   (void)arg;
   struct timespec ts = {0, 500 * 1000 * 1000};
@@ -816,4 +847,17 @@ Test(kube_podman, missing_image_leaves_the_pod_pending_with_the_reason) {
   expect_str(w, "reason", "ErrImageNeverPull");
   cr_expect_not_null(str(w, "message"));
   json_decref(p);
+}
+
+Test(kube_podman, unanswered_readiness_probe_fails_the_pod) {
+  test_kube_stop(&kube);
+  const char *args[] = {"--probe-seconds", "2", NULL};
+  test_kube_start_with(&kube, true, args);
+  const char *keys[] = {"token", "x", NULL};
+  json_t *pod = run_script("exec sleep 60", keys);
+  expect_str(pod, "status.phase", "Failed");
+  expect_str(pod, "status.reason", "ReadinessProbeTimeout");
+  cr_expect_not_null(str(pod, "status.message"));
+  cr_expect(!test_kube_pod_ready(pod));
+  json_decref(pod);
 }

@@ -3,9 +3,11 @@
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +77,19 @@ void test_kube_start(struct test_kube *k, bool podman) {
 }
 
 void test_kube_stop(struct test_kube *k) {
+  /* The fixture removes its podman pods before it exits: up to 60 s
+   * before test_pyserver_stop's SIGKILL would leave them running. */
+  if (k->pid > 0 && kill(k->pid, SIGTERM) == 0)
+    for (int i = 0; i < 600; i++) {
+      int status;
+      pid_t w = waitpid(k->pid, &status, WNOHANG);
+      if (w == k->pid || (w < 0 && errno != EINTR)) {
+        k->pid = 0;
+        break;
+      }
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
   test_pyserver_stop(&k->pid);
   if (k->dir[0]) {
     (void)test_rm_rf(k->dir);

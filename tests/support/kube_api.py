@@ -22,8 +22,10 @@ status.phase), PATCH (application/merge-patch+json only, others 415; a
 metadata.resourceVersion that is not the current one: 409 Conflict), DELETE
 (DeleteOptions' preconditions and propagationPolicy; dependents named by
 ownerReferences go too, as the garbage collector does, unless Orphan) and
-watch (?watch=1: chunked JSON lines ADDED/MODIFIED/DELETED after
-resourceVersion; an RV older than the history: one ERROR event carrying a
+watch (?watch=1 on a collection, or on one object's path: chunked JSON
+lines ADDED/MODIFIED/DELETED after resourceVersion, without one the
+objects there as ADDED first; with selectors, an object that stops or
+starts matching is DELETED or ADDED, as on a real server; an RV older than the history: one ERROR event carrying a
 410 Expired Status, in a 200 reply, as real API servers answer a watch; the
 stream ends after timeoutSeconds, else after --watch-seconds, default 30).
 Errors are Status objects with the real reasons (NotFound, AlreadyExists,
@@ -72,6 +74,11 @@ fixture adapts it before playing it (the API objects stay as sent):
     ephemeral-storage, readinessProbe (probed here instead),
     automountServiceAccountToken and enableServiceLinks (podman mounts no
     token and sets no service variables anyway).
+  - An environment taken from a Secret (envFrom secretRef, env
+    valueFrom secretKeyRef) fails: podman reads the Secret it stored as
+    YAML back as JSON. The fixture writes the values into env, as the
+    kubelet does; a Pod waits for those Secrets as for its volumes'.
+    An httpGet readiness probe is probed as TCP on its port.
   - podman needs catatonit for the pod's infra container.
 """
 
@@ -319,8 +326,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def resource_call(self, method, resource, ns, name, query, ctype, body):
         store = self.fx.store
-        if method == "GET" and name is None and \
-                query.get("watch") in ("1", "true"):
+        if method == "GET" and query.get("watch") in ("1", "true"):
+            if name is not None:  # the older form of a one-object watch
+                query["fieldSelector"] = ",".join(
+                    s for s in (query.get("fieldSelector"),
+                                "metadata.name=" + name) if s)
             self.watch(resource, ns, query)
         elif method == "GET" and name is None:
             self.send_json(200, store.list(

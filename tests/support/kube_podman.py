@@ -106,6 +106,56 @@ def write_secret_volume(path, secret, src):
         os.chmod(f, it.get("mode", mode))
 
 
+def secret_names(spec):
+    """The Secrets SPEC's volumes and containers' environments name, each
+    with whether it is optional."""
+    names = {}
+    for v in spec.get("volumes") or []:
+        src = v.get("secret")
+        if src:
+            names[src["secretName"]] = bool(src.get("optional"))
+    for c in (spec.get("initContainers") or []) + spec["containers"]:
+        for f in c.get("envFrom") or []:
+            ref = f.get("secretRef")
+            if ref:
+                names[ref["name"]] = bool(ref.get("optional"))
+        for e in c.get("env") or []:
+            ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+            if ref:
+                names[ref["name"]] = bool(ref.get("optional"))
+    return names
+
+
+def secret_value(secret, key):
+    data = (secret or {}).get("data") or {}
+    return base64.b64decode(data[key]).decode() if key in data else None
+
+
+def resolve_env(c, secrets):
+    """C's environment with what it takes from Secrets written out, as the
+    kubelet does (podman 4.3 reads a kube-played Secret back as JSON, which
+    it stored as YAML, and fails)."""
+    env = []
+    for f in c.pop("envFrom", None) or []:
+        ref = f.get("secretRef")
+        if not ref:
+            continue
+        data = (secrets.get(ref["name"]) or {}).get("data") or {}
+        prefix = f.get("prefix", "")
+        env += [{"name": prefix + k, "value": secret_value(
+            secrets[ref["name"]], k)} for k in sorted(data)]
+    for e in c.get("env") or []:
+        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            v = secret_value(secrets.get(ref["name"]), ref["key"])
+            if v is None:
+                continue
+            e = {"name": e["name"], "value": v}
+        env.append(e)
+    if env:
+        c["env"] = env
+
+
 def play_document(pod, addr, voldir, secrets):
     """The Pod as podman plays it (see the adaptations in kube_api.py)."""
     meta = pod["metadata"]
@@ -119,6 +169,8 @@ def play_document(pod, addr, voldir, secrets):
     for c in spec["containers"]:
         for p in c.get("ports") or []:
             p["hostIP"], p["hostPort"] = addr, p["containerPort"]
+    for c in (spec.get("initContainers") or []) + spec["containers"]:
+        resolve_env(c, secrets)
     vols = []
     for v in spec.get("volumes") or []:
         path = os.path.join(voldir, v["name"])
@@ -139,9 +191,10 @@ def play_document(pod, addr, voldir, secrets):
 
 
 def ready_port(c):
-    """The TCP port of container C's readiness probe, or None."""
-    port = ((c.get("readinessProbe") or {}).get("tcpSocket") or {}) \
-        .get("port")
+    """The TCP port of container C's readiness probe (tcpSocket, or the
+    port of an httpGet probed as TCP), or None."""
+    rp = c.get("readinessProbe") or {}
+    port = (rp.get("tcpSocket") or rp.get("httpGet") or {}).get("port")
     if isinstance(port, str):
         port = next((p["containerPort"] for p in c.get("ports") or []
                      if p.get("name") == port), None)
@@ -189,16 +242,13 @@ class Kubelet:
             return
         ns = pod["metadata"]["namespace"]
         secrets = {}
-        for v in pod["spec"].get("volumes") or []:
-            src = v.get("secret")
-            if not src:
-                continue
-            s = self.store.objects.get(("secrets", ns, src["secretName"]))
+        for name, optional in secret_names(pod["spec"]).items():
+            s = self.store.objects.get(("secrets", ns, name))
             if s is None:
-                if src.get("optional"):
+                if optional:
                     continue
                 return  # Pending until it exists, as on a real node
-            secrets[src["secretName"]] = copy.deepcopy(s)
+            secrets[name] = copy.deepcopy(s)
         with self.lock:
             self.pods[uid] = {"ns": ns, "name": pod["metadata"]["name"],
                               "addr": None, "state": "starting",
@@ -363,12 +413,18 @@ class Kubelet:
         for p in pods:
             p["state"] = "deleted"
             p["played"].wait(max(0.0, deadline - time.monotonic()))
-        names = [p["name"] for p in pods]
-        if self.podman and names:
-            run(["podman", "pod", "rm", "-f", "-i", "-t", "0"] + names)
-            for n in names:
-                shutil.rmtree(os.path.join(self.workdir, "pods", n),
-                              ignore_errors=True)
+        if not self.podman:
+            return
+        rms = [threading.Thread(target=run, args=(
+            ["podman", "pod", "rm", "-f", "-i", "-t", "0", p["name"]],))
+            for p in pods]
+        for t in rms:
+            t.start()
+        for t in rms:
+            t.join()
+        for p in pods:
+            shutil.rmtree(os.path.join(self.workdir, "pods", p["name"]),
+                          ignore_errors=True)
 
 
 def waiting(s, containers, reason, message):
