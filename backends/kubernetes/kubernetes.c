@@ -57,11 +57,13 @@ static struct sandbox *kube_sandbox_new(void) {
 }
 
 /* Connects K to its API server: the kubeconfig PATH with CONTEXT (NULL:
- * found as kube_config_load says), in namespace NS (NULL: the context's). */
+ * found as kube_config_load says; IN_CLUSTER: the service account's), in
+ * namespace NS (NULL: the context's). */
 static int connect_api(struct kube *k, const char *path, const char *context,
-                       const char *ns, struct sbx_error *e) {
+                       bool in_cluster, const char *ns, struct sbx_error *e) {
   struct kube_config c = {0};
-  int r = kube_config_load(path, context, NULL, &c, e);
+  int r = in_cluster ? kube_config_in_cluster(NULL, &c, e)
+                     : kube_config_load(path, context, NULL, &c, e);
   if (r < 0)
     return r;
   r = kube_api_open(&c, &k->api, e);
@@ -267,7 +269,7 @@ static int kube_create(const struct backend_options *bo,
   char hash[17] = "";
   r = sbx_random_uuid(s->session_id);
   if (r == 0)
-    r = connect_api(k, o->kubeconfig, o->context, o->ns, e);
+    r = connect_api(k, o->kubeconfig, o->context, false, o->ns, e);
   if (r == 0)
     r = client_files(k, o->ca_dir, o->client, e);
   if (r == 0 && pooled && kube_pool_hash(o, root, k->ca_dir, hash) < 0)
@@ -315,10 +317,13 @@ static int kube_close(struct sandbox *s, struct sbx_error *e) {
 
 static int kube_save(const struct sandbox *s, json_t *obj) {
   const struct kube *k = s->priv;
-  json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:s, s:s}", "pod", k->name,
-                        "namespace", k->ns, "kubeconfig", k->kubeconfig,
-                        "context", k->context, "ca_dir", k->ca_dir, "client",
-                        k->client, "root", s->root);
+  /* Without a kubeconfig it was the in-cluster service account: a later
+   * attach uses it again, whatever $KUBECONFIG says then. */
+  json_t *o =
+      json_pack("{s:s, s:s, s:s?, s:s?, s:b, s:s, s:s, s:s}", "pod", k->name,
+                "namespace", k->ns, "kubeconfig", k->kubeconfig, "context",
+                k->context, "in_cluster", !k->kubeconfig, "ca_dir", k->ca_dir,
+                "client", k->client, "root", s->root);
   if (!o || backend_heartbeat_save(k->heartbeat_ms, o) < 0) {
     json_decref(o);
     return -ENOMEM;
@@ -375,7 +380,8 @@ static int kube_attach(const struct backend_options *bo, json_t *obj,
   int r = (s->root = strdup(root)) ? 0 : -ENOMEM;
   if (r == 0)
     r = connect_api(k, json_string_value(json_object_get(obj, "kubeconfig")),
-                    json_string_value(json_object_get(obj, "context")), ns, e);
+                    json_string_value(json_object_get(obj, "context")),
+                    json_is_true(json_object_get(obj, "in_cluster")), ns, e);
   if (r == 0)
     r = client_files(k, ca, client, e);
   if (r == 0)
