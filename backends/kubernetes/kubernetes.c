@@ -201,13 +201,18 @@ static int cold_create(struct sandbox *s, struct kube_pod_params *p,
   return r;
 }
 
-/* A warm Pod of the pool HASH claimed for S, waited for and dialled;
- * -ENOENT when none is free. */
+/* A warm Pod of the pool HASH claimed for S, waited for and dialled; 1
+ * when none is free. */
 static int warm_create(struct sandbox *s, const char *hash, unsigned timeout_ms,
                        struct sbx_error *e) {
   struct kube *k = s->priv;
   _cleanup_json_ json_t *pod = NULL;
   int r = kube_pool_claim(k, hash, s->session_id, &pod, e);
+  if (r == -ENOENT) {
+    log_debug("kubernetes: no free warm Pod in pool %s", hash);
+    sbx_error_clear(e);
+    return 1;
+  }
   if (r < 0)
     return r;
   char token[SBX_TOKEN_HEX + 1];
@@ -277,11 +282,6 @@ static int kube_create(const struct backend_options *bo,
   /* 1: no warm Pod to claim, make one. */
   if (r == 0 && pooled) {
     r = warm_create(s, hash, tmo, e);
-    if (r == -ENOENT) {
-      log_debug("kubernetes: no free warm Pod in pool %s", hash);
-      sbx_error_clear(e);
-      r = 1;
-    }
   } else if (r == 0) {
     r = 1;
   }
