@@ -582,3 +582,61 @@ Test(kubernetes, the_flags_shape_the_pod_and_its_policy) {
       &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
   cr_expect_eq(json_array_size(after), 1);
 }
+
+Test(kubernetes, a_paused_run_whose_pod_is_gone_goes_on_from_its_snapshot) {
+  char agent[1200];
+  int n = snprintf(agent, sizeof(agent),
+                   "{\"approvals\": {\"exec_command\": "
+                   "[\"mkdir\"]}, ");
+  (void)snprintf(agent + n, sizeof(agent) - (size_t)n, agent_fmt + 1,
+                 kube.kubeconfig, cadir);
+  char apath[256];
+  (void)snprintf(apath, sizeof(apath), "%s",
+                 test_write_file(tmp, "agent.json", agent));
+  struct test_model_server srv;
+  test_model_server_start(
+      &srv,
+      "[{\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"w1\", "
+      "\"arguments\": {\"cmd\": \"mkdir made-first\"}}]},"
+      " {\"tool_calls\": [{\"name\": \"exec_command\", \"call_id\": \"r1\", "
+      "\"arguments\": {\"cmd\": \"ls\"}}]},"
+      " {\"text\": \"done\"}]",
+      NULL);
+  struct sbx_run_out r;
+  const char *run[] = {"run", "--state-dir", state, apath, "Do it.", NULL};
+  sbx_run(&r, srv.base_url, run);
+  cr_assert_eq(r.status, 3, "paused: %s", r.err);
+  char *id = paused_run(r.err);
+  sbx_run_free(&r);
+  /* The Pod goes away while the run waits (a node drained, say). */
+  _cleanup_json_ json_t *pods = test_kube_requests(
+      &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  const char *name =
+      jstr(json_object_get(body_of(pods, 0), "metadata"), "name");
+  cr_assert_not_null(name);
+  char path[256];
+  (void)snprintf(path, sizeof(path),
+                 "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods/%s", name);
+  cr_assert_eq(test_kube_call(&kube, "DELETE", path, NULL, NULL, NULL), 200);
+  cr_assert(gone(path));
+  const char *ok[] = {"approve", "--state-dir", state, id, "r1", NULL};
+  sbx_run(&r, NULL, ok);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  sbx_run_free(&r);
+  const char *res[] = {"run", "--state-dir", state, "--resume", id, NULL};
+  sbx_run(&r, srv.base_url, res);
+  json_t *reqs = test_model_server_requests(&srv);
+  test_model_server_stop(&srv);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "done\n");
+  cr_expect(strstr(r.err, "is gone") != NULL, "%s", r.err);
+  const char *o = test_call_output(reqs, -1, "r1");
+  cr_assert_not_null(o);
+  cr_expect(strstr(o, "made-first\n") != NULL, "the snapshot's: %s", o);
+  _cleanup_json_ json_t *again = test_kube_requests(
+      &kube, "POST", "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods");
+  cr_expect_eq(json_array_size(again), 2, "a new Pod for the restore");
+  json_decref(reqs);
+  sbx_run_free(&r);
+  free(id);
+}
