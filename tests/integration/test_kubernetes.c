@@ -7,18 +7,26 @@
  * runs a command and applies a patch; the API's errors and a Pod that
  * cannot start surfacing clearly; the warm pool's claims, a 409 on a Pod
  * whose version moved making the claim take the next. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/kubernetes/kube_internal.h"
+#include "controller/ca/ca.h"
 #include "shared/cleanup.h"
 #include "shared/encode.h"
 #include "shared/fileio.h"
+#include "shared/port.h"
 #include "tests/support/kube_api.h"
 #include "tests/support/model_server.h"
 #include "tests/support/sbxrun.h"
@@ -639,4 +647,113 @@ Test(kubernetes, a_paused_run_whose_pod_is_gone_goes_on_from_its_snapshot) {
   json_decref(reqs);
   sbx_run_free(&r);
   free(id);
+}
+
+/* ---- the API client's TLS, against openssl s_server ---- */
+
+static char tls_tmp[64];
+
+static void tls_teardown(void) {
+  if (tls_tmp[0])
+    (void)test_rm_rf(tls_tmp);
+}
+
+TestSuite(kube_tls, .fini = tls_teardown, .timeout = 60);
+
+/* Starts `openssl s_server -www` on 127.0.0.1:PORT with CERT and KEY,
+ * requiring a client certificate of CA; its pid. */
+static pid_t s_server(uint16_t port, const char *cert, const char *key,
+                      const char *ca) {
+  char accept[32];
+  (void)snprintf(accept, sizeof(accept), "127.0.0.1:%u", port);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_RDWR);
+    (void)dup2(devnull, 0);
+    (void)dup2(devnull, 1);
+    (void)dup2(devnull, 2);
+    execlp("openssl", "openssl", "s_server", "-accept", accept, "-cert", cert,
+           "-key", key, "-CAfile", ca, "-Verify", "1", "-www", (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 100; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool up = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    if (up)
+      return pid;
+    usleep(50000);
+  }
+  cr_assert_fail("openssl s_server did not listen");
+  return -1;
+}
+
+static char *slurp(const char *path, size_t *len) {
+  char *t = NULL;
+  cr_assert_eq(sbx_read_file(path, 1 << 20, &t, len), 0, "%s", path);
+  return t;
+}
+
+Test(kube_tls, a_client_certificate_and_the_clusters_ca_are_used) {
+  if (system("command -v openssl >/dev/null") != 0)
+    cr_skip_test("needs the openssl command");
+  (void)snprintf(tls_tmp, sizeof(tls_tmp), "/tmp/sbx-kubetls-XXXXXX");
+  cr_assert_not_null(mkdtemp(tls_tmp));
+  char ca[128], other[128], p[4][160];
+  (void)snprintf(ca, sizeof(ca), "%s/ca", tls_tmp);
+  (void)snprintf(other, sizeof(other), "%s/other", tls_tmp);
+  const char *names[] = {"srv.crt", "srv.key", "cli.crt", "cli.key"};
+  for (int i = 0; i < 4; i++)
+    (void)snprintf(p[i], sizeof(p[i]), "%s/%s", tls_tmp, names[i]);
+  struct sbx_error e = {0};
+  int64_t now = (int64_t)time(NULL);
+  cr_assert_eq(ca_issue(ca, CA_SERVER, "127.0.0.1", now - 60, now + 3600, p[0],
+                        p[1], NULL, &e),
+               0, "%s", e.msg);
+  cr_assert_eq(ca_issue(ca, CA_CLIENT, "tester", now - 60, now + 3600, p[2],
+                        p[3], NULL, &e),
+               0, "%s", e.msg);
+  cr_assert_eq(ca_init(other, NULL, &e), 0, "%s", e.msg);
+  char cacrt[160], othercrt[160];
+  (void)snprintf(cacrt, sizeof(cacrt), "%s/ca.crt", ca);
+  (void)snprintf(othercrt, sizeof(othercrt), "%s/ca.crt", other);
+  uint16_t port = 0;
+  cr_assert_eq(sbx_free_tcp_port(&port), 0);
+  pid_t srv = s_server(port, p[0], p[1], cacrt);
+
+  struct kube_config c = {0};
+  char server[64];
+  (void)snprintf(server, sizeof(server), "https://127.0.0.1:%u", port);
+  c.server = server;
+  c.ca_pem = slurp(cacrt, &c.ca_len);
+  c.cert_pem = slurp(p[2], &c.cert_len);
+  c.key_pem = slurp(p[3], &c.key_len);
+  struct kube_api *api = NULL;
+  cr_assert_eq(kube_api_open(&c, &api, &e), 0, "%s", e.msg);
+  cr_expect_eq(kube_call(api, "GET", "/", NULL, NULL, NULL, &e), 0, "%s",
+               e.msg);
+  api = kube_api_free(api);
+  /* Without the client certificate the server refuses the handshake. */
+  struct kube_config nocert = c;
+  nocert.cert_pem = nocert.key_pem = NULL;
+  cr_assert_eq(kube_api_open(&nocert, &api, &e), 0, "%s", e.msg);
+  cr_expect_lt(kube_call(api, "GET", "/", NULL, NULL, NULL, &e), 0);
+  cr_expect(strstr(e.msg, "cannot reach the API server"), "%s", e.msg);
+  api = kube_api_free(api);
+  /* A server that another CA vouches for is not believed. */
+  struct kube_config wrong = c;
+  wrong.ca_pem = slurp(othercrt, &wrong.ca_len);
+  cr_assert_eq(kube_api_open(&wrong, &api, &e), 0, "%s", e.msg);
+  cr_expect_lt(kube_call(api, "GET", "/", NULL, NULL, NULL, &e), 0);
+  cr_expect(strstr(e.msg, "cannot reach the API server"), "%s", e.msg);
+  api = kube_api_free(api);
+  free(wrong.ca_pem);
+  free(c.ca_pem);
+  free(c.cert_pem);
+  free(c.key_pem);
+  (void)kill(srv, SIGTERM);
+  (void)waitpid(srv, NULL, 0);
 }
