@@ -757,3 +757,23 @@ Test(kube_tls, a_client_certificate_and_the_clusters_ca_are_used) {
   (void)kill(srv, SIGTERM);
   (void)waitpid(srv, NULL, 0);
 }
+
+Test(kubernetes, a_pod_not_ready_in_time_is_an_error_saying_what_it_waits_for) {
+  struct sbx_run_out r;
+  /* An image to pull from a registry nobody serves: the Pod waits. */
+  const char *args[] = {"--image",
+                        "localhost/sbx-no-such-image:1",
+                        "--image-pull-policy",
+                        "IfNotPresent",
+                        "--ready-timeout",
+                        "2",
+                        NULL};
+  create(&r, args);
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "was not ready within 2 s: phase Pending"), "%s",
+            r.err);
+  cr_expect(r.secs < 30, "took %.1f s", r.secs);
+  sbx_run_free(&r);
+  _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", NULL);
+  cr_expect_eq(json_array_size(dels), 1, "the Pod is deleted again");
+}
