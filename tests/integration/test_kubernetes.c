@@ -30,6 +30,7 @@
 #include "tests/support/kube_api.h"
 #include "tests/support/model_server.h"
 #include "tests/support/sbxrun.h"
+#include "tests/support/server.h"
 
 #define IMAGE "localhost/sbx-debian:latest"
 
@@ -776,4 +777,63 @@ Test(kubernetes, a_pod_not_ready_in_time_is_an_error_saying_what_it_waits_for) {
   sbx_run_free(&r);
   _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", NULL);
   cr_expect_eq(json_array_size(dels), 1, "the Pod is deleted again");
+}
+
+Test(kubernetes, sbx_serve_makes_pods_and_keeps_its_kubeconfig_its_own) {
+  char xdg[160];
+  (void)snprintf(xdg, sizeof(xdg), "%s/xdg", tmp);
+  cr_assert_eq(setenv("KUBECONFIG", kube.kubeconfig, 1), 0);
+  cr_assert_eq(setenv("XDG_STATE_HOME", xdg, 1), 0); /* its CA */
+  struct test_server srv;
+  test_server_init(&srv, NULL, NULL);
+  test_server_start(&srv, NULL);
+  (void)unsetenv("KUBECONFIG");
+  (void)unsetenv("XDG_STATE_HOME");
+  /* A token of scope run: the server's options are its operator's. */
+  char *tok = test_server_token(&srv, "runner", "run,read");
+  struct test_http h;
+  test_http(&h, &srv, "POST", "/v1/sandboxes", tok,
+            "{\"backend\": \"kubernetes\", \"options\": {\"kubeconfig\": "
+            "\"/etc/kubernetes/admin.conf\"}}",
+            NULL);
+  cr_expect_eq(h.status, 403, "%s", h.body);
+  cr_expect(strstr(h.body, "options.kubeconfig"), "%s", h.body);
+  test_http_free(&h);
+  test_http(&h, &srv, "POST", "/v1/sandboxes", tok,
+            "{\"backend\": \"kubernetes\", \"options\": {\"image\": \"" IMAGE
+            "\", \"image_pull_policy\": \"Never\"}, \"manifest\": "
+            "{\"entries\": {\"a.txt\": {\"type\": \"file\", \"content\": "
+            "\"hello\"}}}}",
+            NULL);
+  cr_assert_eq(h.status, 201, "%s", h.body);
+  char id[16];
+  (void)snprintf(id, sizeof(id), "%s",
+                 json_string_value(json_object_get(h.json, "id")));
+  cr_expect_str_eq(json_string_value(json_object_get(h.json, "backend")),
+                   "kubernetes");
+  test_http_free(&h);
+  char path[256];
+  (void)snprintf(path, sizeof(path), "/v1/sandboxes/%s/execs", id);
+  test_http(&h, &srv, "POST", path, tok, "{\"command\": \"cat a.txt\"}", NULL);
+  cr_assert_eq(h.status, 201, "%s", h.body);
+  char x[64];
+  (void)snprintf(x, sizeof(x), "%s",
+                 json_string_value(json_object_get(h.json, "exec_id")));
+  test_http_free(&h);
+  (void)snprintf(path, sizeof(path),
+                 "/v1/sandboxes/%s/execs/%s/output?stream=stdout&offset=0&"
+                 "wait_ms=5000",
+                 id, x);
+  test_http(&h, &srv, "GET", path, tok, NULL, NULL);
+  cr_expect_eq(h.status, 200, "%s", h.body);
+  cr_expect_str_eq(h.body, "hello");
+  test_http_free(&h);
+  (void)snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+  test_http(&h, &srv, "DELETE", path, tok, NULL, NULL);
+  cr_expect(h.status == 200 || h.status == 204, "%ld %s", h.status, h.body);
+  test_http_free(&h);
+  _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", NULL);
+  cr_expect_eq(json_array_size(dels), 1);
+  free(tok);
+  test_server_fini(&srv);
 }
