@@ -71,6 +71,13 @@ Test(kube_options, every_refusal_names_its_option) {
       {"{\"warm_pool\": -1}", "warm_pool: -1: expected 0 to 100"},
       {"{\"ready_timeout\": 0}", "ready_timeout: 0: expected 1 to 3600"},
       {"{\"kubeconfig\": \"\"}", "kubeconfig: expected a file"},
+      {"{\"context\": \"\"}", "context: expected a context's name"},
+      {"{\"image\": \"a b\"}", "image: \"a b\" is not an image reference"},
+      {"{\"ca_dir\": \"\"}", "ca_dir: expected a directory"},
+      {"{\"labels\": {\"k\": 1}}", "labels: \"k\": its value must be a string"},
+      {"{\"warm_pool\": 101}", "warm_pool: 101: expected 0 to 100"},
+      {"{\"tolerations\": [{\"tolerationSeconds\": \"5\"}]}",
+       "\"tolerationSeconds\" is not a toleration field of its type"},
       {"{\"client\": \"Bad Name\"}", "run_config.client"},
       {"{\"replicas\": 2}", "backend kubernetes has no such option"},
   };
