@@ -409,6 +409,12 @@ Test(kubernetes, a_watch_that_ends_is_resumed_and_a_gone_version_read_anew) {
       "%s", e.msg);
   cr_expect(ip && strncmp(ip, "127.0.0.", 8) == 0, "%s", ip ? ip : "(none)");
   free(ip);
+  const char *tol[] = {"--toleration", "gpu", NULL};
+  create(&r, tol);
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "--toleration \"gpu\": expected a JSON object"), "%s",
+            r.err);
+  sbx_run_free(&r);
   _cleanup_json_ json_t *after = test_kube_requests(&kube, "GET", NULL);
   bool stale = false, reread = false;
   json_array_foreach(after, i, g) {
