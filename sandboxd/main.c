@@ -86,6 +86,10 @@ static void usage(FILE *f) {
           "  --version             print the version and exit\n"
           "  --help                print this help and exit\n"
           "\n"
+          "Signals: SIGTERM and SIGINT stop sandboxd; SIGHUP reads the TLS "
+          "files again\n"
+          "with tls+tcp:// (connections reopen under them), else stops it.\n"
+          "\n"
           "Isolation (Linux namespaces, cgroups and pasta):\n",
           SERVER_MAX_CONNECTIONS, SERVER_MAX_UNAUTHENTICATED,
           SERVER_HANDSHAKE_TIMEOUT_MS / 1000);

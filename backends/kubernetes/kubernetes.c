@@ -75,12 +75,13 @@ static int connect_api(struct kube *k, const char *path, const char *context,
   return r;
 }
 
-/* The CA directory and the client certificate K presents, issued when
- * missing (the CA is made on first use). */
-static int client_files(struct kube *k, const char *ca_dir, const char *client,
+/* The CA directory (CA_DIR, else STATE_DIR's) and the client certificate
+ * K presents, issued when missing (the CA is made on first use). */
+static int client_files(struct kube *k, const char *ca_dir,
+                        const char *state_dir, const char *client,
                         struct sbx_error *e) {
   char dir[PATH_MAX];
-  int r = ca_dir_resolve(ca_dir, NULL, dir, sizeof(dir), e);
+  int r = ca_dir_resolve(ca_dir, state_dir, dir, sizeof(dir), e);
   if (r < 0)
     return r;
   if (!(k->ca_dir = strdup(dir)) || !(k->client = strdup(client)) ||
@@ -276,7 +277,7 @@ static int kube_create(const struct backend_options *bo,
   if (r == 0)
     r = connect_api(k, o->kubeconfig, o->context, false, o->ns, e);
   if (r == 0)
-    r = client_files(k, o->ca_dir, o->client, e);
+    r = client_files(k, o->ca_dir, bo ? bo->state_dir : NULL, o->client, e);
   if (r == 0 && pooled && kube_pool_hash(o, root, k->ca_dir, hash) < 0)
     r = -ENOMEM;
   /* 1: no warm Pod to claim, make one. */
@@ -383,7 +384,7 @@ static int kube_attach(const struct backend_options *bo, json_t *obj,
                     json_string_value(json_object_get(obj, "context")),
                     json_is_true(json_object_get(obj, "in_cluster")), ns, e);
   if (r == 0)
-    r = client_files(k, ca, client, e);
+    r = client_files(k, ca, NULL, client, e);
   if (r == 0)
     r = kube_call(k->api, "GET", path, NULL, NULL, &pod, e);
   if (r == -ENOENT)

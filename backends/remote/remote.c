@@ -190,6 +190,10 @@ static int claim(const struct remote_endpoint *ep, const char *ca_dir,
     k = read_token(r, ca_dir, token, sizeof(token), e);
   if (k == 0)
     k = sbx_random_uuid(s->session_id);
+  /* Refused certificates, either way, said at once (see tls_probe.c). */
+  if (k == 0)
+    k = ca_tls_probe(r->ep.url, r->ep.name, r->ca_pem, r->cert, r->key,
+                     probe_ms, e);
   if (k == 0)
     k = remote_connect(r, token, probe_ms, &probe, &s->root, e);
   if (k == 0)
@@ -243,7 +247,8 @@ static int remote_create(const struct backend_options *o,
   if (k < 0)
     return k;
   char ca_dir[PATH_MAX];
-  if ((k = ca_dir_resolve(ro->ca_dir, NULL, ca_dir, sizeof(ca_dir), e)) < 0)
+  if ((k = ca_dir_resolve(ro->ca_dir, o->state_dir, ca_dir, sizeof(ca_dir),
+                          e)) < 0)
     return k;
   unsigned probe = o->ready_timeout_ms ? o->ready_timeout_ms : REMOTE_PROBE_MS;
   char why[1024] = "";

@@ -62,8 +62,11 @@ enum backend_feature {
 struct backend_options {
   const char *sandboxd_path;  /* NULL: $SBX_SANDBOXD, next to sbx, or PATH */
   const char *workspace_base; /* NULL: $TMPDIR or /tmp */
-  const char *seccomp;        /* NULL: "default"; "no-network", "off" */
-  unsigned ready_timeout_ms;  /* 0: 10000 */
+  /* sbx's state directory (--state-dir; NULL: the default), where a
+   * backend finds what it keeps across processes, such as sbx's CA. */
+  const char *state_dir;
+  const char *seccomp;       /* NULL: "default"; "no-network", "off" */
+  unsigned ready_timeout_ms; /* 0: 10000 */
   /* How long the connection to sandboxd may stay down before a waiting
    * call fails with the sandbox counted as dead (shared/peer.h); 0: the
    * recorded value when attaching, else SBX_PEER_HEARTBEAT_MS. Recorded

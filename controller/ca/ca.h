@@ -69,4 +69,13 @@ int ca_write_bundle(const char *dir, const char *path, struct sbx_error *e);
 int ca_server_token(const char *dir, const char *name, bool make, char *out,
                     size_t n, struct sbx_error *e);
 
+/* One TLS handshake with the sandboxd at URL (tls+tcp://HOST:PORT) with
+ * the CA bundle CA_PEM, the client certificate CERT and its KEY, checking
+ * that its certificate names SERVER_NAME, within TIMEOUT_MS (0: 5 s).
+ * 0 when both sides accept; -EKEYREJECTED with E saying which side refused
+ * what; -ETIMEDOUT or another negative errno when it cannot be reached. */
+int ca_tls_probe(const char *url, const char *server_name, const char *ca_pem,
+                 const char *cert, const char *key, unsigned timeout_ms,
+                 struct sbx_error *e);
+
 #endif

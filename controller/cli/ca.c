@@ -45,8 +45,8 @@ static void usage_ca(FILE *f) {
           "                              ca/clients/NAME.crt and .key)\n"
           "  revoke NAME|SERIAL          revoke client certificates; copy "
           "the new ca.pem\n"
-          "                              to every sandboxd host and restart "
-          "sandboxd\n"
+          "                              to every sandboxd host and reload "
+          "sandboxd (SIGHUP)\n"
           "  crl --out FILE              write ca.pem (the CA and a fresh "
           "revocation list)\n"
           "\n"
@@ -267,7 +267,7 @@ int cli_ca(int argc, char **argv) {
     if (ca_revoke(dir, args[0], &n, &e) < 0)
       return fail(&e);
     printf("revoked %zu certificate%s; copy %s/ca.pem to every sandboxd "
-           "host's --tls-ca and restart sandboxd\n",
+           "host's --tls-ca and reload sandboxd (SIGHUP)\n",
            n, n == 1 ? "" : "s", dir);
     return 0;
   }

@@ -56,6 +56,7 @@ struct cli_run_store {
   char *sdir;  /* the state directory (new) */
   int lock_fd; /* runs/ID.lock of the state dir, flocked while locked */
   bool locked;
+  char lock_path[4200];
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;

@@ -96,19 +96,37 @@ static int cli_run_row(struct cli_run_store *rs, const char *flag,
   return 0;
 }
 
+/* Whether FD is still the file at PATH: the holder of a run's lock
+ * removes the file when it is done, and a lock taken on a removed file
+ * locks nothing. */
+static bool still_there(int fd, const char *path) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
 /* Takes run ID's lock, runs/ID.lock in the state directory: an flock
  * this process holds while it goes on with the run, so that two sbx never
  * run one run at once (a --resume of a run that is going on, or two
- * resumes). The holder's pid is in the file, for the message. */
+ * resumes). The holder's pid is in the file, for the message; the holder
+ * removes the file when it lets go (cli_run_store_close). */
 static int lock_run(struct cli_run_store *rs, const char *id,
                     struct sbx_error *e) {
-  char path[4200];
-  (void)snprintf(path, sizeof(path), "%s/runs", rs->sdir);
+  char *path = rs->lock_path;
+  (void)snprintf(path, sizeof(rs->lock_path), "%s/runs", rs->sdir);
   if (mkdir(path, 0700) < 0 && errno != EEXIST)
     return sbx_error_set(e, SBX_INTERNAL, errno, "cannot make %s: %s", path,
                          strerror(errno));
-  (void)snprintf(path, sizeof(path), "%s/runs/%s.lock", rs->sdir, id);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  (void)snprintf(path, sizeof(rs->lock_path), "%s/runs/%s.lock", rs->sdir, id);
+  int fd = -1;
+  for (int tries = 0; tries < 8; tries++) {
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || still_there(fd, path))
+      break;
+    (void)close(fd); /* removed by the holder that just let go */
+    fd = -1;
+    errno = EAGAIN;
+  }
   if (fd < 0)
     return sbx_error_set(e, SBX_INTERNAL, errno, "cannot open %s: %s", path,
                          strerror(errno));
@@ -353,8 +371,10 @@ void cli_run_store_close(struct cli_run_store *rs) {
   free(rs->response_id);
   rs->response_id = NULL;
   rs->store = store_close(rs->store);
-  if (rs->locked)
-    (void)close(rs->lock_fd); /* the lock goes with it */
+  if (rs->locked) {
+    (void)unlink(rs->lock_path); /* while it is held: see still_there */
+    (void)close(rs->lock_fd);    /* the lock goes with it */
+  }
   rs->locked = false;
   free(rs->sdir);
   rs->sdir = NULL;

@@ -255,6 +255,7 @@ static int create_and_record(struct create_cmd *x, const char *dir) {
         (struct sandbox_label){k, json_string_value(v)};
   }
   x->lo.labels = x->labelv;
+  x->lo.bo.state_dir = dir;
   if (x->name && (r = name_free(c, dir, x->name)) >= 0)
     return r;
   struct sandbox *sb = NULL;

@@ -48,6 +48,8 @@ static int run_agent_sandbox(const struct run_options *o, const struct agent *a,
   };
   lo.bo.ports = o->exposed_ports;
   lo.bo.nports = o->n_exposed_ports;
+  if (!lo.bo.state_dir)
+    lo.bo.state_dir = o->state_dir;
   char base[4096];
   if (!lo.mo.base_dir) {
     const char *slash = strrchr(a->path, '/');

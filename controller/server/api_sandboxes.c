@@ -135,6 +135,7 @@ static int create(struct api *a, const struct backend *b, void *own,
                          "cannot name a new sandbox");
   struct lifecycle_options lo = {.backend = b};
   lo.bo.own = own;
+  lo.bo.state_dir = dir;
   lo.mo.limits = materialize_default_limits();
   state_now(created);
   struct sandbox *sb = NULL;

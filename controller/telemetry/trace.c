@@ -73,6 +73,11 @@ struct trace_span {
   char *name;
   uint64_t start_unix_ns;
   uint64_t start_mono_ns;
+  /* The wall and monotonic clocks read together when the trace's first
+   * span here started: every span of it is timed on the monotonic clock
+   * from there, so a child never starts before nor ends after its parent
+   * when the wall clock is being slewed or stepped. */
+  uint64_t anchor_unix_ns, anchor_mono_ns;
   json_t *attrs; /* OTLP attribute objects */
   unsigned dropped_attrs;
   char *error; /* NULL: ok */
@@ -656,6 +661,8 @@ static struct trace_span *span_new(struct tracer *t, const char *name) {
   random_id(s->span_id, sizeof(s->span_id));
   s->start_unix_ns = wall_ns();
   s->start_mono_ns = sbx_now_ns();
+  s->anchor_unix_ns = s->start_unix_ns;
+  s->anchor_mono_ns = s->start_mono_ns;
   return s;
 }
 
@@ -677,6 +684,9 @@ struct trace_span *trace_child(struct trace_span *parent, const char *name) {
   memcpy(s->trace_id, parent->trace_id, sizeof(s->trace_id));
   memcpy(s->parent_id, parent->span_id, sizeof(s->parent_id));
   s->has_parent = true;
+  s->anchor_unix_ns = parent->anchor_unix_ns;
+  s->anchor_mono_ns = parent->anchor_mono_ns;
+  s->start_unix_ns = s->anchor_unix_ns + (s->start_mono_ns - s->anchor_mono_ns);
   return s;
 }
 

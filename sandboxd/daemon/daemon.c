@@ -295,11 +295,23 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGHUP);
+  bool tls = strncmp(o->listen, "tls+tcp://", 10) == 0;
   /* A Shutdown request wakes us at once (its client, sbx, waits for our
-   * exit); a signal is seen within 200 ms. */
+   * exit); a signal is seen within 200 ms. SIGHUP reads the TLS files
+   * again when serving tls+tcp:// (a new CA file's revocation list takes
+   * effect without a restart), else it stops sandboxd as before. */
   while (!server_shutdown_requested(srv)) {
     struct timespec now = {0, 0};
     int sig = sigtimedwait(&stop, NULL, &now);
+    if (sig == SIGHUP && tls) {
+      struct sbx_error he = {0};
+      if (server_reload_tls(srv, &he) < 0)
+        log_error("SIGHUP: the TLS files were not taken: %s", he.msg);
+      else
+        log_warn("SIGHUP: the TLS files were read again; connections "
+                 "reopen under them");
+      continue;
+    }
     if (sig > 0) {
       log_info("signal %d: shutting down", sig);
       break;

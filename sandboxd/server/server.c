@@ -18,6 +18,7 @@
 #include "sandboxd/server/bulk.h"
 #include "sandboxd/server/conns.h"
 #include "sandboxd/server/dispatch.h"
+#include "sandboxd/server/listen.h"
 #include "shared/cleanup.h"
 #include "shared/clock.h"
 #include "shared/fileio.h"
@@ -63,8 +64,8 @@ struct cache_entry {
 struct server {
   struct sandboxd *d;
   nng_socket sock;
-  nng_listener listener;
-  nng_tls_config *tls;
+  struct listen_cfg lc;
+  struct listen lis;
   struct conns *conns; /* admitted connections, their caps and deadlines */
   uint8_t *token;
   size_t token_len;
@@ -550,62 +551,6 @@ static void *worker_main(void *arg) {
 
 /* ---- setup ------------------------------------------------------------ */
 
-static int nng_err(struct sbx_error *e, int rv, const char *what,
-                   const char *url) {
-  int err = rv == NNG_ENOMEM       ? ENOMEM
-            : rv == NNG_EADDRINUSE ? EADDRINUSE
-            : rv == NNG_EADDRINVAL ? EINVAL
-            : rv == NNG_EPERM      ? EPERM
-            : rv == NNG_ENOTSUP    ? EOPNOTSUPP
-                                   : EIO;
-  return sbx_error_set(e, SBX_OK, err, "%s \"%s\": %s", what, url,
-                       nng_strerror(rv));
-}
-
-/* Loads a PEM certificate and key (separate files) into CFG. */
-static int tls_own_cert(nng_tls_config *cfg, const char *cert, const char *key,
-                        struct sbx_error *e) {
-  _cleanup_free_ char *c = NULL, *k = NULL;
-  size_t cl, kl;
-  int r = sbx_read_file(cert, 1u << 20, &c, &cl);
-  if (r < 0)
-    return sbx_error_set(e, SBX_OK, -r, "cannot read certificate \"%s\": %s",
-                         cert, strerror(-r));
-  r = sbx_read_file(key, 1u << 20, &k, &kl);
-  if (r < 0)
-    return sbx_error_set(e, SBX_OK, -r, "cannot read key \"%s\": %s", key,
-                         strerror(-r));
-  int rv = nng_tls_config_own_cert(cfg, c, k, NULL);
-  explicit_bzero(k, kl);
-  if (rv != 0)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "cannot use certificate \"%s\" with key \"%s\": %s",
-                         cert, key, nng_strerror(rv));
-  return 0;
-}
-
-static int setup_tls(struct server *s, const struct server_config *cfg,
-                     struct sbx_error *e) {
-  if (!cfg->tls_cert || !cfg->tls_key || !cfg->tls_ca)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
-                         "tls+tcp:// needs --tls-cert, --tls-key and --tls-ca");
-  int rv = nng_tls_config_alloc(&s->tls, NNG_TLS_MODE_SERVER);
-  if (rv != 0)
-    return nng_err(e, rv, "cannot set up TLS for", cfg->url);
-  rv = tls_own_cert(s->tls, cfg->tls_cert, cfg->tls_key, e);
-  if (rv < 0)
-    return rv;
-  rv = nng_tls_config_ca_file(s->tls, cfg->tls_ca);
-  if (rv != 0)
-    return nng_err(e, rv, "cannot load the CA", cfg->tls_ca);
-  rv = nng_tls_config_auth_mode(s->tls, NNG_TLS_AUTH_MODE_REQUIRED);
-  if (rv == 0)
-    rv = nng_listener_set_ptr(s->listener, NNG_OPT_TLS_CONFIG, s->tls);
-  if (rv != 0)
-    return nng_err(e, rv, "cannot configure TLS on", cfg->url);
-  return 0;
-}
-
 /* The connection limits of CFG (0: the defaults) into S's table and onto
  * its listener: nng bounds the connections still in their TLS or SP
  * handshake and each step of it (NNG_OPT_NEGO_*, which
@@ -631,13 +576,8 @@ static int setup_limits(struct server *s, const struct server_config *cfg,
     return sbx_error_set(e, SBX_INTERNAL, -r,
                          "cannot set up the connection table: %s",
                          strerror(-r));
-  int rv = nng_listener_set_size(s->listener, NNG_OPT_NEGO_MAX,
-                                 (size_t)cc.max_unauth);
-  if (rv == 0)
-    rv = nng_listener_set_ms(s->listener, NNG_OPT_NEGO_TIMEOUT,
-                             (nng_duration)cc.handshake_ms);
-  if (rv != 0)
-    return nng_err(e, rv, "cannot limit the handshakes on", cfg->url);
+  s->lc.nego_max = (size_t)cc.max_unauth;
+  s->lc.nego_ms = (nng_duration)cc.handshake_ms;
   return 0;
 }
 
@@ -661,8 +601,6 @@ int server_check_url(const char *url, bool insecure, struct sbx_error *e) {
 int server_new(struct sandboxd *d, const struct server_config *cfg,
                struct server **out, struct sbx_error *e) {
   const char *url = cfg->url;
-  bool is_ipc = strncmp(url, "ipc://", 6) == 0;
-  bool is_tls = strncmp(url, "tls+tcp://", 10) == 0;
   int cr = server_check_url(url, cfg->insecure, e);
   if (cr < 0)
     return cr;
@@ -693,7 +631,7 @@ int server_new(struct sandboxd *d, const struct server_config *cfg,
 
   int rv = nng_rep0_open(&s->sock);
   if (rv != 0) {
-    r = nng_err(e, rv, "cannot open a socket for", url);
+    r = listen_nng_err(e, rv, "cannot open a socket for", url);
     goto fail;
   }
   (void)nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
@@ -703,19 +641,13 @@ int server_new(struct sandboxd *d, const struct server_config *cfg,
     r = sbx_error_set(e, SBX_INTERNAL, ENOMEM, "cannot watch connections");
     goto fail;
   }
-  rv = nng_listener_create(&s->listener, s->sock, url);
-  if (rv != 0) {
-    r = nng_err(e, rv, "cannot listen on", url);
-    goto fail;
-  }
-  if (is_ipc)
-    (void)nng_listener_set_int(s->listener, NNG_OPT_IPC_PERMISSIONS, 0600);
-  if (is_tls) {
-    r = setup_tls(s, cfg, e);
-    if (r < 0)
-      goto fail;
-  }
+  s->lc = (struct listen_cfg){.url = url,
+                              .cert = cfg->tls_cert,
+                              .key = cfg->tls_key,
+                              .ca = cfg->tls_ca};
   r = setup_limits(s, cfg, e);
+  if (r == 0)
+    r = listen_make(s->sock, &s->lc, &s->lis, e);
   if (r < 0)
     goto fail;
   r = -ENOMEM; /* what the allocations below fail with */
@@ -753,16 +685,9 @@ int server_new(struct sandboxd *d, const struct server_config *cfg,
       goto fail;
     }
   }
-  rv = nng_listener_start(s->listener, 0);
-  if (rv != 0) {
-    r = nng_err(e, rv, "cannot listen on", url);
+  r = listen_start(&s->lis, &s->lc, e);
+  if (r < 0)
     goto fail;
-  }
-  if (is_ipc) {
-    /* nng creates the socket file with the umask; make it owner-only. */
-    const char *path = url + 6;
-    (void)chmod(path, 0600);
-  }
   for (size_t i = 0; i < s->nworks; i++) {
     s->works[i]->state = W_RECV;
     nng_ctx_recv(s->works[i]->ctx, s->works[i]->aio);
@@ -806,8 +731,7 @@ void server_free(struct server *s) {
   }
   free(s->works);
   free(s->threads);
-  if (s->tls)
-    nng_tls_config_free(s->tls);
+  listen_close(&s->lis);
   for (size_t b = 0; s->buckets && b < s->nbuckets; b++)
     for (struct cache_entry *c = s->buckets[b]; c;) {
       struct cache_entry *n = c->hnext;
@@ -848,6 +772,10 @@ bool server_wait_clients_gone(struct server *s, unsigned timeout_ms) {
 
 void server_pipe_authenticated(struct server *s, uint32_t pipe) {
   conns_authenticated(s->conns, (nng_pipe){.id = pipe});
+}
+
+int server_reload_tls(struct server *s, struct sbx_error *e) {
+  return listen_reload(s->sock, &s->lc, &s->lis, e);
 }
 
 void server_wait_shutdown(struct server *s, unsigned timeout_ms) {

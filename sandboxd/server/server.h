@@ -56,6 +56,12 @@ bool server_shutdown_requested(struct server *s);
 void server_pipe_authenticated(struct server *s, uint32_t pipe);
 /* Blocks until the shutdown flag is set or TIMEOUT_MS passes. */
 void server_wait_shutdown(struct server *s, unsigned timeout_ms);
+/* Reads the TLS files again and listens with them (listen.h): the
+ * connections open until now are closed, and clients reconnect under the
+ * new files. Files that cannot be used leave everything as it was (E says
+ * why); -EOPNOTSUPP without tls+tcp://. Call from one thread, not
+ * concurrently with server_free. */
+int server_reload_tls(struct server *s, struct sbx_error *e);
 /* Blocks until no client is connected or TIMEOUT_MS passes; true when none
  * is. For the end: nng hands a reply to the kernel before sending is
  * complete, but a client that sees our hang-up together with the reply's

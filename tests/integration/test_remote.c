@@ -190,6 +190,104 @@ Test(remote, run_claims_an_endpoint_uses_it_and_leaves_it_clean) {
   endpoint_stop(&a);
 }
 
+/* The id a create printed, into ID. */
+static void created_id(const struct sbx_run_out *r, char *id, size_t n) {
+  (void)snprintf(id, n, "%.*s", (int)strcspn(r->out, "\n"), r->out);
+}
+
+/* Without --ca-dir, sbx's CA is the one in the state directory given
+ * with --state-dir (sbx ca's default), not in the default one. */
+Test(remote, the_ca_is_found_in_the_state_directory_given) {
+  char own[320];
+  (void)snprintf(own, sizeof(own), "%s/ca", state);
+  struct sbx_error e = {0};
+  cr_assert_eq(ca_init(own, NULL, &e), 0, "%s", e.msg);
+  struct endpoint a = {0};
+  endpoint_start(&a, 2, NULL, own);
+  struct sbx_run_out r;
+  const char *argv[] = {"create",     "--backend", "remote",
+                        "--endpoint", a.url,       NULL};
+  sbx_sandbox_run(&r, state, argv);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  char id[64];
+  created_id(&r, id, sizeof(id));
+  sbx_run_free(&r);
+  const char *rm[] = {"rm", id, NULL};
+  sbx_sandbox_run(&r, state, rm);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  endpoint_stop(&a);
+}
+
+/* SIGHUP makes sandboxd read its TLS files again: a client certificate
+ * revoked in the new CA file is refused from then on, without a restart,
+ * while the sandbox it serves goes on (its client reconnects); a CA file
+ * that cannot be used leaves it serving with the old one. */
+Test(remote, sighup_takes_a_new_revocation_list_without_a_restart) {
+  struct sbx_error e = {0};
+  int64_t now = (int64_t)time(NULL);
+  char crt[256], key[256], pem[256];
+  (void)snprintf(crt, sizeof(crt), "%s/clients/later.crt", cadir);
+  (void)snprintf(key, sizeof(key), "%s/clients/later.key", cadir);
+  cr_assert_eq(ca_issue(cadir, CA_CLIENT, "later", now - 60, now + 86400, crt,
+                        key, NULL, &e),
+               0, "%s", e.msg);
+  struct endpoint a = {0}, b = {0};
+  endpoint_start(&a, 2, NULL, NULL);
+  endpoint_start(&b, 3, NULL, NULL);
+  struct sbx_run_out r;
+  const char *on_a[] = {"--endpoint", a.url, NULL};
+  create(&r, on_a);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char id[64];
+  created_id(&r, id, sizeof(id));
+  sbx_run_free(&r);
+  const char *later[] = {"--endpoint", b.url, "--client", "later", NULL};
+  create(&r, later);
+  cr_expect_eq(r.status, 0, "before the revocation: %s", r.err);
+  sbx_run_free(&r);
+  size_t n = 0;
+  cr_assert_eq(ca_revoke(cadir, "later", &n, &e), 0, "%s", e.msg);
+  sbx_sandbox_remove_all(state);
+  create(&r, on_a);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  created_id(&r, id, sizeof(id));
+  sbx_run_free(&r);
+  /* The new CA file on both hosts, then SIGHUP. */
+  const struct endpoint *eps[] = {&a, &b};
+  for (int i = 0; i < 2; i++) {
+    (void)snprintf(pem, sizeof(pem), "%s/ca.pem", eps[i]->dir);
+    cr_assert_eq(ca_write_bundle(cadir, pem, &e), 0, "%s", e.msg);
+    cr_assert_eq(kill(eps[i]->pid, SIGHUP), 0);
+  }
+  usleep(300 * 1000);
+  create(&r, later);
+  cr_expect_neq(r.status, 0, "revoked, yet accepted");
+  cr_expect(strstr(r.err, "alert certificate revoked"), "%s", r.err);
+  sbx_run_free(&r);
+  const char *exec[] = {"exec", id, "--", "echo", "still here", NULL};
+  sbx_sandbox_run(&r, state, exec);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "still here\n");
+  sbx_run_free(&r);
+  /* A CA file that cannot be used: b serves on with the one it has. */
+  (void)snprintf(pem, sizeof(pem), "%s/ca.pem", b.dir);
+  FILE *f = fopen(pem, "w");
+  cr_assert_not_null(f);
+  fputs("not a certificate\n", f);
+  fclose(f);
+  cr_assert_eq(kill(b.pid, SIGHUP), 0);
+  usleep(300 * 1000);
+  const char *on_b[] = {"--endpoint", b.url, NULL};
+  create(&r, on_b);
+  cr_expect_eq(r.status, 0, "after a bad reload: %s", r.err);
+  sbx_run_free(&r);
+  cr_expect_eq(kill(b.pid, 0), 0, "sandboxd stopped on a bad reload");
+  sbx_sandbox_remove_all(state);
+  endpoint_stop(&a);
+  endpoint_stop(&b);
+}
+
 Test(remote, an_endpoint_is_claimed_by_one_sandbox_at_a_time) {
   struct endpoint a = {0}, b = {0};
   endpoint_start(&a, 2, NULL, NULL);
@@ -235,14 +333,15 @@ Test(remote, an_endpoint_is_claimed_by_one_sandbox_at_a_time) {
 }
 
 /* Expects a create against URL (with EXTRA args) to be refused before it
- * claims anything. */
+ * claims anything, saying REASON. */
 static void expect_refused(const struct endpoint *ep, const char *const *args,
-                           const char *why) {
+                           const char *why, const char *reason) {
   struct sbx_run_out r;
   create(&r, args);
   cr_expect_neq(r.status, 0, "%s: accepted", why);
   cr_expect(strstr(r.err, "no free remote endpoint") != NULL, "%s: %s", why,
             r.err);
+  cr_expect(strstr(r.err, reason) != NULL, "%s: %s", why, r.err);
   cr_expect(!has(ep, "lease/claim"), "%s: the lease was taken", why);
   sbx_run_free(&r);
 }
@@ -269,9 +368,11 @@ Test(remote, wrong_certificates_are_refused) {
   struct endpoint a = {0}, b = {0};
   endpoint_start(&a, 2, NULL, NULL);
   const char *expired[] = {"--endpoint", a.url, "--client", "old", NULL};
-  expect_refused(&a, expired, "an expired client certificate");
+  expect_refused(&a, expired, "an expired client certificate",
+                 "refused the TLS handshake (sbx's client certificate");
   const char *revoked[] = {"--endpoint", a.url, "--client", "gone", NULL};
-  expect_refused(&a, revoked, "a revoked client certificate");
+  expect_refused(&a, revoked, "a revoked client certificate",
+                 "alert certificate revoked");
   /* A client certificate of another CA, with the right CA and token. */
   char other[192], cmd[1024];
   (void)snprintf(other, sizeof(other), "%s/other-ca", tmp);
@@ -287,7 +388,8 @@ Test(remote, wrong_certificates_are_refused) {
                  cadir, other, cadir, other);
   cr_assert_eq(system(cmd), 0);
   const char *foreign[] = {"--endpoint", a.url, "--ca-dir", other, NULL};
-  expect_refused(&a, foreign, "a client certificate of another CA");
+  expect_refused(&a, foreign, "a client certificate of another CA",
+                 "alert unknown ca");
   /* The valid client certificate is taken there. */
   struct sbx_run_out ok;
   const char *valid[] = {"--endpoint", a.url, NULL};
@@ -305,7 +407,8 @@ Test(remote, wrong_certificates_are_refused) {
   char opt[300];
   (void)snprintf(opt, sizeof(opt), "endpoints=%s", ep);
   spoof[1] = opt;
-  expect_refused(&b, spoof, "a server certificate for another name");
+  expect_refused(&b, spoof, "a server certificate for another name",
+                 "sbx refuses the certificate of sandboxd at");
   /* The same sandboxd under its own name, and the valid client: taken. */
   (void)snprintf(opt, sizeof(opt),
                  "endpoints=[{\"url\": \"%s\", \"name\": \"sandbox-b\"}]",

@@ -367,5 +367,9 @@ Test(runs_store, a_run_going_on_is_not_resumed_by_another_sbx) {
   cr_expect_eq(r.status, 2, "%s", r.err);
   cr_expect(strstr(r.err, "is cancelled; nothing to resume"), "%s", r.err);
   sbx_run_free(&r);
+  /* The lock's file went with it: none is left behind. */
+  char lockp[512];
+  (void)snprintf(lockp, sizeof(lockp), "%s/runs/%s.lock", srv.state, id);
+  cr_expect_neq(access(lockp, F_OK), 0, "%s is left", lockp);
   free(id);
 }
