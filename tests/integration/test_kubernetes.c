@@ -843,3 +843,17 @@ Test(kubernetes, sbx_serve_makes_pods_and_keeps_its_kubeconfig_its_own) {
   free(tok);
   test_server_fini(&srv);
 }
+
+Test(kubernetes, the_ca_is_the_state_directorys_by_default) {
+  const char *argv[] = {
+      "create",        "--backend", "kubernetes", "--kubeconfig",
+      kube.kubeconfig, "--image",   IMAGE,        "--image-pull-policy",
+      "Never",         NULL};
+  struct sbx_run_out r;
+  sbx_sandbox_run(&r, state, argv);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  char p[256];
+  (void)snprintf(p, sizeof(p), "%s/ca/clients/default.crt", state);
+  cr_expect_eq(access(p, F_OK), 0, "%s", p);
+}
