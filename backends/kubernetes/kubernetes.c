@@ -124,7 +124,10 @@ static int dial(struct sandbox *s, struct kube *k, const char *token,
    * default timeouts. */
   struct sbx_client *probe = NULL;
   Sbx__V1__Response *hello = NULL;
-  int r = sbx_client_new(&cc, &probe, e);
+  /* A certificate refused either way is named at once, not a timeout. */
+  int r = ca_tls_probe(url, k->name, k->ca_pem, k->cert, k->key, PROBE_MS, e);
+  if (r == 0)
+    r = sbx_client_new(&cc, &probe, e);
   if (r == 0)
     r = sbx_hello(probe, &hello, e);
   if (r == 0 && !s->root && !(s->root = strdup(hello->hello->root)))
