@@ -766,23 +766,34 @@ Test(kube_tls, a_client_certificate_and_the_clusters_ca_are_used) {
 }
 
 Test(kubernetes, a_pod_not_ready_in_time_is_an_error_saying_what_it_waits_for) {
-  struct sbx_run_out r;
-  /* An image to pull from a registry nobody serves: the Pod waits. */
-  const char *args[] = {"--image",
-                        "localhost/sbx-no-such-image:1",
-                        "--image-pull-policy",
-                        "IfNotPresent",
-                        "--ready-timeout",
-                        "2",
-                        NULL};
-  create(&r, args);
-  cr_expect_neq(r.status, 0);
-  cr_expect(strstr(r.err, "was not ready within 2 s: phase Pending"), "%s",
-            r.err);
-  cr_expect(r.secs < 30, "took %.1f s", r.secs);
-  sbx_run_free(&r);
-  _cleanup_json_ json_t *dels = test_kube_requests(&kube, "DELETE", NULL);
-  cr_expect_eq(json_array_size(dels), 1, "the Pod is deleted again");
+  /* A Pod whose Secret never comes: it stays Pending, nothing runs. */
+  const char *pods = "/api/v1/namespaces/" TEST_KUBE_NAMESPACE "/pods";
+  _cleanup_json_ json_t *pod = json_pack(
+      "{s:s, s:s, s:{s:s}, s:{s:s, s:[{s:s, s:s}], s:[{s:s, s:{s:s}}]}}",
+      "apiVersion", "v1", "kind", "Pod", "metadata", "name", "sbx-0000000000aa",
+      "spec", "restartPolicy", "Never", "containers", "name", "sandboxd",
+      "image", IMAGE, "volumes", "name", "tls", "secret", "secretName",
+      "never-made");
+  cr_assert_eq(test_kube_call(&kube, "POST", pods, NULL, pod, NULL), 201);
+  struct kube_config c = {0};
+  struct kube_api *api = NULL;
+  struct sbx_error e = {0};
+  cr_assert_eq(kube_config_load(kube.kubeconfig, NULL, NULL, &c, &e), 0, "%s",
+               e.msg);
+  cr_assert_eq(kube_api_open(&c, &api, &e), 0, "%s", e.msg);
+  char *ip = NULL;
+  cr_expect_eq(kube_wait_ready(api, TEST_KUBE_NAMESPACE, "sbx-0000000000aa",
+                               NULL, 1500, &ip, &e),
+               -ETIMEDOUT);
+  cr_expect_null(ip);
+  cr_expect(strstr(e.msg, "Pod sbx-0000000000aa was not ready within 1 s: "
+                          "phase Pending"),
+            "%s", e.msg);
+  cr_expect_eq(
+      kube_delete_pod(api, TEST_KUBE_NAMESPACE, "sbx-0000000000aa", &e), 0,
+      "%s", e.msg);
+  kube_api_free(api);
+  kube_config_clear(&c);
 }
 
 Test(kubernetes, sbx_serve_makes_pods_and_keeps_its_kubeconfig_its_own) {
