@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/docker/docker.h"
+#include "backends/kubernetes/kubernetes.h"
 #include "backends/local/local.h"
 #include "backends/remote/remote.h"
 #include "shared/cleanup.h"
@@ -13,6 +14,7 @@ static const struct backend *const backends[] = {
     &backend_local,
     &backend_docker,
     &backend_remote,
+    &backend_kubernetes,
 };
 
 const struct backend *backend_find(const char *name) {

@@ -10,15 +10,17 @@ pkgs=(
   libmbedtls-dev libzstd-dev liblz4-dev libacl1-dev nettle-dev libbz2-dev
   liblzma-dev libxml2-dev libicu-dev zlib1g-dev libssl-dev
   zstd tar passwd util-linux procps iproute2 python3 tmux openssl nginx
-  passt libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql prometheus systemd
+  passt libmicrohttpd-dev libsqlite3-dev libpq-dev libyaml-dev postgresql prometheus systemd
   nodejs # the MCP servers the tests run (scripts/mcp-servers.sh)
   chromium # the web page's browser tests (tests/web/, scripts/web-test-deps.sh)
 )
 # The container backend's tests: the engine (podman serving the Docker API,
-# on runc), bridge networking, and debootstrap for the offline Debian image.
+# on runc), bridge networking, and debootstrap for the offline Debian image;
+# catatonit, the init of the pods that `podman kube play` makes for the
+# Kubernetes API fixture's Pods (tests/support/kube_api.py).
 if [ "${1:-}" = "--containers" ]; then
   pkgs+=(podman runc conmon containernetworking-plugins iptables debootstrap
-    curl)
+    curl catatonit)
 fi
 
 missing=()

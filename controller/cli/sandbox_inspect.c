@@ -41,7 +41,7 @@ static void expires_text(json_t *rec, char *out, size_t n) {
 
 /* The table ls prints of OUT (the records as shown). */
 static void print_table(json_t *out) {
-  printf("%-12s  %-16s  %-8s  %-8s  %-12s  %-20s  %s\n", "ID", "NAME",
+  printf("%-12s  %-16s  %-10s  %-8s  %-12s  %-20s  %s\n", "ID", "NAME",
          "BACKEND", "STATUS", "EXPIRES", "CREATED", "WORKSPACE");
   size_t i;
   json_t *rec;
@@ -59,7 +59,7 @@ static void print_table(json_t *out) {
         s[k] = "-";
     char ex[48];
     expires_text(rec, ex, sizeof(ex));
-    printf("%-12s  %-16s  %-8s  %-8s  %-12s  %-20s  %s\n", s[0], s[1], s[2],
+    printf("%-12s  %-16s  %-10s  %-8s  %-12s  %-20s  %s\n", s[0], s[1], s[2],
            s[3], ex, s[4], s[5]);
   }
 }

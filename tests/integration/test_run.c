@@ -557,7 +557,8 @@ Test(run, backend_flags_and_run_config_are_checked) {
        "sbx run: --network \"host\": network_mode \"host\" is not "
        "supported"},
       {{"run", "--backend", "vm", pok, "p", NULL},
-       "unknown backend \"vm\" (available: local, docker, remote)"},
+       "unknown backend \"vm\" (available: local, docker, remote, "
+       "kubernetes)"},
       {{"run", a, "p", NULL},
        "a.json: \"run_config.image\": backend local has no such option"},
       {{"run", b, "p", NULL},

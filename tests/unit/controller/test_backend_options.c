@@ -209,13 +209,14 @@ Test(backend_options, the_registry_lists_every_backend) {
   size_t n = 0;
   while (backend_at(n))
     n++;
-  cr_expect_eq(n, 3);
+  cr_expect_eq(n, 4);
   cr_expect_str_eq(backend_find("remote")->name, "remote");
+  cr_expect_str_eq(backend_find("kubernetes")->name, "kubernetes");
   char buf[64];
   cr_expect_str_eq(backend_names(buf, sizeof(buf), "\"", " or "),
-                   "\"local\", \"docker\" or \"remote\"");
+                   "\"local\", \"docker\", \"remote\" or \"kubernetes\"");
   cr_expect_str_eq(backend_names(buf, sizeof(buf), "", ", "),
-                   "local, docker, remote");
+                   "local, docker, remote, kubernetes");
   char small[8];
   cr_expect_str_eq(backend_names(small, sizeof(small), "", ", "), "local, ");
 }
