@@ -184,6 +184,44 @@ static void announce_ready(int fd, const char *url) {
   close(fd);
 }
 
+/* Serves until a Shutdown request, a stop signal or the sandbox's expiry.
+ * A Shutdown request wakes us at once (its client, sbx, waits for our
+ * exit); a signal is seen within 200 ms. SIGHUP reads the TLS files again
+ * when serving tls+tcp:// (a new CA file's revocation list takes effect
+ * without a restart), else it stops sandboxd as before. */
+static void serve(struct sandboxd *d, struct server *srv, const char *url) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);
+  bool tls = strncmp(url, "tls+tcp://", 10) == 0;
+  while (!server_shutdown_requested(srv)) {
+    struct timespec now = {0, 0};
+    int sig = sigtimedwait(&stop, NULL, &now);
+    if (sig == SIGHUP && tls) {
+      struct sbx_error he = {0};
+      if (server_reload_tls(srv, &he) < 0)
+        log_error("SIGHUP: the TLS files were not taken: %s", he.msg);
+      else
+        log_warn("SIGHUP: the TLS files were read again; connections "
+                 "reopen under them");
+      continue;
+    }
+    if (sig > 0) {
+      log_info("signal %d: shutting down", sig);
+      break;
+    }
+    char why[128];
+    if (rpc_expiry_due(d, (int64_t)(sbx_wall_ms() / 1000), why, sizeof(why))) {
+      /* Said at warn: the sandbox's log is where an operator looks. */
+      log_warn("stopping: %s", why);
+      break;
+    }
+    server_wait_shutdown(srv, 200);
+  }
+}
+
 int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
   if (!o->listen)
     return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL,
@@ -290,40 +328,7 @@ int daemon_run(const struct daemon_options *o, struct sbx_error *e) {
            o->listen);
   announce_ready(o->ready_fd, o->listen);
 
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGHUP);
-  bool tls = strncmp(o->listen, "tls+tcp://", 10) == 0;
-  /* A Shutdown request wakes us at once (its client, sbx, waits for our
-   * exit); a signal is seen within 200 ms. SIGHUP reads the TLS files
-   * again when serving tls+tcp:// (a new CA file's revocation list takes
-   * effect without a restart), else it stops sandboxd as before. */
-  while (!server_shutdown_requested(srv)) {
-    struct timespec now = {0, 0};
-    int sig = sigtimedwait(&stop, NULL, &now);
-    if (sig == SIGHUP && tls) {
-      struct sbx_error he = {0};
-      if (server_reload_tls(srv, &he) < 0)
-        log_error("SIGHUP: the TLS files were not taken: %s", he.msg);
-      else
-        log_warn("SIGHUP: the TLS files were read again; connections "
-                 "reopen under them");
-      continue;
-    }
-    if (sig > 0) {
-      log_info("signal %d: shutting down", sig);
-      break;
-    }
-    char why[128];
-    if (rpc_expiry_due(&d, (int64_t)(sbx_wall_ms() / 1000), why, sizeof(why))) {
-      /* Said at warn: the sandbox's log is where an operator looks. */
-      log_warn("stopping: %s", why);
-      break;
-    }
-    server_wait_shutdown(srv, 200);
-  }
+  serve(&d, srv, o->listen);
   /* Every process group dies and every parked read is answered while the
    * server still runs; only then may it free its calls. */
   proc_table_shutdown(d.procs, d.shutdown_grace_ms ? d.shutdown_grace_ms
