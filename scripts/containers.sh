@@ -6,6 +6,10 @@
 #                                  missing, write the containers.conf this
 #                                  machine needs, start the service, build the
 #                                  images; prints the DOCKER_HOST to use
+#   scripts/containers.sh server-image SBX
+#                                  builds localhost/sbx-server:latest
+#                                  (deploy/Containerfile.server) with the
+#                                  sbx binary SBX, on the offline base
 #   scripts/containers.sh env      prints "export DOCKER_HOST=..." for a shell
 #   scripts/containers.sh stop     removes sbx's containers, stops the service
 #
@@ -177,6 +181,23 @@ build_images() {
     --build-arg BASE="$rootfs_image" -t localhost/sbx-debian:latest "$ctx"
 }
 
+# sbx serve's image (deploy/kubernetes/) with the sbx binary $1; a
+# sanitizer build brings its runtime libraries.
+build_server_image() {
+  local sbx=$1 ctx=$cache/server-context extra=
+  [ -x "$sbx" ] || die "server-image: no sbx binary at \"$sbx\""
+  build_rootfs
+  mkdir -p "$ctx"
+  cmp -s "$sbx" "$ctx/sbx" || cp "$sbx" "$ctx/sbx"
+  if ldd "$sbx" | grep -q libasan; then
+    extra="libasan8 libubsan1"
+  fi
+  quietly "podman build of sbx-server" "$cache/build-server.log" \
+    timeout 600 podman build -f "$src/deploy/Containerfile.server" \
+    --build-arg BASE="$rootfs_image" --build-arg EXTRA_PACKAGES="$extra" \
+    -t localhost/sbx-server:latest "$ctx"
+}
+
 case ${1:-start} in
 start)
   mkdir -p "$cache"
@@ -192,11 +213,15 @@ start)
 env)
   echo "export DOCKER_HOST=$host"
   ;;
+server-image)
+  [ $# -eq 2 ] || die "usage: scripts/containers.sh server-image SBX"
+  build_server_image "$(realpath "$2")"
+  ;;
 stop)
   stop_service
   ;;
 *)
-  echo "usage: scripts/containers.sh [start | env | stop]" >&2
+  echo "usage: scripts/containers.sh [start | env | stop | server-image SBX]" >&2
   exit 2
   ;;
 esac

@@ -78,7 +78,13 @@ fixture adapts it before playing it (the API objects stay as sent):
     valueFrom secretKeyRef) fails: podman reads the Secret it stored as
     YAML back as JSON. The fixture writes the values into env, as the
     kubelet does; a Pod waits for those Secrets as for its volumes'.
-    An httpGet readiness probe is probed as TCP on its port.
+    An httpGet readiness probe is probed as TCP on its port. $(NAME) in
+    a command or its arguments is expanded from the environment. Secret
+    volumes get the Pod's fsGroup as their files' group.
+  - Init containers take the Pod's restart policy: under Always one is
+    restarted as it ends and the play fails ("cannot remove ... as it is
+    running"). A Pod with init containers and restartPolicy Always is
+    played with OnFailure.
   - podman needs catatonit for the pod's infra container.
 """
 

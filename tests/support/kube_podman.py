@@ -88,9 +88,10 @@ def run(argv, timeout=120):
         return -1, f"{argv[0]}: {e}"
 
 
-def write_secret_volume(path, secret, src):
+def write_secret_volume(path, secret, src, fs_group=None):
     """Writes SECRET's data into PATH as the kubelet does: each key (or
-    each of SRC's items) a file of DEFAULTMODE (0644 unless set)."""
+    each of SRC's items) a file of DEFAULTMODE (0644 unless set), of the
+    group FS_GROUP (the Pod's securityContext.fsGroup) when there is one."""
     os.makedirs(path, mode=0o755, exist_ok=True)
     data = {k: base64.b64decode(v)
             for k, v in (secret.get("data") or {}).items()}
@@ -104,6 +105,8 @@ def write_secret_volume(path, secret, src):
         with open(f, "wb") as out:
             out.write(data[it["key"]])
         os.chmod(f, it.get("mode", mode))
+        if fs_group is not None:
+            os.chown(f, -1, fs_group)
 
 
 def secret_names(spec):
@@ -154,6 +157,30 @@ def resolve_env(c, secrets):
         env.append(e)
     if env:
         c["env"] = env
+    # $(NAME) in the command and arguments, as the kubelet expands them.
+    values = {e["name"]: e.get("value", "") for e in env}
+    for key in ("command", "args"):
+        if key in c:
+            c[key] = [expand(a, values) for a in c[key]]
+
+
+def expand(text, values):
+    """TEXT with each $(NAME) of VALUES replaced ($$ is a $), as the
+    kubelet expands a container's command and arguments."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i:]:
+            end = text.index(")", i)
+            name = text[i + 2:end]
+            out.append(values[name] if name in values else text[i:end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def play_document(pod, addr, voldir, secrets):
@@ -171,12 +198,20 @@ def play_document(pod, addr, voldir, secrets):
             p["hostIP"], p["hostPort"] = addr, p["containerPort"]
     for c in (spec.get("initContainers") or []) + spec["containers"]:
         resolve_env(c, secrets)
+    # podman 4.3 gives init containers the Pod's restart policy: under
+    # Always (a Deployment's) one is restarted as it ends and the play
+    # fails; OnFailure lets a finished one be.
+    if spec.get("initContainers") and \
+            spec.get("restartPolicy", "Always") == "Always":
+        spec["restartPolicy"] = "OnFailure"
     vols = []
     for v in spec.get("volumes") or []:
         path = os.path.join(voldir, v["name"])
         if "secret" in v:
             src = v["secret"]
-            write_secret_volume(path, secrets[src["secretName"]], src)
+            write_secret_volume(path, secrets[src["secretName"]], src,
+                                (spec.get("securityContext") or {})
+                                .get("fsGroup"))
             vols.append({"name": v["name"],
                          "hostPath": {"path": path, "type": "Directory"}})
         elif "emptyDir" in v:
