@@ -1,6 +1,7 @@
 /* sandboxd: the daemon inside every sandbox. Parses options, reads the
  * token, opens the workspace root and serves until Shutdown or a signal. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <stdbool.h>
@@ -8,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sandboxd/daemon/daemon.h"
 #include "sandboxd/isolate/isolate.h"
@@ -84,6 +88,10 @@ static void usage(FILE *f) {
           "  --log-level LEVEL     error | warn | info | debug (default "
           "warn)\n"
           "  --version             print the version and exit\n"
+          "  --install PATH        copy this sandboxd to PATH (0755) and "
+          "exit: an image\n"
+          "                        without sandboxd gets it from an init "
+          "container\n"
           "  --help                print this help and exit\n"
           "\n"
           "Signals: SIGTERM and SIGINT stop sandboxd; SIGHUP reads the TLS "
@@ -143,6 +151,7 @@ enum {
   O_IDLE,
   O_LOG,
   O_VERSION,
+  O_INSTALL,
   O_HELP,
   O_ISOLATE_FIRST = 512, /* + the index in isolate_flags */
 };
@@ -173,6 +182,7 @@ static const struct option base_opts[] = {
     {"idle-timeout", required_argument, NULL, O_IDLE},
     {"log-level", required_argument, NULL, O_LOG},
     {"version", no_argument, NULL, O_VERSION},
+    {"install", required_argument, NULL, O_INSTALL},
     {"help", no_argument, NULL, O_HELP},
 };
 
@@ -254,6 +264,43 @@ static int parse_seccomp(const char *arg, enum sandboxd_seccomp *out) {
           "or off\n",
           arg);
   return 2;
+}
+
+/* --install PATH: copies this binary to PATH (0755), whole or not at all
+ * (a temporary file beside it, renamed), for an image without sandboxd:
+ * the kubernetes backend's init container runs the static sandboxd of
+ * its own image with it into a volume the sandbox's container runs it
+ * from. The exit status. */
+static int install_self(const char *path) {
+  char tmp[4096];
+  if (!*path ||
+      snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp)) {
+    fprintf(stderr, "sandboxd: --install \"%s\": expected a file path\n", path);
+    return 2;
+  }
+  int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  int out = in < 0 ? -1 : mkostemp(tmp, O_CLOEXEC);
+  struct stat st;
+  int err = in < 0 || out < 0 || fstat(in, &st) < 0 ? errno : 0;
+  for (off_t off = 0; !err && off < st.st_size;) {
+    ssize_t k = sendfile(out, in, &off, (size_t)(st.st_size - off));
+    err = k < 0 ? errno : k == 0 ? EIO : 0;
+  }
+  if (!err && (fchmod(out, 0755) < 0 || fsync(out) < 0))
+    err = errno;
+  if (out >= 0 && close(out) < 0 && !err)
+    err = errno;
+  if (!err && rename(tmp, path) < 0)
+    err = errno;
+  if (in >= 0)
+    close(in);
+  if (err) {
+    if (out >= 0)
+      (void)unlink(tmp);
+    fprintf(stderr, "sandboxd: --install \"%s\": %s\n", path, strerror(err));
+    return 1;
+  }
+  return 0;
 }
 
 /* Takes option OPT with its ARG (getopt's optarg) into O. Returns -1 to go
@@ -361,6 +408,8 @@ static int parse_option(int opt, const char *arg, struct daemon_options *o,
   case O_VERSION:
     printf("sandboxd %s\n", sandboxd_version());
     return 0;
+  case O_INSTALL:
+    return install_self(arg);
   case O_HELP:
     usage(stdout);
     return 0;

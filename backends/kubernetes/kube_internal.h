@@ -20,6 +20,8 @@
 #define KUBE_ROOT "/workspace"
 #define KUBE_TLS_DIR "/etc/sbx"
 #define KUBE_SANDBOXD "/usr/local/bin/sandboxd"
+/* Where an init container puts sandboxd for an image without it. */
+#define KUBE_SBX_BIN "/sbx/bin"
 #define KUBE_DEFAULT_IMAGE "sbx-debian:latest"
 #define KUBE_DEFAULT_READY_S 120
 /* sbx-<12 hex digits>: a DNS-1123 label, and a TLS server name. */
@@ -115,6 +117,7 @@ struct kube_options {
   json_t *json; /* owned: the strings and objects below are its */
   const char *kubeconfig, *context, *ns;
   const char *image, *pull_policy;
+  const char *sandboxd_image; /* or NULL: the image has sandboxd */
   const char *cpu, *memory, *ephemeral;
   json_t *labels, *node_selector, *tolerations; /* or NULL */
   const char *runtime_class;                    /* or NULL */

@@ -52,7 +52,8 @@ static json_t *command(const struct kube_pod_params *p) {
   char expires[32], idle[32];
   (void)snprintf(expires, sizeof(expires), "%lld", (long long)p->expires_at);
   (void)snprintf(idle, sizeof(idle), "%u", p->idle_timeout_s);
-  const char *cmd[20] = {KUBE_SANDBOXD,
+  const char *cmd[20] = {p->o->sandboxd_image ? KUBE_SBX_BIN "/sandboxd"
+                                              : KUBE_SANDBOXD,
                          "--listen",
                          "tls+tcp://0.0.0.0:7443",
                          "--root",
@@ -93,16 +94,20 @@ static json_t *ports(const struct kube_pod_params *p) {
   return a;
 }
 
+static json_t *resources(const struct kube_options *o) {
+  return json_pack("{s:s, s:s, s:s}", "cpu", o->cpu, "memory", o->memory,
+                   "ephemeral-storage", o->ephemeral);
+}
+
 static json_t *container(const struct kube_pod_params *p) {
   const struct kube_options *o = p->o;
-  json_t *res = json_pack("{s:s, s:s, s:s}", "cpu", o->cpu, "memory", o->memory,
-                          "ephemeral-storage", o->ephemeral);
+  json_t *res = resources(o);
   json_t *sec =
       json_pack("{s:b, s:{s:[s], s:o}, s:{s:s}}", "allowPrivilegeEscalation", 0,
                 "capabilities", "drop", "ALL", "add",
                 strings(caps_add, SBX_ARRAY_SIZE(caps_add)), "seccompProfile",
                 "type", "RuntimeDefault");
-  return json_pack(
+  json_t *c = json_pack(
       "{s:s, s:s, s:s*, s:o, s:o, s:{s:{s:i}, s:i}, s:{s:O, s:o}, s:o,"
       " s:[{s:s, s:s, s:b}, {s:s, s:s}]}",
       "name", "sandboxd", "image", o->image, "imagePullPolicy", o->pull_policy,
@@ -111,6 +116,33 @@ static json_t *container(const struct kube_pod_params *p) {
       "limits", res, "securityContext", sec, "volumeMounts", "name", "tls",
       "mountPath", KUBE_TLS_DIR, "readOnly", 1, "name", "workspace",
       "mountPath", p->root);
+  if (c && o->sandboxd_image &&
+      json_array_append_new(json_object_get(c, "volumeMounts"),
+                            json_pack("{s:s, s:s, s:b}", "name", "sbx-bin",
+                                      "mountPath", KUBE_SBX_BIN, "readOnly",
+                                      1)) < 0) {
+    json_decref(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* For an image without sandboxd: the init container that copies the static
+ * sandboxd of O's sandboxd_image into the volume "sbx-bin", with nothing
+ * but that volume and no capabilities, working in it (a runtime need not
+ * make a working directory the image lacks). */
+static json_t *installer(const struct kube_options *o) {
+  json_t *res = resources(o);
+  return json_pack("[{s:s, s:s, s:s*, s:[s, s, s], s:s, s:{s:O, s:o},"
+                   " s:{s:b, s:b, s:{s:[s]}, s:{s:s}}, s:[{s:s, s:s}]}]",
+                   "name", "sandboxd-install", "image", o->sandboxd_image,
+                   "imagePullPolicy", o->pull_policy, "command", KUBE_SANDBOXD,
+                   "--install", KUBE_SBX_BIN "/sandboxd", "workingDir",
+                   KUBE_SBX_BIN, "resources", "requests", res, "limits", res,
+                   "securityContext", "allowPrivilegeEscalation", 0,
+                   "readOnlyRootFilesystem", 1, "capabilities", "drop", "ALL",
+                   "seccompProfile", "type", "RuntimeDefault", "volumeMounts",
+                   "name", "sbx-bin", "mountPath", KUBE_SBX_BIN);
 }
 
 json_t *kube_pod_json(const struct kube_pod_params *p) {
@@ -125,6 +157,14 @@ json_t *kube_pod_json(const struct kube_pod_params *p) {
                 o->runtime_class, "containers", container(p), "volumes", "name",
                 "tls", "secret", "secretName", p->name, "defaultMode", 0400,
                 "name", "workspace", "emptyDir", "sizeLimit", o->ephemeral);
+  if (spec && o->sandboxd_image &&
+      (json_object_set_new(spec, "initContainers", installer(o)) < 0 ||
+       json_array_append_new(json_object_get(spec, "volumes"),
+                             json_pack("{s:s, s:{s:s}}", "name", "sbx-bin",
+                                       "emptyDir", "sizeLimit", "64Mi")) < 0)) {
+    json_decref(spec);
+    spec = NULL;
+  }
   if (!labels || !spec) {
     json_decref(labels);
     json_decref(spec);

@@ -42,6 +42,10 @@ const struct backend_option kube_option_table[] = {
      "the sandboxd image (default: sbx-debian:latest; push it to a registry "
      "the cluster pulls from)",
      BACKEND_OPTION_STRING},
+    {"sandboxd_image", "sandboxd-image", "IMG",
+     "an image holding the static sandboxd (sbx-sandboxd): an init container "
+     "copies it into the Pod, so that the image need not have it",
+     BACKEND_OPTION_STRING},
     {"image_pull_policy", "image-pull-policy", "Always|IfNotPresent|Never",
      "the Pod's imagePullPolicy (default: the cluster's)",
      BACKEND_OPTION_STRING},
@@ -278,6 +282,7 @@ static int parse_strings(struct kube_options *o, json_t *obj, const char *where,
   o->context = str(obj, "context");
   o->ns = str(obj, "namespace");
   o->image = str(obj, "image") ? str(obj, "image") : KUBE_DEFAULT_IMAGE;
+  o->sandboxd_image = str(obj, "sandboxd_image");
   o->pull_policy = str(obj, "image_pull_policy");
   o->cpu = str(obj, "cpu") ? str(obj, "cpu") : "1";
   o->memory = str(obj, "memory") ? str(obj, "memory") : "1Gi";
@@ -299,6 +304,11 @@ static int parse_strings(struct kube_options *o, json_t *obj, const char *where,
   if (!*o->image || strlen(o->image) > 512 || strpbrk(o->image, " \t\n"))
     return bad(e, where, "image", "\"%.100s\" is not an image reference",
                o->image);
+  if (o->sandboxd_image &&
+      (!*o->sandboxd_image || strlen(o->sandboxd_image) > 512 ||
+       strpbrk(o->sandboxd_image, " \t\n")))
+    return bad(e, where, "sandboxd_image",
+               "\"%.100s\" is not an image reference", o->sandboxd_image);
   if (o->pull_policy && strcmp(o->pull_policy, "Always") &&
       strcmp(o->pull_policy, "IfNotPresent") && strcmp(o->pull_policy, "Never"))
     return bad(e, where, "image_pull_policy",

@@ -33,6 +33,7 @@
 #include "tests/support/server.h"
 
 #define IMAGE "localhost/sbx-debian:latest"
+#define BARE_IMAGE "localhost/sbx-bookworm-rootfs:latest"
 
 static struct test_kube kube;
 static char tmp[64], state[128], cadir[128];
@@ -183,6 +184,42 @@ Test(kubernetes, create_exec_rm_and_the_objects_sent) {
   cr_expect(gone(path), "%s", path);
   (void)snprintf(path, sizeof(path), "%s/pods/%s", ns, name);
   cr_expect(gone(path), "%s", path);
+}
+
+/* An image without sandboxd (the bare Debian root filesystem the images
+ * are built on) runs the one an init container copies from
+ * --sandboxd-image; without it, the Pod cannot start and says so. */
+Test(kubernetes, an_image_without_sandboxd_gets_it_from_sandboxd_image) {
+  if (system("podman image exists localhost/sbx-sandboxd:latest") != 0 ||
+      system("podman image exists " BARE_IMAGE) != 0)
+    cr_assert_fail("needs localhost/sbx-sandboxd and " BARE_IMAGE
+                   " (bash scripts/containers.sh start builds them)");
+  struct sbx_run_out r;
+  const char *args[] = {"--image", BARE_IMAGE, "--sandboxd-image",
+                        "localhost/sbx-sandboxd:latest", NULL};
+  create(&r, args);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  char id[64];
+  (void)snprintf(id, sizeof(id), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  sbx_run_free(&r);
+  const char *ex[] = {
+      "exec", id,   "--",
+      "sh",   "-c", "test -e /usr/local/bin/sandboxd || echo not baked; pwd",
+      NULL};
+  sbx_sandbox_run(&r, state, ex);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  cr_expect_str_eq(r.out, "not baked\n/workspace\n");
+  sbx_run_free(&r);
+  const char *rm[] = {"rm", id, NULL};
+  sbx_sandbox_run(&r, state, rm);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  sbx_run_free(&r);
+  const char *bare[] = {"--image", BARE_IMAGE, "--ready-timeout", "60", NULL};
+  create(&r, bare);
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "cannot start") || strstr(r.err, "failed"), "%s",
+            r.err);
+  sbx_run_free(&r);
 }
 
 Test(kubernetes, stop_is_refused_and_labels_reach_the_pod) {

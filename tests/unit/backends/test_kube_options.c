@@ -73,6 +73,10 @@ Test(kube_options, every_refusal_names_its_option) {
       {"{\"kubeconfig\": \"\"}", "kubeconfig: expected a file"},
       {"{\"context\": \"\"}", "context: expected a context's name"},
       {"{\"image\": \"a b\"}", "image: \"a b\" is not an image reference"},
+      {"{\"sandboxd_image\": \"\"}",
+       "sandboxd_image: \"\" is not an image reference"},
+      {"{\"sandboxd_image\": 1}", "\"run_config.sandboxd_image\" must be a "
+                                  "string"},
       {"{\"ca_dir\": \"\"}", "ca_dir: expected a directory"},
       {"{\"labels\": {\"k\": 1}}", "labels: \"k\": its value must be a string"},
       {"{\"warm_pool\": 101}", "warm_pool: 101: expected 0 to 100"},
@@ -173,6 +177,52 @@ Test(kube_objects, the_pod_is_the_contracts) {
       "\"secretName\":\"sbx-0123456789ab\"}},{\"emptyDir\":{\"sizeLimit\":"
       "\"1Gi\"},\"name\":\"workspace\"}]}}";
   cr_expect_str_eq(text, want);
+  backend_options_free(&backend_kubernetes, o);
+}
+
+/* With sandboxd_image, an init container with nothing but the volume
+ * "sbx-bin" copies sandboxd there, and the image's container runs it from
+ * there, read-only. */
+Test(kube_objects, an_image_without_sandboxd_gets_it_from_an_init_container) {
+  char msg[600];
+  struct kube_options *o =
+      parse("{\"image\": \"python:3.12-slim\", \"sandboxd_image\": "
+            "\"reg/sbx-sandboxd:1\", \"image_pull_policy\": \"IfNotPresent\"}",
+            msg, sizeof(msg));
+  cr_assert_not_null(o, "%s", msg);
+  struct kube_pod_params p = {
+      .name = "sbx-0123456789ab", .o = o, .root = "/workspace"};
+  _cleanup_json_ json_t *pod = kube_pod_json(&p);
+  cr_assert_not_null(pod);
+  json_t *spec = json_object_get(pod, "spec");
+  json_t *init = json_object_get(spec, "initContainers");
+  cr_assert_eq(json_array_size(init), 1);
+  _cleanup_free_ char *itext =
+      json_dumps(json_array_get(init, 0), JSON_SORT_KEYS | JSON_COMPACT);
+  static const char want_init[] =
+      "{\"command\":[\"/usr/local/bin/sandboxd\",\"--install\",\"/sbx/bin/"
+      "sandboxd\"],\"image\":\"reg/sbx-sandboxd:1\",\"imagePullPolicy\":"
+      "\"IfNotPresent\",\"name\":\"sandboxd-install\",\"resources\":{"
+      "\"limits\":{\"cpu\":\"1\",\"ephemeral-storage\":\"2Gi\",\"memory\":"
+      "\"1Gi\"},\"requests\":{\"cpu\":\"1\",\"ephemeral-storage\":\"2Gi\","
+      "\"memory\":\"1Gi\"}},\"securityContext\":{"
+      "\"allowPrivilegeEscalation\":false,\"capabilities\":{\"drop\":["
+      "\"ALL\"]},\"readOnlyRootFilesystem\":true,\"seccompProfile\":{"
+      "\"type\":\"RuntimeDefault\"}},\"volumeMounts\":[{\"mountPath\":"
+      "\"/sbx/bin\",\"name\":\"sbx-bin\"}],\"workingDir\":\"/sbx/bin\"}";
+  cr_expect_str_eq(itext, want_init);
+  json_t *c = json_array_get(json_object_get(spec, "containers"), 0);
+  cr_expect_str_eq(json_string_value(json_object_get(c, "image")),
+                   "python:3.12-slim");
+  cr_expect_str_eq(
+      json_string_value(json_array_get(json_object_get(c, "command"), 0)),
+      "/sbx/bin/sandboxd");
+  json_t *m = json_array_get(json_object_get(c, "volumeMounts"), 2);
+  cr_expect_str_eq(json_string_value(json_object_get(m, "name")), "sbx-bin");
+  cr_expect(json_is_true(json_object_get(m, "readOnly")));
+  json_t *v = json_array_get(json_object_get(spec, "volumes"), 2);
+  cr_expect_str_eq(json_string_value(json_object_get(v, "name")), "sbx-bin");
+  cr_expect_not_null(json_object_get(v, "emptyDir"));
   backend_options_free(&backend_kubernetes, o);
 }
 
