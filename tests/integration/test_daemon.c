@@ -283,6 +283,30 @@ Test(daemon, startup_errors_are_clear) {
   }
 }
 
+/* --install PATH copies sandboxd there, executable, and exits; a path
+ * that cannot be written is named and leaves nothing behind. */
+Test(daemon, install_copies_itself) {
+  char dir[] = "/tmp/sbx-install-XXXXXX", cmd[1024];
+  cr_assert_not_null(mkdtemp(dir));
+  (void)snprintf(cmd, sizeof(cmd),
+                 "%s --install %s/sandboxd && test -x %s/sandboxd && "
+                 "cmp -s %s %s/sandboxd && %s/sandboxd --version | grep -q %s",
+                 test_sandboxd_path(), dir, dir, test_sandboxd_path(), dir, dir,
+                 SBX_VERSION);
+  cr_expect_eq(system(cmd), 0, "a copy that runs");
+  (void)snprintf(cmd, sizeof(cmd),
+                 "%s --install %s/missing/sandboxd 2>&1 | grep -qF -- "
+                 "'--install \"%s/missing/sandboxd\": No such file or "
+                 "directory' && test $(ls -A %s | wc -l) -eq 1",
+                 test_sandboxd_path(), dir, dir, dir);
+  cr_expect_eq(system(cmd), 0, "a missing directory is named");
+  (void)snprintf(cmd, sizeof(cmd), "%s --install '' 2>/dev/null; test $? -eq 2",
+                 test_sandboxd_path());
+  cr_expect_eq(system(cmd), 0, "an empty path is a usage error");
+  (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  (void)system(cmd);
+}
+
 Test(daemon, repeated_mutating_request_runs_once) {
   struct test_daemon t;
   test_daemon_start(&t, NULL);
