@@ -189,8 +189,10 @@ build_server_image() {
   build_rootfs
   mkdir -p "$ctx"
   cmp -s "$sbx" "$ctx/sbx" || cp "$sbx" "$ctx/sbx"
-  if ldd "$sbx" | grep -q libasan; then
-    extra="libasan8 libubsan1"
+  local libs
+  libs=$(ldd "$sbx")
+  if [[ $libs == *libasan* ]]; then
+    extra="libasan8 libubsan1 libatomic1 libnsl2"
   fi
   quietly "podman build of sbx-server" "$cache/build-server.log" \
     timeout 600 podman build -f "$src/deploy/Containerfile.server" \

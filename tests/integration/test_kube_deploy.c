@@ -451,8 +451,16 @@ Test(kube_deploy, the_deployment_serves_the_api) {
   cr_assert_eq(st, 201, "POST the Deployment's Pod: %ld", st);
   _cleanup_json_ json_t *got = test_kube_wait_pod(&kube, "sbx-deploy-check",
                                                   test_kube_pod_ready, 120000);
-  cr_assert(got && test_kube_pod_ready(got), "the Pod is not ready: %s",
-            got ? json_dumps(json_object_get(got, "status"), 0) : "gone");
+  if (!got || !test_kube_pod_ready(got)) {
+    json_t *cs = json_array_get(
+        path(got, (const char *const[]){"status", "containerStatuses", NULL}),
+        0);
+    json_t *state = path(cs, (const char *const[]){"state", NULL});
+    char *why = state ? json_dumps(state, JSON_COMPACT) : NULL;
+    cr_log_error("the Pod is not ready: %s", why ? why : "gone");
+    free(why);
+    cr_assert_fail("the Deployment's Pod did not become ready");
+  }
   const char *ip = str(json_object_get(got, "status"), "podIP");
   /* GET /healthz over HTTPS, its certificate checked against the CA by
    * the name it was issued for. */
