@@ -84,20 +84,9 @@ static int client_files(struct kube *k, const char *ca_dir,
   int r = ca_dir_resolve(ca_dir, state_dir, dir, sizeof(dir), e);
   if (r < 0)
     return r;
-  if (!(k->ca_dir = strdup(dir)) || !(k->client = strdup(client)) ||
-      asprintf(&k->ca_pem, "%s/ca.pem", dir) < 0 ||
-      asprintf(&k->cert, "%s/clients/%s.crt", dir, client) < 0 ||
-      asprintf(&k->key, "%s/clients/%s.key", dir, client) < 0)
+  if (!(k->ca_dir = strdup(dir)) || !(k->client = strdup(client)))
     return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
-  bool created = false;
-  if ((r = ca_init(dir, &created, e)) < 0)
-    return r;
-  if (access(k->cert, R_OK) == 0)
-    return 0;
-  int64_t now = (int64_t)time(NULL);
-  return ca_issue(dir, CA_CLIENT, client, now - 300,
-                  now + (int64_t)CA_DEFAULT_DAYS * 86400, k->cert, k->key, NULL,
-                  e);
+  return ca_client_files(dir, client, true, &k->ca_pem, &k->cert, &k->key, e);
 }
 
 /* Connects S to sandboxd in Pod K->name at K->ip with TOKEN. */

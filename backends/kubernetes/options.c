@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/kubernetes/kube_internal.h"
+#include "backends/ca_options.h"
 #include "controller/ca/ca.h"
 #include "shared/cleanup.h"
 
@@ -82,12 +83,7 @@ const struct backend_option kube_option_table[] = {
     {"ready_timeout", "ready-timeout", "SECONDS",
      "how long a Pod may take to be Ready (default 120)",
      BACKEND_OPTION_INTEGER},
-    {"ca_dir", "ca-dir", "DIR", "sbx's CA (default: STATE-DIR/ca)",
-     BACKEND_OPTION_STRING, ""},
-    {"client", "client", "NAME",
-     "the client certificate CA-DIR/clients/NAME.crt to present (default "
-     "\"default\", issued on first use)",
-     BACKEND_OPTION_STRING, ""},
+    BACKEND_CA_OPTIONS,
     {0},
 };
 

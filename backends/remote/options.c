@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/ca_options.h"
 #include "controller/ca/ca.h"
 #include "shared/cleanup.h"
 
@@ -25,12 +26,7 @@ const struct backend_option remote_option_table[] = {
     {"pool", "pool", "FILE",
      "a JSON file listing the endpoints ({\"endpoints\": [...]})",
      BACKEND_OPTION_STRING, ""},
-    {"ca_dir", "ca-dir", "DIR", "sbx's CA (default: STATE-DIR/ca)",
-     BACKEND_OPTION_STRING, ""},
-    {"client", "client", "NAME",
-     "the client certificate CA-DIR/clients/NAME.crt to present (default "
-     "\"default\", issued on first use)",
-     BACKEND_OPTION_STRING, ""},
+    BACKEND_CA_OPTIONS,
     {0},
 };
 

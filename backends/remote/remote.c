@@ -60,36 +60,6 @@ static int read_token(const struct remote *r, const char *ca_dir, char *out,
   return 0;
 }
 
-/* The TLS files of R: the CA bundle and the client certificate CLIENT,
- * issued when missing and the CA's key is at hand. */
-static int tls_files(struct remote *r, const char *ca_dir, const char *client,
-                     struct sbx_error *e) {
-  if (asprintf(&r->ca_pem, "%s/ca.pem", ca_dir) < 0 ||
-      asprintf(&r->cert, "%s/clients/%s.crt", ca_dir, client) < 0 ||
-      asprintf(&r->key, "%s/clients/%s.key", ca_dir, client) < 0)
-    return -ENOMEM;
-  if (access(r->ca_pem, R_OK) < 0)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, errno,
-                         "no CA in \"%s\" (%m): make one with sbx ca init and "
-                         "give each sandboxd host its certificate with sbx ca "
-                         "issue-server NAME --out DIR",
-                         ca_dir);
-  if (access(r->cert, R_OK) == 0)
-    return 0;
-  _cleanup_free_ char *cakey = NULL;
-  if (asprintf(&cakey, "%s/ca.key", ca_dir) < 0)
-    return -ENOMEM;
-  if (access(cakey, R_OK) < 0)
-    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
-                         "no client certificate \"%s\" and no CA key to "
-                         "issue it (sbx ca issue-client %s on the CA's host)",
-                         r->cert, client);
-  int64_t now = (int64_t)time(NULL);
-  return ca_issue(ca_dir, CA_CLIENT, client, now - 300,
-                  now + (int64_t)CA_DEFAULT_DAYS * 86400, r->cert, r->key, NULL,
-                  e);
-}
-
 int remote_connect(struct remote *r, const char *token, unsigned timeout_ms,
                    struct sbx_client **out, char **root, struct sbx_error *e) {
   struct sbx_client_config cc = {
@@ -185,7 +155,8 @@ static int claim(const struct remote_endpoint *ep, const char *ca_dir,
   struct remote *r = s->priv;
   char token[SBX_TOKEN_HEX + 8];
   struct sbx_client *probe = NULL;
-  int k = tls_files(r, ca_dir, client, e);
+  int k =
+      ca_client_files(ca_dir, client, false, &r->ca_pem, &r->cert, &r->key, e);
   if (k == 0)
     k = read_token(r, ca_dir, token, sizeof(token), e);
   if (k == 0)

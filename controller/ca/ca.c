@@ -613,3 +613,35 @@ int ca_server_token(const char *dir, const char *name, bool make, char *out,
     out[--len] = '\0';
   return 0;
 }
+
+int ca_client_files(const char *dir, const char *name, bool make_ca,
+                    char **ca_pem, char **cert, char **key,
+                    struct sbx_error *e) {
+  if (asprintf(ca_pem, "%s/ca.pem", dir) < 0 ||
+      asprintf(cert, "%s/clients/%s.crt", dir, name) < 0 ||
+      asprintf(key, "%s/clients/%s.key", dir, name) < 0)
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM, "out of memory");
+  int r = make_ca ? ca_init(dir, NULL, e) : 0;
+  if (r < 0)
+    return r;
+  if (access(*ca_pem, R_OK) < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, errno,
+                         "no CA in \"%s\" (%m): make one with sbx ca init and "
+                         "give each sandboxd host its certificate with sbx ca "
+                         "issue-server NAME --out DIR",
+                         dir);
+  if (access(*cert, R_OK) == 0)
+    return 0;
+  char cakey[PATH_MAX];
+  if (path_in(cakey, sizeof(cakey), dir, "ca.key") < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENAMETOOLONG,
+                         "the CA directory path is too long");
+  if (access(cakey, R_OK) < 0)
+    return sbx_error_set(e, SBX_INVALID_ARGUMENT, ENOENT,
+                         "no client certificate \"%s\" and no CA key to "
+                         "issue it (sbx ca issue-client %s on the CA's host)",
+                         *cert, name);
+  int64_t now = (int64_t)time(NULL);
+  return ca_issue(dir, CA_CLIENT, name, now - 300,
+                  now + (int64_t)CA_DEFAULT_DAYS * 86400, *cert, *key, NULL, e);
+}

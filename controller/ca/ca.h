@@ -69,6 +69,15 @@ int ca_write_bundle(const char *dir, const char *path, struct sbx_error *e);
 int ca_server_token(const char *dir, const char *name, bool make, char *out,
                     size_t n, struct sbx_error *e);
 
+/* What a controller presents to a remote sandboxd: DIR/ca.pem and the
+ * client certificate NAME (DIR/clients/NAME.crt and .key), into *CA_PEM,
+ * *CERT and *KEY (new paths). The certificate is issued when missing and
+ * the CA's key is at hand. MAKE_CA: the CA is made first when missing;
+ * else a missing CA is an error saying how to make one. */
+int ca_client_files(const char *dir, const char *name, bool make_ca,
+                    char **ca_pem, char **cert, char **key,
+                    struct sbx_error *e);
+
 /* One TLS handshake with the sandboxd at URL (tls+tcp://HOST:PORT) with
  * the CA bundle CA_PEM, the client certificate CERT and its KEY, checking
  * that its certificate names SERVER_NAME, within TIMEOUT_MS (0: 5 s).
