@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/kubernetes/kube_internal.h"
 #include "backends/ca_options.h"
+#include "backends/kubernetes/kube_internal.h"
 #include "controller/ca/ca.h"
 #include "shared/cleanup.h"
 
@@ -86,19 +86,6 @@ const struct backend_option kube_option_table[] = {
     BACKEND_CA_OPTIONS,
     {0},
 };
-
-__attribute__((format(printf, 4, 5))) static int bad(struct sbx_error *e,
-                                                     const char *where,
-                                                     const char *key,
-                                                     const char *fmt, ...) {
-  char msg[400];
-  va_list ap;
-  va_start(ap, fmt);
-  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s%s%s: %s",
-                       where ? where : "", where ? "." : "", key, msg);
-}
 
 static bool alnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -182,29 +169,33 @@ bool kube_quantity_ok(const char *s) {
 static int check_map(json_t *v, const char *where, const char *key,
                      bool reserved_refused, struct sbx_error *e) {
   if (json_object_size(v) > MAP_MAX)
-    return bad(e, where, key, "more than %d entries", MAP_MAX);
+    return backend_option_bad(e, where, key, "more than %d entries", MAP_MAX);
   const char *k;
   json_t *x;
   json_object_foreach(v, k, x) {
     if (!json_is_string(x))
-      return bad(e, where, key, "\"%s\": its value must be a string", k);
+      return backend_option_bad(e, where, key,
+                                "\"%s\": its value must be a string", k);
     if (!kube_label_key_ok(k))
-      return bad(e, where, key,
-                 "\"%.100s\" is not a valid Kubernetes label key "
-                 "([PREFIX/]NAME, NAME of at most 63 of [A-Za-z0-9._-])",
-                 k);
+      return backend_option_bad(
+          e, where, key,
+          "\"%.100s\" is not a valid Kubernetes label key "
+          "([PREFIX/]NAME, NAME of at most 63 of [A-Za-z0-9._-])",
+          k);
     if (!kube_label_value_ok(json_string_value(x)))
-      return bad(e, where, key,
-                 "\"%.100s\": value \"%.100s\" is not a valid Kubernetes "
-                 "label value (at most 63 of [A-Za-z0-9._-])",
-                 k, json_string_value(x));
+      return backend_option_bad(
+          e, where, key,
+          "\"%.100s\": value \"%.100s\" is not a valid Kubernetes "
+          "label value (at most 63 of [A-Za-z0-9._-])",
+          k, json_string_value(x));
     if (reserved_refused &&
         (strcmp(k, "sbx") == 0 || strncmp(k, "sbx.", 4) == 0 ||
          strncmp(k, "app.kubernetes.io/", 18) == 0))
-      return bad(e, where, key,
-                 "\"%s\" is reserved (sbx.* and app.kubernetes.io/* are "
-                 "sbx's own)",
-                 k);
+      return backend_option_bad(
+          e, where, key,
+          "\"%s\" is reserved (sbx.* and app.kubernetes.io/* are "
+          "sbx's own)",
+          k);
   }
   return 0;
 }
@@ -215,14 +206,17 @@ static int check_tolerations(json_t *v, const char *where,
                              struct sbx_error *e) {
   static const char *const strs[] = {"key", "operator", "value", "effect"};
   if (!json_is_array(v))
-    return bad(e, where, "tolerations", "expected an array of objects");
+    return backend_option_bad(e, where, "tolerations",
+                              "expected an array of objects");
   if (json_array_size(v) > TOLERATIONS_MAX)
-    return bad(e, where, "tolerations", "more than %d", TOLERATIONS_MAX);
+    return backend_option_bad(e, where, "tolerations", "more than %d",
+                              TOLERATIONS_MAX);
   size_t i;
   json_t *t;
   json_array_foreach(v, i, t) {
     if (!json_is_object(t))
-      return bad(e, where, "tolerations", "[%zu] is not an object", i);
+      return backend_option_bad(e, where, "tolerations",
+                                "[%zu] is not an object", i);
     const char *k;
     json_t *x;
     json_object_foreach(t, k, x) {
@@ -231,23 +225,25 @@ static int check_tolerations(json_t *v, const char *where,
         is_str |= strcmp(k, strs[j]) == 0;
       if (is_str ? !json_is_string(x)
                  : strcmp(k, "tolerationSeconds") || !json_is_integer(x))
-        return bad(e, where, "tolerations",
-                   "[%zu]: \"%s\" is not a toleration field of its type "
-                   "(key, operator, value, effect: strings; "
-                   "tolerationSeconds: an integer)",
-                   i, k);
+        return backend_option_bad(
+            e, where, "tolerations",
+            "[%zu]: \"%s\" is not a toleration field of its type "
+            "(key, operator, value, effect: strings; "
+            "tolerationSeconds: an integer)",
+            i, k);
     }
     const char *op = json_string_value(json_object_get(t, "operator"));
     if (op && strcmp(op, "Exists") && strcmp(op, "Equal"))
-      return bad(e, where, "tolerations",
-                 "[%zu]: operator \"%s\": expected Exists or Equal", i, op);
+      return backend_option_bad(
+          e, where, "tolerations",
+          "[%zu]: operator \"%s\": expected Exists or Equal", i, op);
     const char *eff = json_string_value(json_object_get(t, "effect"));
     if (eff && *eff && strcmp(eff, "NoSchedule") &&
         strcmp(eff, "PreferNoSchedule") && strcmp(eff, "NoExecute"))
-      return bad(e, where, "tolerations",
-                 "[%zu]: effect \"%s\": expected NoSchedule, "
-                 "PreferNoSchedule or NoExecute",
-                 i, eff);
+      return backend_option_bad(e, where, "tolerations",
+                                "[%zu]: effect \"%s\": expected NoSchedule, "
+                                "PreferNoSchedule or NoExecute",
+                                i, eff);
   }
   return 0;
 }
@@ -291,50 +287,55 @@ static int parse_strings(struct kube_options *o, json_t *obj, const char *where,
   const char *net = str(obj, "network_mode");
   struct sbx_error ne = {0};
   if (o->kubeconfig && !*o->kubeconfig)
-    return bad(e, where, "kubeconfig", "expected a file");
+    return backend_option_bad(e, where, "kubeconfig", "expected a file");
   if (o->context && !*o->context)
-    return bad(e, where, "context", "expected a context's name");
+    return backend_option_bad(e, where, "context", "expected a context's name");
   if (o->ns && !dns_label_ok(o->ns))
-    return bad(e, where, "namespace",
-               "\"%.100s\" is not a namespace name (a DNS-1123 label)", o->ns);
+    return backend_option_bad(
+        e, where, "namespace",
+        "\"%.100s\" is not a namespace name (a DNS-1123 label)", o->ns);
   if (!*o->image || strlen(o->image) > 512 || strpbrk(o->image, " \t\n"))
-    return bad(e, where, "image", "\"%.100s\" is not an image reference",
-               o->image);
+    return backend_option_bad(e, where, "image",
+                              "\"%.100s\" is not an image reference", o->image);
   if (o->sandboxd_image &&
       (!*o->sandboxd_image || strlen(o->sandboxd_image) > 512 ||
        strpbrk(o->sandboxd_image, " \t\n")))
-    return bad(e, where, "sandboxd_image",
-               "\"%.100s\" is not an image reference", o->sandboxd_image);
+    return backend_option_bad(e, where, "sandboxd_image",
+                              "\"%.100s\" is not an image reference",
+                              o->sandboxd_image);
   if (o->pull_policy && strcmp(o->pull_policy, "Always") &&
       strcmp(o->pull_policy, "IfNotPresent") && strcmp(o->pull_policy, "Never"))
-    return bad(e, where, "image_pull_policy",
-               "\"%.64s\": expected Always, IfNotPresent or Never",
-               o->pull_policy);
+    return backend_option_bad(
+        e, where, "image_pull_policy",
+        "\"%.64s\": expected Always, IfNotPresent or Never", o->pull_policy);
   const char *q[][2] = {{"cpu", o->cpu},
                         {"memory", o->memory},
                         {"ephemeral_storage", o->ephemeral}};
   for (size_t i = 0; i < SBX_ARRAY_SIZE(q); i++)
     if (!kube_quantity_ok(q[i][1]) || q[i][1][0] == '-')
-      return bad(e, where, q[i][0],
-                 "\"%.64s\" is not a Kubernetes quantity (such as \"500m\", "
-                 "\"2\", \"1Gi\", \"512M\")",
-                 q[i][1]);
+      return backend_option_bad(
+          e, where, q[i][0],
+          "\"%.64s\" is not a Kubernetes quantity (such as \"500m\", "
+          "\"2\", \"1Gi\", \"512M\")",
+          q[i][1]);
   if (o->runtime_class &&
       !dns_subdomain_ok(o->runtime_class, strlen(o->runtime_class)))
-    return bad(e, where, "runtime_class",
-               "\"%.100s\" is not a RuntimeClass name", o->runtime_class);
+    return backend_option_bad(e, where, "runtime_class",
+                              "\"%.100s\" is not a RuntimeClass name",
+                              o->runtime_class);
   if (net && strcmp(net, "bridge") && strcmp(net, "none"))
-    return bad(e, where, "network_mode", "\"%.64s\": expected bridge or none",
-               net);
+    return backend_option_bad(e, where, "network_mode",
+                              "\"%.64s\": expected bridge or none", net);
   o->network_none = net && strcmp(net, "none") == 0;
   if (o->controller_cidr && !cidr_ok(o->controller_cidr))
-    return bad(e, where, "controller_cidr",
-               "\"%.64s\" is not an IPv4 or IPv6 CIDR (ADDRESS/BITS)",
-               o->controller_cidr);
+    return backend_option_bad(
+        e, where, "controller_cidr",
+        "\"%.64s\" is not an IPv4 or IPv6 CIDR (ADDRESS/BITS)",
+        o->controller_cidr);
   if (o->ca_dir && !*o->ca_dir)
-    return bad(e, where, "ca_dir", "expected a directory");
+    return backend_option_bad(e, where, "ca_dir", "expected a directory");
   if (ca_name_check(o->client, &ne) < 0)
-    return bad(e, where, "client", "%s", ne.msg);
+    return backend_option_bad(e, where, "client", "%s", ne.msg);
   return 0;
 }
 
@@ -347,8 +348,8 @@ static int parse_count(json_t *obj, const char *key, json_int_t min,
     return 0;
   json_int_t n = json_integer_value(v);
   if (n < min || n > max)
-    return bad(e, where, key, "%lld: expected %lld to %lld", (long long)n,
-               (long long)min, (long long)max);
+    return backend_option_bad(e, where, key, "%lld: expected %lld to %lld",
+                              (long long)n, (long long)min, (long long)max);
   *out = (unsigned)n;
   return 0;
 }

@@ -29,12 +29,6 @@ const struct backend_option local_option_table[] = {
     {0},
 };
 
-static int bad(struct sbx_error *e, const char *where, const char *key,
-               const char *msg) {
-  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s%s%s: %s",
-                       where ? where : "", where ? "." : "", key, msg);
-}
-
 void local_options_default(struct local_options *o) {
   *o = (struct local_options){
       .isolate = true,
@@ -58,37 +52,42 @@ int local_options_parse(json_t *obj, const char *where, void **out,
     if (strcmp(s, "none") == 0)
       o->isolate = false;
     else if (strcmp(s, "namespaces") != 0)
-      r = bad(e, where, "isolation", "expected \"namespaces\" or \"none\"");
+      r = backend_option_bad(e, where, "isolation", "%s",
+                             "expected \"namespaces\" or \"none\"");
   }
   if (r == 0 && (v = json_object_get(obj, "network_mode"))) {
     if (strcmp(json_string_value(v), "none") != 0)
-      r = bad(e, where, "network_mode",
-              "expected \"none\" (or leave it unset for outbound access "
-              "without the host's loopback)");
+      r = backend_option_bad(
+          e, where, "network_mode", "%s",
+          "expected \"none\" (or leave it unset for outbound access "
+          "without the host's loopback)");
     o->network = false;
   }
   if (r == 0 && (v = json_object_get(obj, "memory_bytes"))) {
     json_int_t n = json_integer_value(v);
     if (n < 0 || (n > 0 && n < (1 << 20)))
-      r = bad(e, where, "memory_bytes", "expected 0 or at least 1048576");
+      r = backend_option_bad(e, where, "memory_bytes", "%s",
+                             "expected 0 or at least 1048576");
     o->memory_bytes = (uint64_t)n;
   }
   if (r == 0 && (v = json_object_get(obj, "pids_limit"))) {
     json_int_t n = json_integer_value(v);
     if (n < 0 || n > UINT32_MAX)
-      r = bad(e, where, "pids_limit", "expected 0 to 4294967295");
+      r = backend_option_bad(e, where, "pids_limit", "%s",
+                             "expected 0 to 4294967295");
     o->pids = (uint64_t)n;
   }
   if (r == 0 && (v = json_object_get(obj, "cpus"))) {
     double n = json_number_value(v);
     if (!(n >= 0) || n > 1024)
-      r = bad(e, where, "cpus", "expected 0 to 1024");
+      r = backend_option_bad(e, where, "cpus", "%s", "expected 0 to 1024");
     o->cpus = n;
   }
   if (r == 0 && (v = json_object_get(obj, "workspace_bytes"))) {
     json_int_t n = json_integer_value(v);
     if (n < 0 || (n > 0 && n < 4096))
-      r = bad(e, where, "workspace_bytes", "expected 0 or at least 4096");
+      r = backend_option_bad(e, where, "workspace_bytes", "%s",
+                             "expected 0 or at least 4096");
     o->workspace_bytes = (uint64_t)n;
   }
   if (r == 0 && !o->isolate &&
@@ -96,10 +95,11 @@ int local_options_parse(json_t *obj, const char *where, void **out,
        json_object_get(obj, "memory_bytes") || json_object_get(obj, "cpus") ||
        json_object_get(obj, "pids_limit") ||
        json_object_get(obj, "workspace_bytes")))
-    r = bad(e, where, "isolation",
-            "\"none\" cannot limit or cut off the network: remove "
-            "network_mode, memory_bytes, cpus, pids_limit and "
-            "workspace_bytes, or isolate");
+    r = backend_option_bad(
+        e, where, "isolation", "%s",
+        "\"none\" cannot limit or cut off the network: remove "
+        "network_mode, memory_bytes, cpus, pids_limit and "
+        "workspace_bytes, or isolate");
   if (r < 0) {
     free(o);
     return r;

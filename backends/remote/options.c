@@ -30,19 +30,6 @@ const struct backend_option remote_option_table[] = {
     {0},
 };
 
-__attribute__((format(printf, 4, 5))) static int bad(struct sbx_error *e,
-                                                     const char *where,
-                                                     const char *key,
-                                                     const char *fmt, ...) {
-  char msg[700];
-  va_list ap;
-  va_start(ap, fmt);
-  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s%s%s: %s",
-                       where ? where : "", where ? "." : "", key, msg);
-}
-
 /* The host of URL (tls+tcp://HOST:PORT, HOST may be [v6]) into OUT. */
 static int url_host(const char *url, char *out, size_t n) {
   static const char pre[] = "tls+tcp://";
@@ -72,27 +59,30 @@ static int take_endpoint(json_t *v, const char *where, const char *key,
   json_t *u = json_is_object(v) ? json_object_get(v, "url") : v;
   const char *url = json_string_value(u);
   if (!url)
-    return bad(e, where, key, "%s", "expected a URL or an object with \"url\"");
+    return backend_option_bad(e, where, key, "%s",
+                              "expected a URL or an object with \"url\"");
   const char *k;
   json_t *x;
   json_object_foreach(json_is_object(v) ? v : NULL, k, x) {
     if ((strcmp(k, "url") && strcmp(k, "name") && strcmp(k, "token_file")) ||
         !json_is_string(x))
-      return bad(e, where, key,
-                 "unknown key or not a string \"%s\" (expected url, name, "
-                 "token_file)",
-                 k);
+      return backend_option_bad(
+          e, where, key,
+          "unknown key or not a string \"%s\" (expected url, name, "
+          "token_file)",
+          k);
   }
   char host[256];
   if (url_host(url, host, sizeof(host)) < 0)
-    return bad(e, where, key,
-               "\"%s\" is not tls+tcp://HOST:PORT (the remote backend "
-               "speaks mutual TLS only)",
-               url);
+    return backend_option_bad(
+        e, where, key,
+        "\"%s\" is not tls+tcp://HOST:PORT (the remote backend "
+        "speaks mutual TLS only)",
+        url);
   const char *name = json_string_value(json_object_get(v, "name"));
   struct sbx_error ne = {0};
   if (ca_name_check(name ? name : host, &ne) < 0)
-    return bad(e, where, key, "%s", ne.msg);
+    return backend_option_bad(e, where, key, "%s", ne.msg);
   const char *tf = json_string_value(json_object_get(v, "token_file"));
   ep->url = strdup(url);
   ep->name = strdup(name ? name : host);
@@ -103,9 +93,11 @@ static int take_endpoint(json_t *v, const char *where, const char *key,
 static int take_list(json_t *arr, const char *where, const char *key,
                      struct remote_options *o, struct sbx_error *e) {
   if (!json_is_array(arr) || json_array_size(arr) == 0)
-    return bad(e, where, key, "%s", "expected a non-empty array of endpoints");
+    return backend_option_bad(e, where, key, "%s",
+                              "expected a non-empty array of endpoints");
   if (o->neps + json_array_size(arr) > REMOTE_MAX_ENDPOINTS)
-    return bad(e, where, key, "more than %d endpoints", REMOTE_MAX_ENDPOINTS);
+    return backend_option_bad(e, where, key, "more than %d endpoints",
+                              REMOTE_MAX_ENDPOINTS);
   struct remote_endpoint *n =
       realloc(o->eps, (o->neps + json_array_size(arr)) * sizeof(*n));
   if (!n)
@@ -129,7 +121,7 @@ static int take_pool(const char *path, const char *where,
   json_error_t je;
   _cleanup_json_ json_t *p = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
   if (!p)
-    return bad(e, where, "pool", "%s", je.text);
+    return backend_option_bad(e, where, "pool", "%s", je.text);
   json_t *arr = json_is_object(p) ? json_object_get(p, "endpoints") : p;
   return take_list(arr, where, "pool", o, e);
 }
@@ -150,9 +142,9 @@ int remote_options_parse(json_t *obj, const char *where, void **out,
   const char *cl = json_string_value(json_object_get(obj, "client"));
   struct sbx_error ne = {0};
   if (r == 0 && ca && !*ca)
-    r = bad(e, where, "ca_dir", "%s", "expected a directory");
+    r = backend_option_bad(e, where, "ca_dir", "%s", "expected a directory");
   if (r == 0 && cl && ca_name_check(cl, &ne) < 0)
-    r = bad(e, where, "client", "%s", ne.msg);
+    r = backend_option_bad(e, where, "client", "%s", ne.msg);
   if (r == 0 && ((ca && !(o->ca_dir = strdup(ca))) ||
                  !(o->client = strdup(cl ? cl : "default"))))
     r = -ENOMEM;

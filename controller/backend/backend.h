@@ -182,6 +182,13 @@ struct backend {
  * ("WHERE.KEY", or "KEY" when WHERE is NULL); OBJ NULL is no options. */
 /* Refuses in OBJ (a request's options) what the options' api rules do
  * not allow, naming WHERE and the option: -EPERM with E. */
+/* Sets E to "WHERE.KEY: MESSAGE" ("KEY: MESSAGE" when WHERE is NULL), an
+ * invalid option value, and returns -EINVAL: how every backend's
+ * options_parse names what it refuses. */
+int backend_option_bad(struct sbx_error *e, const char *where, const char *key,
+                       const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 int backend_options_check_api(const struct backend *b, json_t *obj,
                               const char *where, struct sbx_error *e);
 int backend_options_check(const struct backend *b, json_t *obj,

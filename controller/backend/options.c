@@ -3,6 +3,7 @@
  * value, and the heartbeat a backend records with a sandbox. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,4 +239,15 @@ int backend_heartbeat_save(unsigned heartbeat_ms, json_t *saved) {
                              json_integer(heartbeat_ms)) < 0
              ? -ENOMEM
              : 0;
+}
+
+int backend_option_bad(struct sbx_error *e, const char *where, const char *key,
+                       const char *fmt, ...) {
+  char msg[700];
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return sbx_error_set(e, SBX_INVALID_ARGUMENT, EINVAL, "%s%s%s: %s",
+                       where ? where : "", where ? "." : "", key, msg);
 }
