@@ -31,18 +31,21 @@ static const char *jstr(json_t *o, const char *k) {
   return json_string_value(json_object_get(o, k));
 }
 
-/* The state of the Pod's sandboxd container: its "waiting" or "terminated"
- * object and which, or NULL. */
-static json_t *container_state(json_t *pod, const char **which) {
+/* The state of the first container of LIST (a Pod status's
+ * containerStatuses or initContainerStatuses) that is waiting or has
+ * ended (with INIT, only one that ended in failure: a finished init
+ * container is done), with *WHICH and *NAME saying what it is; or NULL. */
+static json_t *state_in(json_t *list, bool init, const char **which,
+                        const char **name) {
   size_t i;
   json_t *c;
-  json_array_foreach(
-      json_object_get(json_object_get(pod, "status"), "containerStatuses"), i,
-      c) {
+  json_array_foreach(list, i, c) {
     json_t *st = json_object_get(c, "state");
     json_t *t = json_object_get(st, "terminated");
     json_t *w = json_object_get(st, "waiting");
-    if (t) {
+    *name = jstr(c, "name");
+    if (t &&
+        !(init && json_integer_value(json_object_get(t, "exitCode")) == 0)) {
       *which = "terminated";
       return t;
     }
@@ -54,6 +57,18 @@ static json_t *container_state(json_t *pod, const char **which) {
   return NULL;
 }
 
+/* The state that holds the Pod up: an init container's (the installer of
+ * sandboxd_image) before the sandboxd container's; see state_in. */
+static json_t *container_state(json_t *pod, const char **which,
+                               const char **name) {
+  json_t *status = json_object_get(pod, "status");
+  json_t *st = state_in(json_object_get(status, "initContainerStatuses"), true,
+                        which, name);
+  return st ? st
+            : state_in(json_object_get(status, "containerStatuses"), false,
+                       which, name);
+}
+
 void kube_pod_describe(json_t *pod, char *out, size_t n) {
   json_t *status = json_object_get(pod, "status");
   const char *phase = jstr(status, "phase");
@@ -62,13 +77,14 @@ void kube_pod_describe(json_t *pod, char *out, size_t n) {
   if (k >= 0 && (size_t)k < n && (reason || msg))
     k += snprintf(out + k, n - (size_t)k, " (%s%s%s)", reason ? reason : "",
                   reason && msg ? ": " : "", msg ? msg : "");
-  const char *which = NULL;
-  json_t *st = container_state(pod, &which);
+  const char *which = NULL, *cname = NULL;
+  json_t *st = container_state(pod, &which, &cname);
   if (st && k >= 0 && (size_t)k < n) {
     const char *r = jstr(st, "reason"), *m = jstr(st, "message");
     json_t *code = json_object_get(st, "exitCode");
-    k += snprintf(out + k, n - (size_t)k, "; container sandboxd %s%s%s%s%s",
-                  which, r ? ": " : "", r ? r : "", m ? ": " : "", m ? m : "");
+    k += snprintf(out + k, n - (size_t)k, "; container %s %s%s%s%s%s",
+                  cname ? cname : "sandboxd", which, r ? ": " : "", r ? r : "",
+                  m ? ": " : "", m ? m : "");
     if (json_is_integer(code) && k >= 0 && (size_t)k < n)
       k += snprintf(out + k, n - (size_t)k, " (exit code %lld)",
                     (long long)json_integer_value(code));
@@ -111,8 +127,8 @@ static int judge(struct waiter *w, json_t *pod, struct sbx_error *e) {
     return sbx_error_set(e, SBX_UNAVAILABLE, ECHILD,
                          "kubernetes: Pod %s ended before it was ready: %s",
                          w->name, w->last);
-  const char *which = NULL;
-  json_t *st = container_state(pod, &which);
+  const char *which = NULL, *cname = NULL;
+  json_t *st = container_state(pod, &which, &cname);
   const char *reason = st ? jstr(st, "reason") : NULL;
   for (size_t i = 0; reason && i < SBX_ARRAY_SIZE(fatal_waiting); i++)
     if (strcmp(reason, fatal_waiting[i]) == 0)

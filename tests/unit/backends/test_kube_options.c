@@ -312,3 +312,31 @@ Test(kube_objects, the_pool_hash_follows_what_shapes_the_pod) {
   backend_options_free(&backend_kubernetes, o1);
   backend_options_free(&backend_kubernetes, o2);
 }
+
+/* What a Pod that is not ready says: the init container that failed
+ * before the sandboxd container waiting on it; a finished one is done. */
+Test(kube_objects, a_pod_is_described_by_what_holds_it_up) {
+  _cleanup_json_ json_t *pod = json_loads(
+      "{\"status\": {\"phase\": \"Pending\", \"initContainerStatuses\": [{"
+      "\"name\": \"sandboxd-install\", \"state\": {\"waiting\": {\"reason\": "
+      "\"ErrImagePull\", \"message\": \"no such image\"}}}], "
+      "\"containerStatuses\": [{\"name\": \"sandboxd\", \"state\": {"
+      "\"waiting\": {\"reason\": \"PodInitializing\"}}}]}}",
+      0, NULL);
+  cr_assert_not_null(pod);
+  char out[400];
+  kube_pod_describe(pod, out, sizeof(out));
+  cr_expect_str_eq(out, "phase Pending; container sandboxd-install waiting: "
+                        "ErrImagePull: no such image");
+  _cleanup_json_ json_t *done = json_loads(
+      "{\"status\": {\"phase\": \"Pending\", \"initContainerStatuses\": [{"
+      "\"name\": \"sandboxd-install\", \"state\": {\"terminated\": {"
+      "\"exitCode\": 0, \"reason\": \"Completed\"}}}], "
+      "\"containerStatuses\": [{\"name\": \"sandboxd\", \"state\": {"
+      "\"waiting\": {\"reason\": \"ContainerCreating\"}}}]}}",
+      0, NULL);
+  cr_assert_not_null(done);
+  kube_pod_describe(done, out, sizeof(out));
+  cr_expect_str_eq(out, "phase Pending; container sandboxd waiting: "
+                        "ContainerCreating");
+}
