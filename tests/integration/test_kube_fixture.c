@@ -615,7 +615,8 @@ Test(kube_fixture, pod_deletion_collects_its_secret_and_network_policy) {
       test_kube_wait_pod(&kube, "sbx-000000000009", test_kube_pod_ready, 10000);
   cr_assert(test_kube_pod_ready(ready), "once its Secret exists");
   const char *ip = str(ready, "status.podIP");
-  cr_expect(ip && strncmp(ip, "127.0.0.", 8) == 0 && atoi(ip + 8) >= 20,
+  cr_expect(ip && strncmp(ip, "127.0.0.", 8) == 0 &&
+                strtol(ip + 8, NULL, 10) >= 20,
             "podIP %s", ip ? ip : "(none)");
   expect_str(ready, "status.phase", "Running");
   json_decref(ready);
@@ -714,7 +715,8 @@ Test(kube_podman, sandboxd_pod_becomes_ready_and_answers_over_tls) {
   cr_assert(test_kube_pod_ready(ready), "not ready: %s",
             ready ? json_dumps(json_object_get(ready, "status"), 0) : "gone");
   const char *ip = str(ready, "status.podIP");
-  cr_assert(ip && strncmp(ip, "127.0.0.", 8) == 0 && atoi(ip + 8) >= 20);
+  cr_assert(ip && strncmp(ip, "127.0.0.", 8) == 0 &&
+            strtol(ip + 8, NULL, 10) >= 20);
   expect_str(ready, "status.phase", "Running");
 
   char url[64];
