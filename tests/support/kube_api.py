@@ -85,6 +85,10 @@ fixture adapts it before playing it (the API objects stay as sent):
     restarted as it ends and the play fails ("cannot remove ... as it is
     running"). A Pod with init containers and restartPolicy Always is
     played with OnFailure.
+  - Nothing is pulled: every container is played with imagePullPolicy
+    Never, so no test reaches a registry; an image that is not here fails
+    the Pod at once (ErrImageNeverPull when the Pod asked for Never, else
+    ErrImagePull).
   - podman needs catatonit for the pod's infra container.
 """
 

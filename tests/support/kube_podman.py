@@ -198,6 +198,9 @@ def play_document(pod, addr, voldir, secrets):
             p["hostIP"], p["hostPort"] = addr, p["containerPort"]
     for c in (spec.get("initContainers") or []) + spec["containers"]:
         resolve_env(c, secrets)
+        # Tests never pull: an image that is not here fails at once,
+        # reported as ErrImagePull unless the Pod asked for Never.
+        c["imagePullPolicy"] = "Never"
     # podman 4.3 gives init containers the Pod's restart policy: under
     # Always (a Deployment's) one is restarted as it ends and the play
     # fails; OnFailure lets a finished one be.
@@ -327,6 +330,10 @@ class Kubelet:
             return
         err = self.play(pod, addr, secrets)
         if p["state"] == "deleted":
+            # Deleted while it was being played: what the play made is
+            # removed here, as the delete found nothing yet.
+            run(["podman", "pod", "rm", "-f", "-i", "-t", "0",
+                 pod["metadata"]["name"]])
             return
         if err:
             reason = "CreateContainerError"
