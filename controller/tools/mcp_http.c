@@ -44,6 +44,7 @@
 #define MCP_HTTP_RETRY_MS 1000 /* when the stream gave no retry */
 #define MCP_HTTP_RETRY_MAX_MS 10000
 #define MCP_HTTP_EVENT_ID_MAX 256
+#define MCP_HTTP_LISTEN_WAIT_MS 200
 
 struct http_conn {
   const struct agent_mcp_server *cfg;
@@ -53,6 +54,8 @@ struct http_conn {
   int64_t next_id;
   bool list_changed;
   struct exchange *waiting; /* requests waiting for their replies */
+  bool listen_began;        /* the GET stream answered, or ended */
+  pthread_cond_t began;     /* signalled when listen_began turns true */
   pthread_t listener;       /* the GET stream's, once started */
   bool listening;
   volatile bool stop; /* tells the listener to end */
@@ -65,6 +68,7 @@ struct exchange {
   bool keep_open;        /* read the stream to its end (initialize: headers) */
   json_t *reply;         /* new, once it came; under c->mu */
   volatile bool came;    /* the reply came on another stream: stop this one */
+  bool listener;         /* the listener's GET stream */
   struct exchange *next; /* in c->waiting */
   struct sse_parser *sse;
   char last_id[MCP_HTTP_EVENT_ID_MAX]; /* the stream's last event id */
@@ -178,8 +182,20 @@ static int on_event(const struct sse_event *ev, void *arg) {
 
 /* Once the reply is in, what came with it in the same chunk is read (a
  * list_changed after it), and the rest of the stream is not waited for. */
+/* The listener's GET stream answered or ended: http_notify may go on. */
+static void listen_began(struct http_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  c->listen_began = true;
+  pthread_cond_broadcast(&c->began);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static int on_data(void *arg, const char *data, size_t len) {
   struct exchange *x = arg;
+  if (x->listener && !x->came) {
+    x->came = true; /* only once: the listener's is never a reply */
+    listen_began(x->c);
+  }
   int r = sse_feed(x->sse, data, len, NULL);
   if (r < 0)
     return r;
@@ -379,7 +395,8 @@ static int post(struct http_conn *c, json_t *msg, int64_t want_id,
 /* One GET of the server's stream, read until it ends: 1 when the server
  * offers none (405, or another 4xx), else 0. */
 static int listen_once(struct http_conn *c) {
-  struct exchange x = {.c = c, .want_id = -1, .keep_open = true};
+  struct exchange x = {
+      .c = c, .want_id = -1, .keep_open = true, .listener = true};
   struct http_client *hc = NULL;
   struct sbx_error e = {0};
   if (sse_parser_new(MCP_MAX_MESSAGE, on_event, &x, &x.sse) < 0 ||
@@ -402,6 +419,7 @@ static int listen_once(struct http_conn *c) {
   int none = r == 0 && resp.status >= 400 && resp.status < 500;
   if (r < 0 && r != -ECANCELED)
     log_debug("mcp server \"%s\": its GET stream: %s", c->cfg->name, e.msg);
+  listen_began(c);
   http_response_clear(&resp);
   http_client_free(hc);
   sse_parser_free(x.sse);
@@ -429,6 +447,7 @@ static int http_start(const struct agent_mcp_server *cfg, void **out,
   c->cfg = cfg;
   c->next_id = 1;
   pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->began, NULL);
   *out = c;
   return 0;
 }
@@ -440,10 +459,22 @@ static int http_notify(void *arg, const char *method, json_t *params,
                                          "method", method, "params", params);
   struct sbx_error e = {0};
   int r = msg ? post(c, msg, -1, timeout_ms, NULL, &e) : -ENOMEM;
-  /* Initialized: the server may send on its own stream from now on. */
+  /* Initialized: the server may send on its own stream from now on. The
+   * stream is under way before the next request goes (up to
+   * MCP_HTTP_LISTEN_WAIT_MS for its first bytes), as in a client that
+   * opens it before it sends more: a server may take a GET that comes
+   * during a call for that call's resumption. */
   if (r == 0 && strcmp(method, "notifications/initialized") == 0 &&
-      !c->listening)
+      !c->listening) {
     c->listening = pthread_create(&c->listener, NULL, listen_main, c) == 0;
+    struct timespec until =
+        sbx_deadline_in(CLOCK_REALTIME, MCP_HTTP_LISTEN_WAIT_MS);
+    pthread_mutex_lock(&c->mu);
+    while (c->listening && !c->listen_began)
+      if (pthread_cond_timedwait(&c->began, &c->mu, &until) != 0)
+        break;
+    pthread_mutex_unlock(&c->mu);
+  }
   return r;
 }
 
@@ -519,6 +550,7 @@ static void http_free(void *arg) {
   }
   http_client_free(hc);
   free(c->session);
+  pthread_cond_destroy(&c->began);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
