@@ -64,6 +64,7 @@ struct shared {
   bool snap_off;
   char snap_dir[4200];
   pthread_mutex_t rs_mu; /* the journal's appends, from the calls' threads */
+  struct rs_journal *rj; /* the journal's writer (state_io.c), or NULL */
   /* Resumed: the journaled state of the runs nested in the pending calls,
    * by path ({"items", "progress", "done"}), each taken (removed) by the
    * nested run that goes on from it; or NULL. */
@@ -333,10 +334,15 @@ int run_state_begin(struct run *run, struct sbx_error *e);
 int run_state_resume(struct run *run, const struct agent **start,
                      struct sbx_error *e);
 /* Saves the root run's state with A as the current agent, STATUS and the
- * calls still to run (PENDING, borrowed); a no-op without a state dir. A
- * failed write fails the step: E says what could not be written. */
+ * calls still to run (PENDING, borrowed); a no-op without a state dir. The
+ * journal is written behind the run (state_io.c): a failed write fails
+ * this save or a later one, and run_state_sync; E says what could not be
+ * written. */
 int run_state_save(struct run *run, const struct agent *a, const char *status,
                    json_t *pending, struct sbx_error *e);
+/* Returns once everything saved so far is written (a no-op without a
+ * state dir): no call runs before its step is in the journal. */
+int run_state_sync(struct run *run, struct sbx_error *e);
 /* Records the OUTPUT item (borrowed) of a call of the pending turn as soon
  * as the call is done, so that a resume after a kill does not run it
  * again; a no-op without a state dir or in a nested run that is not
@@ -373,6 +379,12 @@ void run_close_recorded_all(const struct run_options *o, json_t *sbs);
 int rs_io_cut(struct shared *sh, size_t keep, struct sbx_error *e);
 /* Removes the state and its journal. */
 void rs_io_remove(struct shared *sh);
+/* Returns once the journal's appends are written: the first that failed
+ * (with E), or 0. */
+int rs_io_sync(struct shared *sh, struct sbx_error *e);
+/* Waits for the journal's appends and stops its writer (a failure is
+ * logged); appends after it start another. */
+void rs_io_close(struct shared *sh);
 /* Sets up the journaling of RUN, nested in PARENT's call CALL_ID; when a
  * resumed run journaled it before, RUN goes on from there: its
  * conversation, agent (*START), turn, usage, sandboxes and pending calls;

@@ -224,6 +224,10 @@ int run_state_save(struct run *run, const struct agent *a, const char *status,
   return 0;
 }
 
+int run_state_sync(struct run *run, struct sbx_error *e) {
+  return run->sh->rs ? rs_io_sync(run->sh, e) : 0;
+}
+
 int run_state_call_done(struct run *run, json_t *output, struct sbx_error *e) {
   struct shared *sh = run->sh;
   if (!sh->rs || (run->depth != 0 && !run->journaled))
@@ -633,6 +637,7 @@ int run_state_nested(struct run *run, const struct run *parent,
 void run_state_end(struct run *run, bool keep) {
   struct shared *sh = run->sh;
   struct run_result *res = run->res;
+  rs_io_close(sh);
   if (sh->rs) {
     (void)snprintf(res->state_path, sizeof(res->state_path), "%s", sh->rs_path);
     /* Only a kept run (or a killed one, which never gets here) leaves

@@ -377,6 +377,8 @@ static int turn_run_calls(struct turn *t, struct sbx_error *e) {
     return turn_pause(t, e);
   if (run_cancelled(run, e))
     return -ECANCELED;
+  if ((r = run_state_sync(run, e)) < 0)
+    return r;
   run_calls(t->jobs, t->njobs);
   if (turn_paused_inside(t))
     return turn_pause(t, e);

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "controller/telemetry/events.h"
 #include "shared/cleanup.h"
@@ -50,42 +49,27 @@ static void record(struct runs_rec *rec, json_t *batch) {
     rec->recorded(rec->recorded_arg);
 }
 
-static void *writer_main(void *arg) {
+static bool rec_queued(void *arg) {
   struct runs_rec *rec = arg;
-  pthread_mutex_lock(&rec->mu);
-  for (;;) {
-    while (json_array_size(rec->queue) == 0 && !rec->stop)
-      (void)pthread_cond_wait(&rec->cv, &rec->mu);
-    if (json_array_size(rec->queue) == 0)
-      break;
-    /* Events come in bursts (a call's start, output and end): a moment's
-     * wait records a burst in one statement and one wake-up, instead of
-     * a thread switch per event. */
-    if (!rec->stop && !rec->flushing) {
-      pthread_mutex_unlock(&rec->mu);
-      struct timespec ts = {0, RUNS_LINGER_MS * 1000000L};
-      (void)nanosleep(&ts, NULL);
-      pthread_mutex_lock(&rec->mu);
-    }
-    json_t *fresh = json_array();
-    if (!fresh) { /* out of memory: the events wait a moment */
-      pthread_mutex_unlock(&rec->mu);
-      (void)usleep(10000);
-      pthread_mutex_lock(&rec->mu);
-      continue;
-    }
-    json_t *batch = rec->queue;
-    rec->queue = fresh;
-    rec->busy = true;
-    pthread_mutex_unlock(&rec->mu);
-    record(rec, batch);
-    pthread_mutex_lock(&rec->mu);
-    rec->busy = false;
-    (void)pthread_cond_broadcast(&rec->cv);
-  }
-  pthread_mutex_unlock(&rec->mu);
-  return NULL;
+  return json_array_size(rec->queue) > 0;
 }
+
+static void *rec_take(void *arg) {
+  struct runs_rec *rec = arg;
+  json_t *fresh = json_array();
+  if (!fresh)
+    return NULL;
+  json_t *batch = rec->queue;
+  rec->queue = fresh;
+  return batch;
+}
+
+static void rec_write(void *arg, void *batch) {
+  record(arg, batch);
+}
+
+static const struct batcher_ops rec_ops = {
+    .queued = rec_queued, .take = rec_take, .write = rec_write};
 
 int runs_rec_init(struct runs_rec *rec, struct store *s, const char *id) {
   memset(rec, 0, sizeof(*rec));
@@ -93,45 +77,27 @@ int runs_rec_init(struct runs_rec *rec, struct store *s, const char *id) {
   (void)snprintf(rec->id, sizeof(rec->id), "%s", id);
   rec->pending = json_array();
   rec->queue = json_array();
-  if (!rec->pending || !rec->queue || pthread_mutex_init(&rec->mu, NULL) != 0)
-    goto fail;
-  if (pthread_cond_init(&rec->cv, NULL) != 0) {
-    (void)pthread_mutex_destroy(&rec->mu);
-    goto fail;
+  if (!rec->pending || !rec->queue ||
+      batcher_start(&rec->w, RUNS_LINGER_MS, &rec_ops, rec) < 0) {
+    json_decref(rec->pending);
+    json_decref(rec->queue);
+    rec->pending = rec->queue = NULL;
+    return -ENOMEM;
   }
-  rec->started = pthread_create(&rec->writer, NULL, writer_main, rec) == 0;
   return 0;
-fail:
-  json_decref(rec->pending);
-  json_decref(rec->queue);
-  rec->pending = rec->queue = NULL;
-  return -ENOMEM;
 }
 
 void runs_rec_flush(struct runs_rec *rec) {
-  pthread_mutex_lock(&rec->mu);
-  rec->flushing = true;
-  (void)pthread_cond_broadcast(&rec->cv);
-  while (rec->started && (json_array_size(rec->queue) > 0 || rec->busy))
-    (void)pthread_cond_wait(&rec->cv, &rec->mu);
-  rec->flushing = false;
-  pthread_mutex_unlock(&rec->mu);
+  batcher_flush(&rec->w);
 }
 
 void runs_rec_clear(struct runs_rec *rec) {
   if (!rec->pending)
     return;
-  pthread_mutex_lock(&rec->mu);
-  rec->stop = true;
-  (void)pthread_cond_broadcast(&rec->cv);
-  pthread_mutex_unlock(&rec->mu);
-  if (rec->started)
-    (void)pthread_join(rec->writer, NULL);
+  batcher_stop(&rec->w);
   json_decref(rec->pending);
   json_decref(rec->queue);
   rec->pending = rec->queue = NULL;
-  (void)pthread_cond_destroy(&rec->cv);
-  (void)pthread_mutex_destroy(&rec->mu);
 }
 
 void runs_sink(void *arg, uint64_t seq, const char *type, const char *line,
@@ -148,16 +114,16 @@ void runs_sink(void *arg, uint64_t seq, const char *type, const char *line,
   }
   json_t *ev = json_pack("{s:I, s:s, s:s%}", "seq", (json_int_t)seq, "type",
                          type, "data", line, len);
-  pthread_mutex_lock(&rec->mu);
+  batcher_lock(&rec->w);
   if (p && json_array_append_new(rec->pending, p) < 0)
     log_warn("run %s: cannot keep an approval: out of memory", rec->id);
-  while (rec->started && json_array_size(rec->queue) >= RUNS_QUEUE_MAX)
-    (void)pthread_cond_wait(&rec->cv, &rec->mu);
+  while (rec->w.started && json_array_size(rec->queue) >= RUNS_QUEUE_MAX)
+    batcher_wait(&rec->w);
   bool first = json_array_size(rec->queue) == 0;
-  bool queued = rec->started && ev && json_array_append(rec->queue, ev) == 0;
+  bool queued = rec->w.started && ev && json_array_append(rec->queue, ev) == 0;
   if (queued && first) /* the writer sleeps only while none waits */
-    (void)pthread_cond_broadcast(&rec->cv);
-  pthread_mutex_unlock(&rec->mu);
+    batcher_queued(&rec->w);
+  batcher_unlock(&rec->w);
   if (!queued && ev) /* no writer: recorded here */
     record(rec, json_pack("[O]", ev));
   else if (!ev)
@@ -183,9 +149,9 @@ int runs_finish(struct runs_rec *rec, json_t *result, int r,
                 const struct run_result *res, const struct sbx_error *re,
                 struct sbx_error *e) {
   runs_rec_flush(rec);
-  pthread_mutex_lock(&rec->mu);
+  batcher_lock(&rec->w);
   json_t *pending = r == RUNNER_PAUSED ? json_deep_copy(rec->pending) : NULL;
-  pthread_mutex_unlock(&rec->mu);
+  batcher_unlock(&rec->w);
   (void)json_object_set_new(result, "pending_approvals",
                             pending ? pending : json_array());
   (void)json_object_set_new(result, "final_output",

@@ -16,11 +16,11 @@
 #define SBX_RUNS_H
 
 #include <jansson.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "controller/run/runner.h"
+#include "controller/state/batcher.h"
 #include "controller/state/store.h"
 #include "shared/errors.h"
 
@@ -39,12 +39,9 @@
 struct runs_rec {
   struct store *store; /* borrowed */
   char id[RUNS_ID_MAX];
-  pthread_mutex_t mu;
-  pthread_cond_t cv; /* events queued, a batch recorded */
-  json_t *pending;   /* approvals asked for: [{call_id, tool, arguments}] */
-  json_t *queue;     /* events to record: [{seq, type, data}] */
-  bool busy, stop, started, flushing;
-  pthread_t writer;
+  struct batcher w; /* its lock guards PENDING and QUEUE */
+  json_t *pending;  /* approvals asked for: [{call_id, tool, arguments}] */
+  json_t *queue;    /* events to record: [{seq, type, data}] */
   /* Called after each batch is recorded (sbx serve wakes its streams). */
   void (*recorded)(void *arg);
   void *recorded_arg;
