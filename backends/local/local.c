@@ -88,6 +88,10 @@ static unsigned long long proc_start(pid_t pid) {
   return p ? strtoull(p, NULL, 10) : 0;
 }
 
+/* Whether L's sandboxd is running. Our own child cannot have been
+ * replaced (its pid stays taken until it is reaped); any other pid is
+ * sandboxd's only while the process has the start time recorded with it,
+ * so that a pid used again is never taken for it (nor signalled). */
 static bool alive(const struct local *l) {
   if (l->pid <= 0)
     return false;
@@ -98,7 +102,7 @@ static bool alive(const struct local *l) {
       return false;
   }
   unsigned long long s = proc_start(l->pid);
-  return s != 0 && (l->start == 0 || s == l->start);
+  return s != 0 && (l->child || s == l->start);
 }
 
 /* Waits up to TIMEOUT_MS for L's sandboxd to exit; true when gone. */

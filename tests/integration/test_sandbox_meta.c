@@ -4,7 +4,9 @@
  * real sandboxd enforces by itself, stats and prune. The real sbx and
  * sandboxd; each test has its own state directory and TMPDIR. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,4 +468,60 @@ Test(sandbox_meta, prune_asks_then_removes_stopped_and_expired_ones) {
   out = ok(0, (const char *const[]){"prune", NULL});
   cr_expect_str_eq(out, "");
   free(out);
+}
+
+/* The path of the record of the sandbox ID (a prefix of its file's name)
+ * into PATH. */
+static void record_path(const char *id, char *path, size_t n) {
+  char dirp[160];
+  (void)snprintf(dirp, sizeof(dirp), "%s/sandboxes", state);
+  DIR *d = opendir(dirp);
+  cr_assert_not_null(d, "%s", dirp);
+  path[0] = '\0';
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strncmp(de->d_name, id, strlen(id)) == 0 && strstr(de->d_name, ".json"))
+      (void)snprintf(path, n, "%s/%s", dirp, de->d_name);
+  closedir(d);
+  cr_assert(path[0], "no record of %s in %s", id, dirp);
+}
+
+/* A stopped sandbox whose record's pid now names another process, with no
+ * start time to tell them apart (as a record from before the start times
+ * were kept): nothing takes that process for sandboxd, and rm leaves it
+ * alone (it was killed before, as a sandboxd that would not stop). */
+Test(sandbox_meta, a_pid_used_again_is_never_taken_for_sandboxd) {
+  char id[16];
+  create(NULL, id, sizeof(id));
+  free(ok(0, (const char *const[]){"stop", id, NULL}));
+  pid_t other = fork();
+  cr_assert_geq(other, 0);
+  if (other == 0) {
+    execl("/bin/sleep", "sleep", "120", (char *)NULL);
+    _exit(127);
+  }
+  char rec[512];
+  record_path(id, rec, sizeof(rec));
+  json_t *j = json_load_file(rec, 0, NULL);
+  cr_assert_not_null(j, "%s", rec);
+  json_t *local = NULL;
+  const char *key;
+  json_t *v;
+  json_object_foreach(j, key, v) {
+    if (json_is_object(v) && json_object_get(v, "pid_start"))
+      local = v;
+  }
+  cr_assert_not_null(local, "no pid_start in %s", rec);
+  json_object_set_new(local, "pid", json_integer(other));
+  json_object_set_new(local, "pid_start", json_integer(0));
+  cr_assert_eq(json_dump_file(j, rec, 0), 0);
+  json_decref(j);
+  cr_expect_str_eq(status_of(id), "stopped");
+  free(ok(0, (const char *const[]){"rm", id, NULL}));
+  int st;
+  cr_expect_eq(waitpid(other, &st, WNOHANG), 0,
+               "rm signalled process %d, which is not its sandboxd",
+               (int)other);
+  (void)kill(other, SIGKILL);
+  (void)waitpid(other, &st, 0);
 }
