@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -187,6 +188,120 @@ static int import_start(struct import *im, const struct snapshot_limits *lim,
   return r;
 }
 
+/* The archive read and hashed a chunk ahead of the sends, by a thread of
+ * its own, so that the read and the SHA-256 (a fifth of a restore's
+ * sending) overlap the writes into sandboxd. Chunks alternate between two
+ * buffers; each is full (the reader's to fill once the sender let it go)
+ * or not. Without the thread, the sender reads for itself. */
+struct ahead {
+  int fd;
+  bool hash;
+  struct sbx_sha256 sha; /* the reader's, whole once it has ended */
+  uint8_t *buf[2];
+  size_t len[2];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool full[2]; /* under mu */
+  bool end;     /* under mu: the reader has ended: at the end, or ERR */
+  bool stop;    /* under mu: the sender is done */
+  int err;      /* under mu: the read's failure (negative errno) */
+  pthread_t thread;
+  bool started;
+};
+
+/* Reads chunk I into its buffer and hashes it: 0 with *N (0 at the
+ * end), or a negative errno. */
+static int ahead_fill(struct ahead *a, unsigned i, size_t *n) {
+  int r = read_full(a->fd, a->buf[i], SNAPSHOT_CHUNK_BYTES, n);
+  if (r == 0 && a->hash)
+    sbx_sha256_update(&a->sha, a->buf[i], *n);
+  return r;
+}
+
+static void *ahead_main(void *arg) {
+  struct ahead *a = arg;
+  for (unsigned i = 0;; i ^= 1) {
+    pthread_mutex_lock(&a->mu);
+    while (a->full[i] && !a->stop)
+      (void)pthread_cond_wait(&a->cv, &a->mu);
+    bool stop = a->stop;
+    pthread_mutex_unlock(&a->mu);
+    if (stop)
+      break;
+    size_t n = 0;
+    int r = ahead_fill(a, i, &n);
+    pthread_mutex_lock(&a->mu);
+    a->len[i] = n;
+    a->full[i] = r == 0 && n > 0;
+    a->end = !a->full[i];
+    a->err = r;
+    (void)pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    if (a->end)
+      break;
+  }
+  return NULL;
+}
+
+static int ahead_start(struct ahead *a, int fd, bool hash) {
+  memset(a, 0, sizeof(*a));
+  a->fd = fd;
+  a->hash = hash;
+  sbx_sha256_init(&a->sha);
+  a->buf[0] = malloc(SNAPSHOT_CHUNK_BYTES);
+  a->buf[1] = malloc(SNAPSHOT_CHUNK_BYTES);
+  if (!a->buf[0] || !a->buf[1]) {
+    free(a->buf[0]);
+    free(a->buf[1]);
+    return -ENOMEM;
+  }
+  (void)pthread_mutex_init(&a->mu, NULL);
+  (void)pthread_cond_init(&a->cv, NULL);
+  a->started = pthread_create(&a->thread, NULL, ahead_main, a) == 0;
+  return 0;
+}
+
+/* Chunk I (they come 0, 1, 0, ...): its bytes *BUF and *N, 0 at the
+ * end; chunk I is the sender's until ahead_done. */
+static int ahead_next(struct ahead *a, unsigned i, const uint8_t **buf,
+                      size_t *n) {
+  *buf = a->buf[i];
+  if (!a->started)
+    return ahead_fill(a, i, n);
+  pthread_mutex_lock(&a->mu);
+  while (!a->full[i] && !a->end)
+    (void)pthread_cond_wait(&a->cv, &a->mu);
+  int r = a->full[i] ? 0 : a->err;
+  *n = a->full[i] ? a->len[i] : 0;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+/* The sender is done with chunk I: the reader may fill it again. */
+static void ahead_done(struct ahead *a, unsigned i) {
+  if (!a->started)
+    return;
+  pthread_mutex_lock(&a->mu);
+  a->full[i] = false;
+  (void)pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* Stops the reader: the hash is whole when it had reached the end. */
+static void ahead_stop(struct ahead *a) {
+  if (a->started) {
+    pthread_mutex_lock(&a->mu);
+    a->stop = true;
+    (void)pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    (void)pthread_join(a->thread, NULL);
+  }
+  (void)pthread_cond_destroy(&a->cv);
+  (void)pthread_mutex_destroy(&a->mu);
+  free(a->buf[0]);
+  free(a->buf[1]);
+}
+
 /* Sends the archive in FD to the import, hashing it unless it was
  * VERIFIED on the way in; refuses it when its size or SHA-256 is not
  * REC's. *SENT counts the bytes sent. */
@@ -194,16 +309,15 @@ static int import_send(struct import *im, int fd,
                        const struct snapshot_record *rec, const char *where,
                        bool verified, struct snapshot_meter *prog,
                        uint64_t *sent, struct sbx_error *e) {
-  _cleanup_free_ uint8_t *buf = malloc(SNAPSHOT_CHUNK_BYTES);
-  if (!buf)
+  struct ahead a;
+  if (ahead_start(&a, fd, !verified) < 0)
     return sbx_error_set(e, SBX_OK, ENOMEM, "out of memory");
-  struct sbx_sha256 sha;
-  sbx_sha256_init(&sha);
   uint64_t off = 0;
   int r = 0;
-  while (r == 0) {
+  for (unsigned i = 0; r == 0; i ^= 1) {
     size_t n = 0;
-    r = read_full(fd, buf, SNAPSHOT_CHUNK_BYTES, &n);
+    const uint8_t *buf;
+    r = ahead_next(&a, i, &buf, &n);
     if (r < 0) {
       r = sbx_error_set(e, SBX_OK, -r, "cannot read snapshot \"%s\": %s", where,
                         strerror(-r));
@@ -216,10 +330,9 @@ static int import_send(struct import *im, int fd,
                         "snapshot %s grew while it was read", where);
       break;
     }
-    if (!verified)
-      sbx_sha256_update(&sha, buf, n);
     uint64_t received = 0;
     r = sbx_archive_import_write(im->c, im->handle, off, buf, n, &received, e);
+    ahead_done(&a, i);
     if (r < 0)
       break;
     off += n;
@@ -230,9 +343,10 @@ static int import_send(struct import *im, int fd,
                         received, off);
     snapshot_meter_report(prog, off, 0, false);
   }
+  ahead_stop(&a);
   *sent = off;
   uint8_t d[SBX_SHA256_BYTES];
-  sbx_sha256_final(&sha, d);
+  sbx_sha256_final(&a.sha, d);
   if (r == 0 && off != rec->size)
     r = sbx_error_set(e, SBX_INVALID_ARGUMENT, EBADMSG,
                       "snapshot %s has %" PRIu64
