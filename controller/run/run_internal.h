@@ -64,7 +64,8 @@ struct shared {
   bool snap_off;
   char snap_dir[4200];
   pthread_mutex_t rs_mu; /* the journal's appends, from the calls' threads */
-  struct rs_journal *rj; /* the journal's writer (state_io.c), or NULL */
+  struct rs_journal *rj; /* the journal's writer (state_io.c), or NULL;
+                         under rs_mu */
   /* Resumed: the journaled state of the runs nested in the pending calls,
    * by path ({"items", "progress", "done"}), each taken (removed) by the
    * nested run that goes on from it; or NULL. */

@@ -13,6 +13,7 @@
  * at most the appends of that moment: a resume then goes on from the step
  * before. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,28 +108,39 @@ static int rj_failed(struct rs_journal *j, struct sbx_error *e) {
   return j->err;
 }
 
-int rs_io_append(struct shared *sh, const char *text, size_t len,
-                 struct sbx_error *e) {
-  if (!sh->rj) {
-    struct rs_journal *j = calloc(1, sizeof(*j));
-    if (!j || batcher_start(&j->w, RS_LINGER_MS, &rj_ops, j) < 0) {
-      free(j);
-      return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
-                           "cannot write the run journal: out of memory");
-    }
+/* SH's journal writer, made on the first append (MAKE): the calls'
+ * threads append too, so it is made and looked up under sh->rs_mu. NULL
+ * without one, or out of memory. */
+static struct rs_journal *rj_of(struct shared *sh, bool make) {
+  pthread_mutex_lock(&sh->rs_mu);
+  struct rs_journal *j = sh->rj;
+  if (!j && make && (j = calloc(1, sizeof(*j)))) {
     j->store = sh->o->store;
     (void)snprintf(j->id, sizeof(j->id), "%s", sh->rs_path);
     sbx_buf_init(&j->q, RS_QUEUE_MAX);
+    if (batcher_start(&j->w, RS_LINGER_MS, &rj_ops, j) < 0) {
+      free(j);
+      j = NULL;
+    }
     sh->rj = j;
   }
-  struct rs_journal *j = sh->rj;
+  pthread_mutex_unlock(&sh->rs_mu);
+  return j;
+}
+
+int rs_io_append(struct shared *sh, const char *text, size_t len,
+                 struct sbx_error *e) {
+  struct rs_journal *j = rj_of(sh, true);
+  if (!j)
+    return sbx_error_set(e, SBX_INTERNAL, ENOMEM,
+                         "cannot write the run journal: out of memory");
   if (!j->w.started)
     return append_now(sh, text, len, e);
   batcher_lock(&j->w);
   int r = rj_failed(j, e);
   bool first = j->q.len == 0;
   if (r == 0 && (r = sbx_buf_append(&j->q, text, len)) < 0)
-    r = sbx_error_set(e, SBX_LIMIT_EXCEEDED, -r,
+    r = sbx_error_set(e, r == -E2BIG ? SBX_LIMIT_EXCEEDED : SBX_INTERNAL, -r,
                       "cannot write the run journal of %s: %s", sh->rs_path,
                       r == -E2BIG ? "the journal waiting for the store is "
                                     "over its limit"
@@ -140,7 +152,7 @@ int rs_io_append(struct shared *sh, const char *text, size_t len,
 }
 
 int rs_io_sync(struct shared *sh, struct sbx_error *e) {
-  struct rs_journal *j = sh->rj;
+  struct rs_journal *j = rj_of(sh, false);
   if (!j)
     return 0;
   batcher_flush(&j->w);
@@ -151,7 +163,7 @@ int rs_io_sync(struct shared *sh, struct sbx_error *e) {
 }
 
 void rs_io_close(struct shared *sh) {
-  struct rs_journal *j = sh->rj;
+  struct rs_journal *j = rj_of(sh, false);
   if (!j)
     return;
   struct sbx_error e = {0};
@@ -160,7 +172,9 @@ void rs_io_close(struct shared *sh) {
   batcher_stop(&j->w);
   sbx_buf_free(&j->q);
   free(j);
+  pthread_mutex_lock(&sh->rs_mu);
   sh->rj = NULL;
+  pthread_mutex_unlock(&sh->rs_mu);
 }
 
 int rs_io_put(struct shared *sh, const char *text, size_t len,
