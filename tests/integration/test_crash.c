@@ -453,7 +453,11 @@ Test(crash, a_hung_model_server_is_given_up_on) {
   for (size_t k = 0; k < 2; k++) {
     struct test_model_server srv;
     test_model_server_start(&srv, scripts[k], NULL);
+    /* Its own state dir: the failed run keeps its sandbox there, and the
+     * teardown ends it. */
     const char *run[] = {"run",
+                         "--state-dir",
+                         state,
                          "--isolation",
                          "none",
                          "--model-timeouts",

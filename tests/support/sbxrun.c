@@ -135,7 +135,33 @@ char *sbx_sandbox_line(const char *state_dir, const char *const *args) {
   return line;
 }
 
+/* Ends the failed runs of sbx run that STATE_DIR's store keeps for a
+ * retry: a cancel closes their sandboxes at once, which would otherwise
+ * outlive the test (their keep time is a day). */
+static void end_kept_runs(const char *state_dir) {
+  struct sbx_run_out r;
+  const char *ls[] = {"runs",   "ls",       "--state-dir", state_dir,
+                      "--json", "--status", "failed",      NULL};
+  sbx_run(&r, NULL, ls);
+  json_t *arr = json_loads(r.status == 0 && r.out ? r.out : "[]", 0, NULL);
+  size_t i;
+  json_t *x;
+  json_array_foreach(arr, i, x) {
+    const char *id = json_string_value(json_object_get(x, "id"));
+    if (!id)
+      continue;
+    struct sbx_run_out q;
+    const char *cancel[] = {"runs",    "cancel", "--state-dir",
+                            state_dir, id,       NULL};
+    sbx_run(&q, NULL, cancel);
+    sbx_run_free(&q);
+  }
+  json_decref(arr);
+  sbx_run_free(&r);
+}
+
 void sbx_sandbox_remove_all(const char *state_dir) {
+  end_kept_runs(state_dir);
   struct sbx_run_out r;
   const char *ls[] = {"ls", "--json", NULL};
   sbx_sandbox_run(&r, state_dir, ls);
