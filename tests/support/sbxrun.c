@@ -135,14 +135,16 @@ char *sbx_sandbox_line(const char *state_dir, const char *const *args) {
   return line;
 }
 
-/* Ends the failed runs of sbx run that STATE_DIR's store keeps for a
- * retry: a cancel closes their sandboxes at once, which would otherwise
- * outlive the test (their keep time is a day). */
-static void end_kept_runs(const char *state_dir) {
+/* Runs LS (which prints a JSON array), then ACT with each listed id
+ * appended: `sbx sandbox` commands on STATE_DIR when SANDBOX, else plain
+ * sbx commands. Failures are ignored: this is cleanup. */
+static void each_listed(const char *state_dir, bool sandbox,
+                        const char *const *ls, const char *const *act) {
   struct sbx_run_out r;
-  const char *ls[] = {"runs",   "ls",       "--state-dir", state_dir,
-                      "--json", "--status", "failed",      NULL};
-  sbx_run(&r, NULL, ls);
+  if (sandbox)
+    sbx_sandbox_run(&r, state_dir, ls);
+  else
+    sbx_run(&r, NULL, ls);
   json_t *arr = json_loads(r.status == 0 && r.out ? r.out : "[]", 0, NULL);
   size_t i;
   json_t *x;
@@ -150,10 +152,17 @@ static void end_kept_runs(const char *state_dir) {
     const char *id = json_string_value(json_object_get(x, "id"));
     if (!id)
       continue;
+    const char *argv[16];
+    size_t n = 0;
+    for (; act[n] && n < 14; n++)
+      argv[n] = act[n];
+    argv[n++] = id;
+    argv[n] = NULL;
     struct sbx_run_out q;
-    const char *cancel[] = {"runs",    "cancel", "--state-dir",
-                            state_dir, id,       NULL};
-    sbx_run(&q, NULL, cancel);
+    if (sandbox)
+      sbx_sandbox_run(&q, state_dir, argv);
+    else
+      sbx_run(&q, NULL, argv);
     sbx_run_free(&q);
   }
   json_decref(arr);
@@ -161,24 +170,16 @@ static void end_kept_runs(const char *state_dir) {
 }
 
 void sbx_sandbox_remove_all(const char *state_dir) {
-  end_kept_runs(state_dir);
-  struct sbx_run_out r;
+  /* The failed runs of sbx run kept for a retry first: a cancel closes
+   * their sandboxes at once, which would otherwise outlive the test
+   * (their keep time is a day). */
+  const char *runs[] = {"runs",   "ls",       "--state-dir", state_dir,
+                        "--json", "--status", "failed",      NULL};
+  const char *cancel[] = {"runs", "cancel", "--state-dir", state_dir, NULL};
+  each_listed(state_dir, false, runs, cancel);
   const char *ls[] = {"ls", "--json", NULL};
-  sbx_sandbox_run(&r, state_dir, ls);
-  json_t *arr = json_loads(r.out ? r.out : "[]", 0, NULL);
-  size_t i;
-  json_t *x;
-  json_array_foreach(arr, i, x) {
-    const char *id = json_string_value(json_object_get(x, "id"));
-    if (!id)
-      continue;
-    struct sbx_run_out q;
-    const char *rm[] = {"rm", "--force", id, NULL};
-    sbx_sandbox_run(&q, state_dir, rm);
-    sbx_run_free(&q);
-  }
-  json_decref(arr);
-  sbx_run_free(&r);
+  const char *rm[] = {"rm", "--force", NULL};
+  each_listed(state_dir, true, ls, rm);
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag,
